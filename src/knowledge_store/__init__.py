@@ -1,0 +1,1 @@
+"""knowledge-store: a permission-aware retrieval layer for RAG and AI agents."""

@@ -1,0 +1,171 @@
+"""One exception tree for knowledge-store.
+
+::
+
+    KnowledgeStoreError                 code            HTTP  CLI exit
+    ├── InputError                      (caller input)        2
+    │   ├── InvalidRecord               invalid_record  422
+    │   │   └── BatchRejected           invalid_record  422   (an ingest batch, every bad record)
+    │   ├── InvalidRequest              invalid_request 400
+    │   ├── UnknownField                unknown_field   400
+    │   ├── UnknownLabel                unknown_label   400
+    │   ├── BoundExceeded               bound_exceeded  400
+    │   ├── NotFound                    not_found       404
+    │   ├── QueryTimeout                timeout         400
+    │   └── ModelMismatch               model_mismatch  409
+    └── StoreError                      store_error     500   1
+
+Every error carries a ``message`` a person or a model can act on (which record,
+line, field; what was expected) and structured ``details``. ``to_dict()`` gives
+the one JSON error shape used on every surface:
+``{"error": {"code", "message", "details"}}``.
+
+Errors raised by sqlite3, tantivy, usearch, psycopg … are translated at the
+engine boundary with ``raise StoreError(...) from exc``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "BatchRejected",
+    "BoundExceeded",
+    "InputError",
+    "InvalidRecord",
+    "InvalidRequest",
+    "KnowledgeStoreError",
+    "ModelMismatch",
+    "NotFound",
+    "QueryTimeout",
+    "Rejection",
+    "StoreError",
+    "UnknownField",
+    "UnknownLabel",
+]
+
+
+class KnowledgeStoreError(Exception):
+    """Base of every error knowledge-store raises on purpose."""
+
+    code: ClassVar[str] = "store_error"
+    http_status: ClassVar[int] = 500
+    exit_status: ClassVar[int] = 1
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = {k: v for k, v in details.items() if v is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+class InputError(KnowledgeStoreError):
+    """The caller's input is wrong; nothing in the store changed."""
+
+    code = "invalid_request"
+    http_status = 400
+    exit_status = 2
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One bad ingest record: where it is and what is wrong with it."""
+
+    file: str
+    line: int | None
+    uid: str | None
+    field: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "uid": self.uid,
+            "field": self.field,
+            "message": self.message,
+        }
+
+    def describe(self) -> str:
+        where = self.file + (f":{self.line}" if self.line is not None else "")
+        what = f" record {self.uid!r}" if self.uid else ""
+        fld = f" field {self.field!r}" if self.field else ""
+        return f"{where}{what}{fld}: {self.message}"
+
+
+class InvalidRecord(InputError):
+    """An ingest record is malformed (which file, line, uid, field; what was expected)."""
+
+    code = "invalid_record"
+    http_status = 422
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.describe(), **rejection.to_dict())
+        self.rejection = rejection
+
+
+class BatchRejected(InvalidRecord):
+    """An ingest batch had bad records; the batch published nothing."""
+
+    def __init__(self, rejections: list[Rejection]) -> None:
+        first = rejections[0]
+        super().__init__(first)
+        more = len(rejections) - 1
+        self.message = (
+            f"{first.describe()}"
+            + (f" (and {more} more bad record{'s' if more != 1 else ''})" if more else "")
+            + "; nothing was published. Fix the records or pass --skip-invalid"
+            " to publish the good ones."
+        )
+        self.args = (self.message,)
+        self.rejections = rejections
+        self.details = {"rejected": [r.to_dict() for r in rejections]}
+
+
+class InvalidRequest(InputError):
+    """A request is malformed (bad option, inverted range, empty input …)."""
+
+
+class UnknownField(InputError):
+    """A filter, order or property names a field outside the closed list."""
+
+    code = "unknown_field"
+
+
+class UnknownLabel(InputError):
+    """An edge label outside the closed 9-label vocabulary."""
+
+    code = "unknown_label"
+
+
+class BoundExceeded(InputError):
+    """A request asks for more than a stated bound (depth, rows, k …)."""
+
+    code = "bound_exceeded"
+
+
+class NotFound(InputError):
+    """The thing does not exist — or the caller may not read it (they look the same)."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class QueryTimeout(InputError):
+    """A bounded query ran past its time limit and was cancelled."""
+
+    code = "timeout"
+
+
+class ModelMismatch(InputError):
+    """The store was built with another embedding model or dimension."""
+
+    code = "model_mismatch"
+    http_status = 409
+
+
+class StoreError(KnowledgeStoreError):
+    """The store itself failed (disk, database, index); not the caller's fault."""

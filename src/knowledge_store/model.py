@@ -1,0 +1,453 @@
+"""The data model (DESIGN §1) and the shapes every primitive answers with (DESIGN §6).
+
+Frozen dataclasses, no behaviour beyond validation of closed vocabularies and
+the ``to_dict()`` that gives each ``--json`` shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time
+from functools import cached_property
+from typing import Any, Literal
+
+from knowledge_store.errors import InvalidRequest, UnknownLabel
+
+__all__ = [
+    "EVERYONE",
+    "LABELS",
+    "Chunk",
+    "ChunkHit",
+    "ChunkHits",
+    "Edge",
+    "Entity",
+    "Evidence",
+    "Filters",
+    "Identity",
+    "IngestReport",
+    "Result",
+    "SearchAnswer",
+    "VectorInfo",
+    "check_label",
+    "check_principal",
+    "compose_context",
+    "normalize_timestamp",
+]
+
+#: The closed edge vocabulary. Anything else is rejected at ingest and in queries.
+LABELS: tuple[str, ...] = (
+    "partOf",
+    "dependsOn",
+    "xref",
+    "appliesTo",
+    "forRole",
+    "teachesSkill",
+    "supersededBy",
+    "implementedBy",
+    "derivedFrom",
+)
+_LABEL_SET = frozenset(LABELS)
+
+EVERYONE = "everyone"
+_PRINCIPAL = re.compile(r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$")
+
+
+def check_label(label: str) -> str:
+    """Return ``label`` if it is one of the 9, else raise ``UnknownLabel`` listing them."""
+    if label not in _LABEL_SET:
+        raise UnknownLabel(
+            f"unknown edge label {label!r}; use one of: {', '.join(LABELS)}",
+            label=label,
+            allowed=list(LABELS),
+        )
+    return label
+
+
+def check_principal(principal: str) -> str:
+    """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
+    if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
+        shown = principal if isinstance(principal, str) else repr(principal)
+        raise InvalidRequest(
+            f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
+            " (an id of 1–256 characters, no control characters)",
+            principal=shown[:256],
+        )
+    return principal
+
+
+def normalize_timestamp(value: str, *, end_of_day: bool = False) -> str:
+    """ISO 8601 date or datetime → ``YYYY-MM-DDTHH:MM:SSZ`` in UTC.
+
+    A bare date means the start of that day (or its last second with
+    ``end_of_day``, so that a ``--created-to 2024-05-01`` range includes the day).
+    A datetime without an offset is taken as UTC. Raises ``ValueError``.
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("empty date")
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        day = date.fromisoformat(text)
+        moment = datetime.combine(day, time(23, 59, 59) if end_of_day else time(0, 0, 0), UTC)
+    else:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``src --label--> dst`` with an optional sibling ``position``."""
+
+    src: str
+    label: str
+    dst: str
+    position: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "label": self.label, "dst": self.dst, "position": self.position}
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A node of the estate. ``acl`` is the sorted, deduplicated principal set."""
+
+    uid: str
+    type: str
+    title: str
+    body: str
+    source: str = ""
+    status: str = ""
+    created_at: str | None = None
+    updated_at: str | None = None
+    href: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    edges: tuple[Edge, ...] = ()
+    acl: tuple[str, ...] = ()
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 over every field, the edges and the ACL (the publish root is built from it)."""
+        canonical = json.dumps(
+            {
+                "uid": self.uid,
+                "type": self.type,
+                "title": self.title,
+                "body": self.body,
+                "source": self.source,
+                "status": self.status,
+                "created_at": self.created_at,
+                "updated_at": self.updated_at,
+                "href": self.href,
+                "attributes": self.attributes,
+                "edges": sorted(
+                    (e.label, e.dst, -1 if e.position is None else e.position) for e in self.edges
+                ),
+                "acl": sorted(self.acl),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def to_record(self) -> dict[str, Any]:
+        """The canonical JSON Lines record of this entity."""
+        return {
+            "uid": self.uid,
+            "type": self.type,
+            "title": self.title,
+            "body": self.body,
+            "source": self.source,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "href": self.href,
+            "attributes": dict(self.attributes),
+            "edges": [{"label": e.label, "to": e.dst, "position": e.position} for e in self.edges],
+            "acl": list(self.acl),
+        }
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A slice ``body[start:end]`` of an entity, with the heading path it sits under."""
+
+    ordinal: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+
+    def context_text(self, title: str) -> str:
+        """What is embedded and indexed: the entity title, the heading path, the text."""
+        return compose_context(title, self.heading, self.text)
+
+
+def compose_context(title: str, heading: Sequence[str], text: str) -> str:
+    path = " > ".join(h for h in heading if h and h != title)
+    return f"{title}\n{path}\n{text}" if path else f"{title}\n{text}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is asking. Expanded by the store over memberships; always holds ``everyone``."""
+
+    principal: str = EVERYONE
+
+    def __post_init__(self) -> None:
+        check_principal(self.principal)
+
+
+_FILTER_FIELDS = ("type", "source", "status", "uid", "created_at", "updated_at")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The closed FILTERS of DESIGN §6. Each list means "any of"; ranges are inclusive."""
+
+    types: tuple[str, ...] = ()
+    not_types: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+    uids: tuple[str, ...] = ()
+    created_from: str | None = None
+    created_to: str | None = None
+    updated_from: str | None = None
+    updated_to: str | None = None
+
+    FIELDS = _FILTER_FIELDS
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        types: Sequence[str] = (),
+        not_types: Sequence[str] = (),
+        sources: Sequence[str] = (),
+        statuses: Sequence[str] = (),
+        uids: Sequence[str] = (),
+        created_from: str | None = None,
+        created_to: str | None = None,
+        updated_from: str | None = None,
+        updated_to: str | None = None,
+    ) -> Filters:
+        """Validate and normalise user-given filter values (dates, inverted ranges)."""
+
+        def stamp(name: str, value: str | None, end: bool) -> str | None:
+            if value is None:
+                return None
+            try:
+                return normalize_timestamp(value, end_of_day=end)
+            except ValueError:
+                raise InvalidRequest(
+                    f"--{name.replace('_', '-')} {value!r} is not an ISO 8601 date"
+                    " (write e.g. 2024-05-01 or 2024-05-01T12:00:00Z)",
+                    field=name,
+                    value=value,
+                ) from None
+
+        filters = cls(
+            types=tuple(dict.fromkeys(types)),
+            not_types=tuple(dict.fromkeys(not_types)),
+            sources=tuple(dict.fromkeys(sources)),
+            statuses=tuple(dict.fromkeys(statuses)),
+            uids=tuple(dict.fromkeys(uids)),
+            created_from=stamp("created_from", created_from, False),
+            created_to=stamp("created_to", created_to, True),
+            updated_from=stamp("updated_from", updated_from, False),
+            updated_to=stamp("updated_to", updated_to, True),
+        )
+        for name, lo, hi in (
+            ("created", filters.created_from, filters.created_to),
+            ("updated", filters.updated_from, filters.updated_to),
+        ):
+            if lo is not None and hi is not None and lo > hi:
+                raise InvalidRequest(
+                    f"--{name}-from {lo} is after --{name}-to {hi}; swap them",
+                    field=f"{name}_at",
+                )
+        for name, values in (
+            ("type", filters.types + filters.not_types),
+            ("source", filters.sources),
+            ("status", filters.statuses),
+            ("uid", filters.uids),
+        ):
+            for v in values:
+                if not isinstance(v, str) or "\x00" in v or len(v) > 4096:
+                    raise InvalidRequest(
+                        f"--{name} value must be a string of at most 4096 characters"
+                        " without NUL bytes",
+                        field=name,
+                    )
+        return filters
+
+    @property
+    def is_empty(self) -> bool:
+        return self == Filters()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in ((), None)}
+
+
+Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
+
+
+@dataclass(frozen=True)
+class VectorInfo:
+    """How a vector answer was computed — honest completeness."""
+
+    strategy: Strategy
+    scanned: int
+    exhaustive: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "scanned": self.scanned, "exhaustive": self.exhaustive}
+
+
+@dataclass(frozen=True)
+class ChunkHit:
+    """One ranked chunk from ``lexical`` or ``vector``."""
+
+    uid: str
+    chunk_id: int
+    title: str
+    type: str
+    score: float
+    rank: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+    href: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "chunk_id": self.chunk_id,
+            "title": self.title,
+            "type": self.type,
+            "score": self.score,
+            "rank": self.rank,
+            "text": self.text,
+            "heading": list(self.heading),
+            "start": self.start,
+            "end": self.end,
+        }
+
+
+@dataclass(frozen=True)
+class ChunkHits:
+    """The answer of ``lexical`` / ``vector``."""
+
+    content_root: str
+    hits: list[ChunkHit]
+    vector: VectorInfo | None = None
+    explain: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "content_root": self.content_root,
+            "hits": [h.to_dict() for h in self.hits],
+        }
+        if self.vector is not None:
+            out["vector"] = self.vector.to_dict()
+        if self.explain is not None:
+            out["explain"] = self.explain
+        return out
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A chunk kept with a fused result, for context packing and citation."""
+
+    chunk_id: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id,
+            "text": self.text,
+            "heading": list(self.heading),
+            "start": self.start,
+            "end": self.end,
+        }
+
+
+LIST_NAMES: tuple[str, ...] = ("vector", "lexical", "graph", "sql")
+
+
+@dataclass(frozen=True)
+class Result:
+    """One fused entity with its rank in every list (null where absent)."""
+
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    score: float
+    ranks: Mapping[str, int | None]
+    superseded_by: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "title": self.title,
+            "type": self.type,
+            "href": self.href,
+            "score": self.score,
+            "ranks": {name: self.ranks.get(name) for name in LIST_NAMES},
+            "superseded_by": self.superseded_by,
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
+class SearchAnswer:
+    """The answer of fused ``search``."""
+
+    content_root: str
+    mode: str
+    results: list[Result]
+    vector: VectorInfo | None
+    explain: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "content_root": self.content_root,
+            "mode": self.mode,
+            "results": [r.to_dict() for r in self.results],
+            "vector": self.vector.to_dict() if self.vector else None,
+        }
+        if self.explain is not None:
+            out["explain"] = self.explain
+        return out
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What an ingest batch did."""
+
+    content_root: str
+    added: int
+    updated: int
+    unchanged: int
+    deleted: int
+    rejected: list[Any] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content_root": self.content_root,
+            "added": self.added,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
+            "rejected": [r.to_dict() for r in self.rejected],
+        }
