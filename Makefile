@@ -17,7 +17,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 run: install
-	$(PY) bench/demo.py --store $(STORE)
+	$(KS) --store $(STORE) ingest README.md docs --format markdown --source project-docs --acl everyone
+	$(KS) --store $(STORE) stats
+	$(KS) --store $(STORE) search "how are permissions applied before ranking" --k 3
+	$(KS) --store $(STORE) lexical "pg_stat_activity" --k 3
+	$(KS) --store $(STORE) vector "what happens when a process is killed during ingest" --k 3 --explain
 
 test: install
 	$(PY) -m pytest -q

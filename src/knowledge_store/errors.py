@@ -103,7 +103,8 @@ class InvalidRecord(InputError):
     http_status = 422
 
     def __init__(self, rejection: Rejection) -> None:
-        super().__init__(rejection.describe(), **rejection.to_dict())
+        where = {k: v for k, v in rejection.to_dict().items() if k != "message"}
+        super().__init__(rejection.describe(), **where, reason=rejection.message)
         self.rejection = rejection
 
 

@@ -20,6 +20,7 @@ from knowledge_store.errors import InvalidRequest, UnknownLabel
 __all__ = [
     "EVERYONE",
     "LABELS",
+    "AggregateAnswer",
     "Chunk",
     "ChunkHit",
     "ChunkHits",
@@ -27,10 +28,16 @@ __all__ = [
     "Entity",
     "Evidence",
     "Filters",
+    "GraphHit",
+    "GraphHits",
     "Identity",
     "IngestReport",
+    "PathStep",
+    "QueryAnswer",
     "Result",
     "SearchAnswer",
+    "SqlHit",
+    "SqlHits",
     "VectorInfo",
     "check_label",
     "check_principal",
@@ -403,7 +410,8 @@ class Result:
             "type": self.type,
             "href": self.href,
             "score": self.score,
-            "ranks": {name: self.ranks.get(name) for name in LIST_NAMES},
+            # the four lists always (null where absent), then any plug-in retriever's
+            "ranks": {**dict.fromkeys(LIST_NAMES), **self.ranks},
             "superseded_by": self.superseded_by,
             "evidence": [e.to_dict() for e in self.evidence],
         }
@@ -450,4 +458,121 @@ class IngestReport:
             "unchanged": self.unchanged,
             "deleted": self.deleted,
             "rejected": [r.to_dict() for r in self.rejected],
+        }
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One step of a graph path: the entity reached and the label that reached it."""
+
+    uid: str
+    label: str | None  # None for the start entity
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uid": self.uid, "label": self.label}
+
+
+@dataclass(frozen=True)
+class GraphHit:
+    uid: str
+    title: str
+    type: str
+    rank: int
+    hops: int
+    paths: int
+    path: tuple[PathStep, ...]
+    href: str | None = None
+    updated_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "title": self.title,
+            "type": self.type,
+            "rank": self.rank,
+            "hops": self.hops,
+            "paths": self.paths,
+            "path": [s.to_dict() for s in self.path],
+        }
+
+
+@dataclass(frozen=True)
+class GraphHits:
+    content_root: str
+    hits: list[GraphHit]
+    capped: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content_root": self.content_root,
+            "hits": [h.to_dict() for h in self.hits],
+            "capped": self.capped,
+        }
+
+
+@dataclass(frozen=True)
+class SqlHit:
+    uid: str
+    title: str
+    type: str
+    source: str
+    status: str
+    created_at: str | None
+    updated_at: str | None
+    rank: int
+    href: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "title": self.title,
+            "type": self.type,
+            "source": self.source,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "rank": self.rank,
+        }
+
+
+@dataclass(frozen=True)
+class SqlHits:
+    content_root: str
+    hits: list[SqlHit]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"content_root": self.content_root, "hits": [h.to_dict() for h in self.hits]}
+
+
+@dataclass(frozen=True)
+class AggregateAnswer:
+    content_root: str
+    metric: str
+    dimension: str | None
+    rows: list[tuple[str | None, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content_root": self.content_root,
+            "metric": self.metric,
+            "dimension": self.dimension,
+            "rows": [{"key": key, "value": value} for key, value in self.rows],
+        }
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """The answer of ``query_graph``."""
+
+    content_root: str
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content_root": self.content_root,
+            "columns": self.columns,
+            "rows": self.rows,
+            "truncated": self.truncated,
         }

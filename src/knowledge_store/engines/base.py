@@ -1,0 +1,163 @@
+"""The Engine protocol: storage, the primitives, publishes and ACL administration.
+
+Everything above it (ingest pipeline, fusion, tools, surfaces) is
+engine-agnostic. Every read takes an :class:`~knowledge_store.model.Identity`
+and applies the ACL inside its query, before ranking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from knowledge_store.model import (
+    AggregateAnswer,
+    Chunk,
+    ChunkHits,
+    Entity,
+    Filters,
+    GraphHits,
+    Identity,
+    QueryAnswer,
+    SqlHits,
+)
+
+__all__ = ["AclExplanation", "Engine", "PreparedEntity", "PrincipalInfo", "StoreStats"]
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class PreparedEntity:
+    """An entity ready to publish: its chunks and one embedding per chunk."""
+
+    entity: Entity
+    chunks: tuple[Chunk, ...]
+    vectors: Vector  # (len(chunks), dimension) float32, L2-normalised
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    content_root: str
+    entities: int
+    chunks: int
+    edges: Mapping[str, int]
+    segments: int
+    model: str | None
+    dimension: int | None
+    is_empty: bool
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content_root": self.content_root,
+            "entities": self.entities,
+            "chunks": self.chunks,
+            "edges": dict(self.edges),
+            "segments": self.segments,
+            "model": self.model,
+            "dimension": self.dimension,
+            "is_empty": self.is_empty,
+            **self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class PrincipalInfo:
+    principal: str
+    direct_groups: tuple[str, ...]
+    inherited_groups: tuple[str, ...]
+    members: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal,
+            "direct_groups": list(self.direct_groups),
+            "inherited_groups": list(self.inherited_groups),
+            "members": list(self.members),
+        }
+
+
+@dataclass(frozen=True)
+class AclExplanation:
+    principal: str
+    uid: str
+    allowed: bool
+    chain: tuple[str, ...]  # principal → group → … → the ACL entry that grants
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "principal": self.principal,
+            "uid": self.uid,
+            "allowed": self.allowed,
+            "chain": list(self.chain),
+            "reason": self.reason,
+        }
+
+
+class Engine(Protocol):
+    """What every engine implements; tested by the conformance suite."""
+
+    name: str
+
+    # -- model and content --------------------------------------------------
+    def model(self) -> tuple[str, int] | None: ...
+    def set_model(self, model_id: str, dimension: int, spec: str) -> None: ...
+    def content_root(self) -> str: ...
+    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]: ...
+    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]: ...
+    def cache_embeddings(self, items: Mapping[str, Vector]) -> None: ...
+    def publish(
+        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+    ) -> str: ...
+    def delete(self, uids: Sequence[str]) -> str: ...
+    def stats(self) -> StoreStats: ...
+    def is_empty(self) -> bool: ...
+    def rebuild(self, *, progress: bool = False) -> None: ...
+    def close(self) -> None: ...
+
+    # -- primitives -----------------------------------------------------------
+    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits: ...
+    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits: ...
+    def sql(
+        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
+    ) -> SqlHits: ...
+    def aggregate(
+        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
+    ) -> AggregateAnswer: ...
+    def successors(
+        self, identity: Identity, uids: Sequence[str], filters: Filters
+    ) -> dict[str, str]: ...
+    def graph(
+        self,
+        identity: Identity,
+        starts: Sequence[str],
+        *,
+        depth: int = 1,
+        labels: Sequence[str] = (),
+        direction: str = "both",
+        k: int = 10,
+    ) -> GraphHits: ...
+    def query_graph(
+        self,
+        identity: Identity,
+        text: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        lenient: bool = False,
+    ) -> QueryAnswer: ...
+
+    # -- ACL administration -----------------------------------------------------
+    def grant(self, uid: str, principal: str) -> str: ...
+    def revoke(self, uid: str, principal: str) -> str: ...
+    def acl_show(self, uid: str) -> tuple[str, ...]: ...
+    def acl_explain(self, principal: str, uid: str) -> AclExplanation: ...
+    def add_member(self, group: str, member: str) -> None: ...
+    def remove_member(self, group: str, member: str) -> None: ...
+    def principal_show(self, principal: str) -> PrincipalInfo: ...
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]: ...

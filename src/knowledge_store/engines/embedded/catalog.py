@@ -1,0 +1,565 @@
+"""The SQLite catalog: the source of truth of the embedded engine.
+
+Entities, chunks (text and embedding), edges, principals, memberships, ACL
+sets and publishes live here. Identity expansion, the visible ACL sets and the
+final ACL check before fusion are SQL over this catalog. Readers run inside a
+read transaction (one WAL snapshot); the single writer never blocks them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge_store.engines.base import PreparedEntity, Vector
+from knowledge_store.engines.embedded.schema import (
+    HELD_PRINCIPALS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    VISIBLE_ACL_SETS,
+)
+from knowledge_store.engines.sqlfilters import filter_clause
+from knowledge_store.errors import StoreError
+from knowledge_store.model import Edge, Entity, Filters
+
+__all__ = ["EMPTY_ROOT", "Catalog", "ChunkRow", "PublishOp", "content_root_of"]
+
+EMPTY_ROOT = hashlib.sha256(b"knowledge-store:empty").hexdigest()
+_CHUNK_BATCH = 900  # below SQLite's default host-parameter limit
+
+
+def content_root_of(parent: str, changes: Mapping[str, str | None]) -> str:
+    """Root of a publish: hash of the parent root and each changed uid's content hash."""
+    lines = [parent] + [f"{uid}\t{h or '-'}" for uid, h in sorted(changes.items())]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A chunk joined with its entity, as the primitives return it."""
+
+    chunk_id: int
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+    acl_set: int
+    source: str
+    status: str
+    created_at: str | None
+    updated_at: str | None
+
+
+@dataclass(frozen=True)
+class PublishOp:
+    publish: int
+    chunk: int
+    op: str
+
+
+_CHUNK_SELECT = """
+SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
+       e.acl_set, e.source, e.status, e.created_at, e.updated_at
+FROM chunks AS c JOIN entities AS e ON e.id = c.entity
+"""
+
+
+def _chunk_row(r: sqlite3.Row) -> ChunkRow:
+    return ChunkRow(
+        chunk_id=r[0],
+        uid=r[1],
+        title=r[2],
+        type=r[3],
+        href=r[4],
+        text=r[5],
+        heading=tuple(json.loads(r[6])),
+        start=r[7],
+        end=r[8],
+        acl_set=r[9],
+        source=r[10],
+        status=r[11],
+        created_at=r[12],
+        updated_at=r[13],
+    )
+
+
+class Catalog:
+    """SQLite in WAL mode; one connection per thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        try:
+            self._conn().executescript(SCHEMA)
+            version = self.get_meta("schema_version")
+            if version is None:
+                self.set_meta("schema_version", str(SCHEMA_VERSION))
+            elif int(version) > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the store at {path.parent} was written by a newer knowledge-store"
+                    f" (schema {version}, this one knows {SCHEMA_VERSION}); upgrade knowledge-store"
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the catalog {path}: {exc}") from exc
+
+    # -- connections and transactions -----------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA cache_size=-65536")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """One consistent snapshot for the whole block (nested blocks share it)."""
+        conn = self._conn()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write transaction; rolled back on any error."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- meta ---------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str, conn: sqlite3.Connection | None = None) -> None:
+        (conn or self._conn()).execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    # -- publishes -----------------------------------------------------------------
+    def latest_publish(self, conn: sqlite3.Connection | None = None) -> tuple[int, str]:
+        row = (
+            (conn or self._conn())
+            .execute("SELECT id, root FROM publishes ORDER BY id DESC LIMIT 1")
+            .fetchone()
+        )
+        return (0, EMPTY_ROOT) if row is None else (int(row[0]), str(row[1]))
+
+    def ops_since(self, watermark: int) -> list[PublishOp]:
+        rows = self._conn().execute(
+            "SELECT publish, chunk, op FROM publish_ops WHERE publish > ? ORDER BY publish, chunk",
+            (watermark,),
+        )
+        return [PublishOp(int(p), int(c), str(o)) for p, c, o in rows]
+
+    # -- embeddings cache ------------------------------------------------------------
+    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]:
+        out: dict[str, Vector] = {}
+        conn = self._conn()
+        for i in range(0, len(keys), _CHUNK_BATCH):
+            part = keys[i : i + _CHUNK_BATCH]
+            marks = ",".join("?" * len(part))
+            for key, blob in conn.execute(
+                f"SELECT key, vector FROM embedding_cache WHERE key IN ({marks})", part
+            ):
+                out[key] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def cache_embeddings(self, items: Mapping[str, Vector]) -> None:
+        with self.write() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO embedding_cache(key, vector) VALUES (?, ?)",
+                ((k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()),
+            )
+
+    # -- entities ----------------------------------------------------------------------
+    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        conn = self._conn()
+        for i in range(0, len(uids), _CHUNK_BATCH):
+            part = list(uids[i : i + _CHUNK_BATCH])
+            marks = ",".join("?" * len(part))
+            for uid, h in conn.execute(
+                f"SELECT uid, content_hash FROM entities WHERE uid IN ({marks})", part
+            ):
+                out[uid] = h
+        return out
+
+    def load_entity(self, conn: sqlite3.Connection, uid: str) -> Entity | None:
+        """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
+        row = conn.execute(
+            "SELECT uid, type, title, body, source, status, created_at, updated_at, href,"
+            " attributes, acl_set FROM entities WHERE uid = ?",
+            (uid,),
+        ).fetchone()
+        if row is None:
+            return None
+        edges = tuple(
+            Edge(uid, label, dst, position)
+            for label, dst, position in conn.execute(
+                "SELECT label, dst, position FROM edges WHERE src = ? ORDER BY label, dst", (uid,)
+            )
+        )
+        return Entity(
+            uid=row[0],
+            type=row[1],
+            title=row[2],
+            body=row[3],
+            source=row[4],
+            status=row[5],
+            created_at=row[6],
+            updated_at=row[7],
+            href=row[8],
+            attributes=json.loads(row[9]),
+            edges=edges,
+            acl=self.acl_principals(conn, row[10]),
+        )
+
+    def acl_principals(self, conn: sqlite3.Connection, acl_set: int) -> tuple[str, ...]:
+        return tuple(
+            p
+            for (p,) in conn.execute(
+                "SELECT principal FROM acl_set_principals WHERE acl_set = ? ORDER BY principal",
+                (acl_set,),
+            )
+        )
+
+    def acl_set_id(self, conn: sqlite3.Connection, principals: Sequence[str]) -> int:
+        """The id of the deduplicated ACL set holding exactly ``principals`` (made if new)."""
+        members = sorted(set(principals))
+        key = "\n".join(members)
+        row = conn.execute("SELECT id FROM acl_sets WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            return int(row[0])
+        cur = conn.execute("INSERT INTO acl_sets(key) VALUES (?)", (key,))
+        acl_set = int(cur.lastrowid or 0)
+        conn.executemany(
+            "INSERT INTO acl_set_principals(acl_set, principal) VALUES (?, ?)",
+            ((acl_set, p) for p in members),
+        )
+        return acl_set
+
+    def apply_publish(
+        self,
+        upserts: Sequence[PreparedEntity],
+        deletes: Sequence[str],
+        *,
+        kind: str,
+        acl_only: Sequence[Entity] = (),
+    ) -> tuple[int, str]:
+        """Write one publish atomically; returns ``(publish id, content root)``.
+
+        ``acl_only`` are entities whose ACL changed and nothing else: they keep
+        their chunks; their chunks are re-pointed (op ``acl``) for the lexical index.
+        """
+        with self.write() as conn:
+            publish, parent = self.latest_publish(conn)
+            publish += 1
+            changes: dict[str, str | None] = {}
+            ops: list[tuple[int, int, str]] = []
+            added = updated = deleted = 0
+            for prepared in upserts:
+                entity = prepared.entity
+                row = conn.execute(
+                    "SELECT id FROM entities WHERE uid = ?", (entity.uid,)
+                ).fetchone()
+                acl_set = self.acl_set_id(conn, entity.acl)
+                values = (
+                    entity.type,
+                    entity.title,
+                    entity.body,
+                    entity.source,
+                    entity.status,
+                    entity.created_at,
+                    entity.updated_at,
+                    entity.href,
+                    json.dumps(dict(entity.attributes), ensure_ascii=False, sort_keys=True),
+                    acl_set,
+                    entity.content_hash,
+                    publish,
+                )
+                if row is None:
+                    cur = conn.execute(
+                        "INSERT INTO entities(type, title, body, source, status, created_at,"
+                        " updated_at, href, attributes, acl_set, content_hash, publish, uid)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (*values, entity.uid),
+                    )
+                    entity_row = int(cur.lastrowid or 0)
+                    added += 1
+                else:
+                    entity_row = int(row[0])
+                    conn.execute(
+                        "UPDATE entities SET type=?, title=?, body=?, source=?, status=?,"
+                        " created_at=?, updated_at=?, href=?, attributes=?, acl_set=?,"
+                        " content_hash=?, publish=? WHERE uid=?",
+                        (*values, entity.uid),
+                    )
+                    ops.extend(self._drop_chunks(conn, publish, entity_row))
+                    conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
+                    updated += 1
+                for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
+                    cur = conn.execute(
+                        'INSERT INTO chunks(entity, ordinal, text, heading, start, "end",'
+                        " embedding) VALUES (?,?,?,?,?,?,?)",
+                        (
+                            entity_row,
+                            chunk.ordinal,
+                            chunk.text,
+                            json.dumps(list(chunk.heading), ensure_ascii=False),
+                            chunk.start,
+                            chunk.end,
+                            np.asarray(vector, dtype=np.float32).tobytes(),
+                        ),
+                    )
+                    ops.append((publish, int(cur.lastrowid or 0), "add"))
+                conn.executemany(
+                    "INSERT OR REPLACE INTO edges(src, label, dst, position) VALUES (?,?,?,?)",
+                    ((entity.uid, e.label, e.dst, e.position) for e in entity.edges),
+                )
+                changes[entity.uid] = entity.content_hash
+            for entity in acl_only:
+                acl_set = self.acl_set_id(conn, entity.acl)
+                row = conn.execute(
+                    "UPDATE entities SET acl_set = ?, content_hash = ?, publish = ?"
+                    " WHERE uid = ? RETURNING id",
+                    (acl_set, entity.content_hash, publish, entity.uid),
+                ).fetchone()
+                if row is None:
+                    continue
+                ops.extend(
+                    (publish, int(cid), "acl")
+                    for (cid,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (row[0],))
+                )
+                changes[entity.uid] = entity.content_hash
+                updated += 1
+            for uid in deletes:
+                row = conn.execute("SELECT id FROM entities WHERE uid = ?", (uid,)).fetchone()
+                if row is None:
+                    continue
+                ops.extend(self._drop_chunks(conn, publish, int(row[0])))
+                conn.execute("DELETE FROM edges WHERE src = ?", (uid,))
+                conn.execute("DELETE FROM entities WHERE id = ?", (row[0],))
+                changes[uid] = None
+                deleted += 1
+            if not changes:
+                return publish - 1, parent
+            root = content_root_of(parent, changes)
+            conn.execute(
+                "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    publish,
+                    root,
+                    parent,
+                    kind,
+                    datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    added,
+                    updated,
+                    deleted,
+                ),
+            )
+            conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
+            return publish, root
+
+    @staticmethod
+    def _drop_chunks(
+        conn: sqlite3.Connection, publish: int, entity_row: int
+    ) -> list[tuple[int, int, str]]:
+        ids = [
+            int(c) for (c,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (entity_row,))
+        ]
+        conn.execute("DELETE FROM chunks WHERE entity = ?", (entity_row,))
+        return [(publish, c, "del") for c in ids]
+
+    def with_acl(self, uid: str, change: str, principal: str) -> Entity | None:
+        """The entity as it would be after granting/revoking ``principal`` (None if missing)."""
+        with self.read() as conn:
+            entity = self.load_entity(conn, uid)
+        if entity is None:
+            return None
+        acl = set(entity.acl)
+        if change == "grant":
+            acl.add(principal)
+        else:
+            acl.discard(principal)
+        return replace(entity, acl=tuple(sorted(acl)))
+
+    # -- identity and visibility ----------------------------------------------------------
+    def visible_acl_sets(self, conn: sqlite3.Connection, principal: str) -> list[int]:
+        """The ACL sets ``principal`` may read — expanded live, never cached."""
+        return [int(a) for (a,) in conn.execute(VISIBLE_ACL_SETS, {"principal": principal})]
+
+    def held_principals(self, conn: sqlite3.Connection, principal: str) -> list[str]:
+        return [
+            str(p)
+            for (p,) in conn.execute(
+                HELD_PRINCIPALS + "SELECT p FROM held ORDER BY p", {"principal": principal}
+            )
+        ]
+
+    def visible_chunk_ids(
+        self, conn: sqlite3.Connection, acl_sets: Sequence[int], filters: Filters
+    ) -> np.ndarray:
+        """Sorted ids of the chunks in ``acl_sets`` that pass ``filters``."""
+        where, params = filter_clause(filters)
+        marks = ",".join(str(int(a)) for a in acl_sets) or "NULL"
+        rows = conn.execute(
+            "SELECT c.id FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+            f" WHERE e.acl_set IN ({marks}) AND {where} ORDER BY c.id",
+            params,
+        ).fetchall()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def count_chunks(self, conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
+    def checked_chunks(
+        self,
+        conn: sqlite3.Connection,
+        chunk_ids: Sequence[int],
+        acl_sets: Sequence[int] | None,
+        filters: Filters,
+    ) -> dict[int, ChunkRow]:
+        """The final check: rows of ``chunk_ids`` that exist, are visible and pass filters."""
+        out: dict[int, ChunkRow] = {}
+        where, params = filter_clause(filters)
+        acl = (
+            "1=1"
+            if acl_sets is None
+            else f"e.acl_set IN ({','.join(str(int(a)) for a in acl_sets) or 'NULL'})"
+        )
+        ids = [int(c) for c in chunk_ids]
+        for i in range(0, len(ids), _CHUNK_BATCH):
+            part = ids[i : i + _CHUNK_BATCH]
+            marks = ",".join(str(c) for c in part)
+            for r in conn.execute(
+                _CHUNK_SELECT + f" WHERE c.id IN ({marks}) AND {acl} AND {where}", params
+            ):
+                row = _chunk_row(r)
+                out[row.chunk_id] = row
+        return out
+
+    def chunk_rows(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[ChunkRow]:
+        """Rows for the derived indexes (no ACL check: they store the ACL set id)."""
+        return list(self.checked_chunks(conn, chunk_ids, None, Filters()).values())
+
+    def chunk_vectors(
+        self, conn: sqlite3.Connection, chunk_ids: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ids: list[int] = []
+        blobs: list[bytes] = []
+        all_ids = [int(c) for c in chunk_ids]
+        for i in range(0, len(all_ids), _CHUNK_BATCH):
+            marks = ",".join(str(c) for c in all_ids[i : i + _CHUNK_BATCH])
+            for cid, blob in conn.execute(
+                f"SELECT id, embedding FROM chunks WHERE id IN ({marks}) ORDER BY id"
+            ):
+                ids.append(int(cid))
+                blobs.append(blob)
+        if not ids:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
+        return np.asarray(ids, dtype=np.int64), matrix
+
+    def all_chunk_ids(self, conn: sqlite3.Connection) -> list[int]:
+        return [int(c) for (c,) in conn.execute("SELECT id FROM chunks ORDER BY id")]
+
+    # -- stats ------------------------------------------------------------------------------
+    def counts(self, conn: sqlite3.Connection) -> tuple[int, int, dict[str, int]]:
+        entities = int(conn.execute("SELECT count(*) FROM entities").fetchone()[0])
+        chunks = self.count_chunks(conn)
+        edges = {
+            str(label): int(n)
+            for label, n in conn.execute(
+                "SELECT label, count(*) FROM edges GROUP BY label ORDER BY label"
+            )
+        }
+        return entities, chunks, edges
+
+    def has_chunks(self) -> bool:
+        return self._conn().execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is not None
+
+    # -- memberships ----------------------------------------------------------------------------
+    def memberships_of(self, conn: sqlite3.Connection, member: str) -> list[str]:
+        return [
+            str(g)
+            for (g,) in conn.execute(
+                "SELECT grp FROM memberships WHERE member = ? ORDER BY grp", (member,)
+            )
+        ]
+
+    def members_of(self, conn: sqlite3.Connection, group: str) -> list[str]:
+        return [
+            str(m)
+            for (m,) in conn.execute(
+                "SELECT member FROM memberships WHERE grp = ? ORDER BY member", (group,)
+            )
+        ]
+
+    def path_between(self, conn: sqlite3.Connection, start: str, goal: str) -> list[str] | None:
+        """A membership chain ``start → … → goal`` (breadth-first), or None."""
+        if start == goal:
+            return [start]
+        parents: dict[str, str] = {}
+        frontier = [start]
+        seen = {start}
+        while frontier:
+            nxt: list[str] = []
+            for p in frontier:
+                for g in self.memberships_of(conn, p):
+                    if g in seen:
+                        continue
+                    seen.add(g)
+                    parents[g] = p
+                    if g == goal:
+                        chain = [g]
+                        while chain[-1] != start:
+                            chain.append(parents[chain[-1]])
+                        return chain[::-1]
+                    nxt.append(g)
+            frontier = nxt
+        return None
+
+    def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
+        return self._conn().execute(sql, params).fetchall()

@@ -1,0 +1,418 @@
+"""The dense index of the embedded engine: in-process HNSW keyed by chunk id.
+
+A *derived* index (DESIGN §4), rebuildable from the embeddings the catalog
+keeps. The library is faiss (``IndexHNSWFlat``, inner product over L2-normalised
+vectors = cosine), chosen by ``bench/bench_vector.py`` over usearch: only faiss
+lets the Python caller apply a filter *during* graph traversal (an
+``IDSelectorBitmap``), which is what keeps recall up under an ACL filter;
+usearch's Python binding can only post-filter.
+
+faiss HNSW can't delete, so rows are tombstoned (excluded by the same bitmap)
+and the graph is rebuilt from the stored vectors when more than
+``rebuild_dead_share`` of the rows are dead.
+
+The planner (``search``): the caller passes the sorted chunk ids it may see.
+
+* none, or every live row → ``hnsw``;
+* a visible share ≥ ``exact_share`` and more than ``exact_floor`` rows →
+  ``hnsw-filtered``: the bitmap is applied while traversing, and the search
+  expansion grows as the share falls;
+* otherwise → ``exact``: a brute-force scan over only the visible vectors.
+
+File format (one file, replaced atomically by ``save``)::
+
+    b"KSDENSE1" | u32 header length | header JSON | row ids (i64 LE) | live flags (u8)
+    | faiss index | blake2b-256 of everything before
+
+A missing, truncated, corrupt or foreign file loads as an empty index with
+watermark 0, and the catalog rebuilds it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO, ClassVar
+
+import faiss as _faiss_module
+import numpy as np
+import numpy.typing as npt
+
+from knowledge_store.errors import StoreError
+from knowledge_store.model import VectorInfo
+
+__all__ = ["DenseIndex"]
+
+log = logging.getLogger(__name__)
+
+#: faiss through ``Any``: its bundled SWIG stubs lack most of the HNSW, selector and
+#: I/O callback API used here.
+faiss: Any = _faiss_module
+
+_MAGIC = b"KSDENSE1"
+_FORMAT = 1
+_DIGEST = 32
+_BLOCK = 1 << 20
+
+IdArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float32]
+
+# faiss keeps HNSW search counters in one process-wide struct: searches that
+# read them are serialised so that ``scanned`` is this search's own count.
+_STATS_LOCK = threading.Lock()
+
+
+def _normalise(vectors: FloatArray) -> FloatArray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(vectors / norms, dtype=np.float32)
+
+
+class DenseIndex:
+    """HNSW over chunk embeddings with an exact fallback for selective filters."""
+
+    #: Below this visible share an exact scan over the visible vectors is both more
+    #: accurate and not slower than filtered HNSW (measured: bench/bench_vector.py).
+    exact_share: ClassVar[float] = 0.05
+    #: At most this many visible rows are always scanned exactly (well under 1 ms).
+    exact_floor: ClassVar[int] = 2_000
+    #: HNSW graph degree (faiss M), construction and default search expansion.
+    connectivity: ClassVar[int] = 32
+    ef_construction: ClassVar[int] = 128
+    ef_search: ClassVar[int] = 64
+    #: Cap of the filtered search expansion.
+    ef_max: ClassVar[int] = 1024
+    #: Rebuild the graph (at ``save``) when this share of the rows are tombstones.
+    rebuild_dead_share: ClassVar[float] = 0.25
+
+    def __init__(self, path: Path, dimension: int) -> None:
+        if dimension < 1:
+            raise StoreError(f"dense index: dimension must be positive, not {dimension}")
+        self._path = Path(path)
+        self._dimension = dimension
+        self._lock = threading.RLock()
+        self._signature: tuple[int, int, int] | None = None
+        self._reset()
+        self._load()  # a missing or unreadable file leaves it empty, watermark 0
+
+    # -- state ---------------------------------------------------------------
+
+    def _new_index(self) -> Any:
+        index = faiss.IndexHNSWFlat(self._dimension, self.connectivity, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = self.ef_construction
+        index.hnsw.efSearch = self.ef_search
+        return index
+
+    def _reset(self) -> None:
+        self._index = self._new_index()
+        self._row_ids: IdArray = np.empty(0, dtype=np.int64)  # row → chunk id
+        self._live = np.empty(0, dtype=bool)  # row → not tombstoned
+        self._live_count = 0
+        self._watermark = 0
+        self._lookup: tuple[IdArray, IdArray] | None = None  # (sorted live ids, their rows)
+
+    def _sorted_live(self) -> tuple[IdArray, IdArray]:
+        if self._lookup is None:
+            rows = np.flatnonzero(self._live).astype(np.int64)
+            ids = self._row_ids[rows]
+            order = np.argsort(ids, kind="stable")
+            self._lookup = (ids[order], rows[order])
+        return self._lookup
+
+    def _rows_of(self, ids: IdArray) -> IdArray:
+        """The live rows holding these chunk ids (unknown ids are ignored)."""
+        keys, rows = self._sorted_live()
+        if len(keys) == 0 or len(ids) == 0:
+            return np.empty(0, dtype=np.int64)
+        pos = np.searchsorted(keys, ids)
+        pos[pos >= len(keys)] = 0
+        hit = keys[pos] == ids
+        found: IdArray = rows[pos[hit]]
+        return found
+
+    def _vectors(self) -> FloatArray:
+        """A view of the stored vectors (valid until the next add)."""
+        n = int(self._index.ntotal)
+        if n == 0:
+            return np.empty((0, self._dimension), dtype=np.float32)
+        storage = faiss.downcast_index(self._index.storage)
+        flat = faiss.rev_swig_ptr(storage.get_xb(), n * self._dimension)
+        return np.asarray(flat).reshape(n, self._dimension)
+
+    # -- writing -------------------------------------------------------------
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Index ``vectors`` (n, d) under chunk ``ids``; an id already present is replaced."""
+        keys = np.asarray(ids, dtype=np.int64).reshape(-1)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape != (len(keys), self._dimension):
+            raise StoreError(
+                f"dense index: expected vectors of shape ({len(keys)}, {self._dimension}),"
+                f" got {matrix.shape}"
+            )
+        if len(keys) == 0:
+            return
+        # The last occurrence of a repeated id wins, as if added one by one.
+        _, last = np.unique(keys[::-1], return_index=True)
+        keep = np.sort(len(keys) - 1 - last)
+        keys, matrix = keys[keep], _normalise(matrix[keep])
+        with self._lock:
+            self._tombstone(self._rows_of(np.sort(keys)))
+            try:
+                self._index.add(matrix)
+            except RuntimeError as exc:
+                raise StoreError(f"dense index: adding vectors failed: {exc}") from exc
+            self._row_ids = np.concatenate([self._row_ids, keys])
+            self._live = np.concatenate([self._live, np.ones(len(keys), dtype=bool)])
+            self._live_count += len(keys)
+            self._lookup = None
+
+    def _tombstone(self, rows: IdArray) -> None:
+        if len(rows):
+            self._live[rows] = False
+            self._live_count -= len(rows)
+            self._lookup = None
+
+    def remove(self, ids: Iterable[int]) -> None:
+        """Forget these chunk ids (absent ids are ignored)."""
+        keys = np.unique(np.fromiter((int(i) for i in ids), dtype=np.int64))
+        with self._lock:
+            self._tombstone(self._rows_of(keys))
+
+    def clear(self) -> None:
+        """Drop every vector (in memory, watermark 0); ``save`` makes it durable."""
+        with self._lock:
+            self._reset()
+
+    def compact(self) -> None:
+        """Rebuild the graph from the live vectors, dropping tombstones."""
+        with self._lock:
+            rows = np.flatnonzero(self._live)
+            vectors = self._vectors()[rows].copy()
+            ids = self._row_ids[rows]
+            watermark = self._watermark
+            self._reset()
+            self._watermark = watermark
+            if len(ids):
+                self.add(ids, vectors)
+
+    def save(self, watermark: int) -> None:
+        """Write the index and ``watermark`` to ``path`` atomically (tmp file + rename)."""
+        with self._lock:
+            dead = len(self._live) - self._live_count
+            if dead and dead >= self.rebuild_dead_share * len(self._live):
+                self.compact()
+            self._watermark = watermark
+            tmp = self._path.with_name(f"{self._path.name}.tmp{os.getpid()}")
+            try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                with tmp.open("wb") as fh:
+                    self._write(fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self._path)
+                fd = os.open(self._path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._signature = self._stat()
+            except (OSError, RuntimeError) as exc:
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+                raise StoreError(f"dense index: saving {self._path} failed: {exc}") from exc
+
+    def _write(self, fh: BinaryIO) -> None:
+        digest = hashlib.blake2b(digest_size=_DIGEST)
+
+        def write(data: bytes) -> int:
+            digest.update(data)
+            return fh.write(data)
+
+        header = json.dumps(
+            {
+                "format": _FORMAT,
+                "library": "faiss-hnsw-flat",
+                "dimension": self._dimension,
+                "rows": len(self._row_ids),
+                "watermark": self._watermark,
+            }
+        ).encode()
+        write(_MAGIC + struct.pack("<I", len(header)) + header)
+        write(self._row_ids.astype("<i8").tobytes())
+        write(self._live.astype(np.uint8).tobytes())
+        writer = faiss.PyCallbackIOWriter(write)
+        faiss.write_index(self._index, writer)
+        del writer  # flushes
+        fh.write(digest.digest())
+
+    # -- loading -------------------------------------------------------------
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = self._path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _load(self) -> bool:
+        """Replace the in-memory state with the file's; False (state kept) if unreadable."""
+        signature = self._stat()
+        if signature is None:
+            return False
+        try:
+            with self._path.open("rb") as fh:
+                index, row_ids, live, watermark = self._read(fh, signature[2])
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, struct.error) as exc:
+            log.warning("dense index %s unreadable (%s); not loaded", self._path, exc)
+            return False
+        finally:
+            self._signature = signature
+        self._index, self._row_ids, self._live, self._watermark = index, row_ids, live, watermark
+        self._live_count = int(live.sum())
+        self._lookup = None
+        return True
+
+    def _read(self, fh: BinaryIO, size: int) -> tuple[Any, IdArray, Any, int]:
+        if size < len(_MAGIC) + 4 + _DIGEST:
+            raise ValueError("file too short")
+        digest = hashlib.blake2b(digest_size=_DIGEST)
+        remaining = size - _DIGEST
+        while remaining > 0:
+            block = fh.read(min(_BLOCK, remaining))
+            if not block:
+                raise ValueError("file truncated")
+            digest.update(block)
+            remaining -= len(block)
+        if fh.read(_DIGEST) != digest.digest():
+            raise ValueError("checksum mismatch")
+        fh.seek(0)
+        if fh.read(len(_MAGIC)) != _MAGIC:
+            raise ValueError("not a dense index file")
+        (length,) = struct.unpack("<I", fh.read(4))
+        header = json.loads(fh.read(length))
+        if header["format"] != _FORMAT or header["dimension"] != self._dimension:
+            raise ValueError(
+                f"format {header['format']} dimension {header['dimension']},"
+                f" expected format {_FORMAT} dimension {self._dimension}"
+            )
+        rows = int(header["rows"])
+        row_ids = np.frombuffer(fh.read(8 * rows), dtype="<i8").astype(np.int64)
+        live = np.frombuffer(fh.read(rows), dtype=np.uint8).astype(bool)
+        read: Callable[[int], bytes] = fh.read
+        index = faiss.read_index(faiss.PyCallbackIOReader(read))
+        if int(index.ntotal) != rows or len(row_ids) != rows or len(live) != rows:
+            raise ValueError("row count mismatch")
+        index.hnsw.efSearch = self.ef_search
+        return index, row_ids, live, int(header["watermark"])
+
+    @property
+    def watermark(self) -> int:
+        """The publish id of the last save (0 for a new or unreadable index)."""
+        return self._watermark
+
+    def reload_if_newer(self) -> bool:
+        """Load the file again if another process replaced it since we last read or wrote it.
+
+        An unreadable new file leaves the current state (and watermark) as it is.
+        """
+        with self._lock:
+            signature = self._stat()
+            if signature is None or signature == self._signature:
+                return False
+            return self._load()
+
+    # -- searching -----------------------------------------------------------
+
+    def search(
+        self, query: np.ndarray, k: int, *, allowed: np.ndarray | None
+    ) -> tuple[IdArray, FloatArray, VectorInfo]:
+        """The ``k`` nearest chunk ids and their cosine similarities, best first.
+
+        ``allowed``: the sorted chunk ids the caller may see, or None for all.
+        """
+        q = np.asarray(query, dtype=np.float32).reshape(1, -1)
+        if q.shape[1] != self._dimension:
+            raise StoreError(
+                f"dense index: query has dimension {q.shape[1]}, expected {self._dimension}"
+            )
+        q = _normalise(q)
+        with self._lock:
+            n = self._live_count
+            if k <= 0 or n == 0:
+                return _empty(VectorInfo("hnsw" if allowed is None else "exact", 0, True))
+            if allowed is not None:
+                rows = self._rows_of(np.asarray(allowed, dtype=np.int64).reshape(-1))
+                if len(rows) < n:
+                    share = len(rows) / n
+                    if share >= self.exact_share and len(rows) > self.exact_floor:
+                        ef = min(
+                            self.ef_max, max(self.ef_search, math.ceil(self.ef_search / share))
+                        )
+                        return self._hnsw(q, k, rows, ef, "hnsw-filtered")
+                    return self._exact(q, k, rows)
+            dead = len(self._live) - n
+            if dead == 0:
+                return self._hnsw(q, k, None, self.ef_search, "hnsw")
+            ef = min(self.ef_max, math.ceil(self.ef_search * len(self._live) / n))
+            return self._hnsw(q, k, np.flatnonzero(self._live), ef, "hnsw")
+
+    def _hnsw(
+        self, q: FloatArray, k: int, rows: IdArray | None, ef: int, strategy: Any
+    ) -> tuple[IdArray, FloatArray, VectorInfo]:
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = max(ef, k)
+        bitmap = None
+        if rows is not None:
+            mask = np.zeros(len(self._live), dtype=bool)
+            mask[rows] = True
+            bitmap = np.packbits(mask, bitorder="little")  # bit i of byte i>>3 = row i
+            params.sel = faiss.IDSelectorBitmap(len(self._live), faiss.swig_ptr(bitmap))
+        try:
+            with _STATS_LOCK:
+                faiss.cvar.hnsw_stats.reset()
+                scores, found = self._index.search(q, k, params=params)
+                scanned = int(faiss.cvar.hnsw_stats.ndis)
+        except RuntimeError as exc:
+            raise StoreError(f"dense index: search failed: {exc}") from exc
+        del bitmap  # kept alive until the search returned
+        keep = found[0] >= 0
+        ids = self._row_ids[found[0][keep]]
+        return ids, scores[0][keep].astype(np.float32), VectorInfo(strategy, scanned, False)
+
+    def _exact(
+        self, q: FloatArray, k: int, rows: IdArray
+    ) -> tuple[IdArray, FloatArray, VectorInfo]:
+        if len(rows) == 0:
+            return _empty(VectorInfo("exact", 0, True))
+        vectors = self._vectors()
+        scores = np.empty(len(rows), dtype=np.float32)
+        step = 16_384  # bounded temporary memory for large visible sets
+        for start in range(0, len(rows), step):
+            part = rows[start : start + step]
+            scores[start : start + len(part)] = vectors[part] @ q[0]
+        top = min(k, len(rows))
+        best = np.argpartition(-scores, top - 1)[:top] if top < len(rows) else np.arange(top)
+        ids = self._row_ids[rows[best]]
+        order = np.lexsort((ids, -scores[best]))
+        return ids[order], scores[best][order], VectorInfo("exact", len(rows), True)
+
+    def __len__(self) -> int:
+        return self._live_count
+
+    def close(self) -> None:
+        """Release the in-memory index (unsaved changes are dropped)."""
+        with self._lock:
+            self._reset()
+
+
+def _empty(info: VectorInfo) -> tuple[IdArray, FloatArray, VectorInfo]:
+    return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32), info

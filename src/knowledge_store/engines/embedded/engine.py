@@ -1,0 +1,623 @@
+"""The embedded engine: SQLite catalog + Tantivy (lexical) + HNSW (dense) in one directory.
+
+The catalog is the source of truth. Tantivy and HNSW are derived: every
+publish logs what it did to chunks (``publish_ops``) and each derived index
+records the publish it has applied (its watermark), so a crash between the
+catalog commit and an index commit is caught up on the next open or query.
+One writer at a time (a file lock); readers never take it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.progress import Progress
+
+from knowledge_store.engines.base import (
+    AclExplanation,
+    PreparedEntity,
+    PrincipalInfo,
+    StoreStats,
+    Vector,
+)
+from knowledge_store.engines.embedded import fields
+from knowledge_store.engines.embedded import graph as graphs
+from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
+from knowledge_store.engines.embedded.dense import DenseIndex
+from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
+from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound, StoreError
+from knowledge_store.model import (
+    EVERYONE,
+    AggregateAnswer,
+    ChunkHit,
+    ChunkHits,
+    Filters,
+    GraphHits,
+    Identity,
+    QueryAnswer,
+    SqlHits,
+    VectorInfo,
+    check_principal,
+)
+from knowledge_store.retrieval.aggregates import check_aggregate
+from knowledge_store.retrieval.filters import parse_order
+
+__all__ = ["EmbeddedEngine"]
+
+_WRITE_LOCK_TIMEOUT_S = 120.0
+_REBUILD_BATCH = 2000
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class EmbeddedEngine:
+    """The default engine. ``EmbeddedEngine(path)`` opens or creates the store directory."""
+
+    name = "embedded"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
+        self.catalog = Catalog(self.path / "catalog.sqlite")
+        self._lock_path = self.path / "write.lock"
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0
+        self.lexical_index = self._open_lexical()
+        self._dense: DenseIndex | None = None
+        self._allowed_cache: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
+        self._refresh_lock = threading.Lock()
+        with self._writer(wait=False) as acquired:
+            if acquired:
+                self._catch_up()
+
+    # -- opening the derived indexes --------------------------------------------------
+    def _open_lexical(self) -> LexicalIndex:
+        where = self.path / "lexical"
+        try:
+            return LexicalIndex(where)
+        except StoreError:
+            # A damaged derived index is rebuilt from the catalog, never trusted.
+            import shutil
+
+            shutil.rmtree(where, ignore_errors=True)
+            return LexicalIndex(where)
+
+    @property
+    def dense(self) -> DenseIndex | None:
+        if self._dense is None:
+            model = self.model()
+            if model is None:
+                return None
+            self._dense = DenseIndex(self.path / "dense.usearch", model[1])
+        return self._dense
+
+    # -- the single writer ----------------------------------------------------------------
+    @contextmanager
+    def _writer(self, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the store's write lock: a thread lock in this process, a file lock across them.
+
+        Re-entrant in one thread. With ``wait=False`` it yields False at once
+        when someone else is writing (readers use that; they never wait).
+        """
+        if not self._thread_lock.acquire(
+            blocking=wait, timeout=_WRITE_LOCK_TIMEOUT_S if wait else -1
+        ):
+            if not wait:
+                yield False
+                return
+            raise StoreError(f"timed out waiting for the write lock of {self.path}")
+        try:
+            if self._lock_depth:
+                self._lock_depth += 1
+                try:
+                    yield True
+                finally:
+                    self._lock_depth -= 1
+                return
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            if not _flock(fd, _WRITE_LOCK_TIMEOUT_S if wait else 0.0):
+                os.close(fd)
+                if not wait:
+                    yield False
+                    return
+                raise StoreError(
+                    f"another process has been writing to {self.path} for over"
+                    f" {_WRITE_LOCK_TIMEOUT_S:.0f} s; try again when it is done"
+                )
+            self._lock_depth = 1
+            try:
+                yield True
+            finally:
+                self._lock_depth = 0
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+        finally:
+            self._thread_lock.release()
+
+    # -- derived index catch-up ---------------------------------------------------------------
+    def _catch_up(self, *, persist: bool = True) -> None:
+        """Apply every publish the derived indexes have not seen (idempotent)."""
+        latest, _ = self.catalog.latest_publish()
+        if self.lexical_index.watermark < latest:
+            self._apply_lexical(self.lexical_index.watermark, latest)
+        dense = self.dense
+        if dense is not None and dense.watermark < latest:
+            self._apply_dense(dense, dense.watermark, latest, persist=persist)
+
+    def _apply_lexical(self, since: int, latest: int) -> None:
+        ops = self.catalog.ops_since(since)
+        touched = sorted({op.chunk for op in ops})
+        readd = sorted({op.chunk for op in ops if op.op != "del"})
+        if touched:
+            self.lexical_index.delete_chunks(touched)
+        with self.catalog.read() as conn:
+            rows = self.catalog.chunk_rows(conn, readd)
+        self.lexical_index.add(_lexical_doc(r) for r in rows)
+        self.lexical_index.commit(latest)
+
+    def _apply_dense(self, dense: DenseIndex, since: int, latest: int, *, persist: bool) -> None:
+        ops = self.catalog.ops_since(since)
+        removed = sorted({op.chunk for op in ops if op.op == "del"})
+        added = sorted({op.chunk for op in ops if op.op == "add"})
+        if removed:
+            dense.remove(removed)
+        with self.catalog.read() as conn:
+            ids, vectors = self.catalog.chunk_vectors(conn, added)
+        if len(ids):
+            dense.add(ids, vectors)
+        if persist:
+            dense.save(latest)
+        else:
+            dense.mark(latest)
+
+    def _refresh(self) -> None:
+        """Before a read: notice publishes made by another process (or a crashed one)."""
+        latest, _ = self.catalog.latest_publish()
+        if self.lexical_index.watermark >= latest and (
+            self.dense is None or self.dense.watermark >= latest
+        ):
+            return
+        with self._refresh_lock:
+            self.lexical_index.reload()
+            dense = self.dense
+            if dense is not None and dense.watermark < latest:
+                dense.reload_if_newer()
+            if self.lexical_index.watermark < latest:
+                with self._writer(wait=False) as acquired:
+                    if acquired:  # nobody is writing: a writer died before its commit
+                        self._apply_lexical(self.lexical_index.watermark, latest)
+            if dense is not None and dense.watermark < latest:
+                # In memory only: the writer process saves the file.
+                self._apply_dense(dense, dense.watermark, latest, persist=False)
+
+    # -- model and content ----------------------------------------------------------------------
+    def model(self) -> tuple[str, int] | None:
+        model = self.catalog.get_meta("model")
+        dimension = self.catalog.get_meta("dimension")
+        if model is None or dimension is None:
+            return None
+        return model, int(dimension)
+
+    def model_spec(self) -> str | None:
+        return self.catalog.get_meta("embedder")
+
+    def set_model(self, model_id: str, dimension: int, spec: str) -> None:
+        current = self.model()
+        if current is not None:
+            if current != (model_id, dimension):
+                raise ModelMismatch(
+                    f"this store was built with {current[0]} ({current[1]} dimensions);"
+                    f" it cannot mix in {model_id} ({dimension} dimensions). Use the store's"
+                    " model, or ingest into a new store",
+                    store_model=current[0],
+                    store_dimension=current[1],
+                    model=model_id,
+                    dimension=dimension,
+                )
+            return
+        with self._writer(), self.catalog.write() as conn:
+            self.catalog.set_meta("model", model_id, conn)
+            self.catalog.set_meta("dimension", str(dimension), conn)
+            self.catalog.set_meta("embedder", spec, conn)
+
+    def content_root(self) -> str:
+        return self.catalog.latest_publish()[1]
+
+    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
+        return self.catalog.content_hashes(uids)
+
+    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]:
+        return self.catalog.cached_embeddings(keys)
+
+    def cache_embeddings(self, items: Mapping[str, Vector]) -> None:
+        if items:
+            self.catalog.cache_embeddings(items)
+
+    def publish(
+        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+    ) -> str:
+        with self._writer():
+            self._catch_up()
+            _, root = self.catalog.apply_publish(upserts, deletes, kind=kind)
+            self._catch_up()
+            return root
+
+    def delete(self, uids: Sequence[str]) -> str:
+        missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))
+        if missing:
+            raise NotFound(
+                f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
+                uids=missing,
+            )
+        return self.publish([], list(uids), kind="delete")
+
+    def is_empty(self) -> bool:
+        return not self.catalog.has_chunks()
+
+    def stats(self) -> StoreStats:
+        with self.catalog.read() as conn:
+            _, root = self.catalog.latest_publish(conn)
+            entities, chunks, edges = self.catalog.counts(conn)
+        model = self.model()
+        return StoreStats(
+            content_root=root,
+            entities=entities,
+            chunks=chunks,
+            edges=edges,
+            segments=self.lexical_index.num_segments(),
+            model=model[0] if model else None,
+            dimension=model[1] if model else None,
+            is_empty=chunks == 0,
+            extra={"engine": self.name, "path": str(self.path)},
+        )
+
+    def rebuild(self, *, progress: bool = False) -> None:
+        """Rebuild Tantivy and HNSW from the catalog."""
+        with self._writer():
+            latest, _ = self.catalog.latest_publish()
+            with self.catalog.read() as conn:
+                ids = self.catalog.all_chunk_ids(conn)
+            self.lexical_index.clear()
+            dense = self.dense
+            if dense is not None:
+                dense.clear()
+            with Progress(disable=not progress, transient=True) as bar:
+                task = bar.add_task("rebuilding indexes", total=len(ids))
+                for i in range(0, len(ids), _REBUILD_BATCH):
+                    part = ids[i : i + _REBUILD_BATCH]
+                    with self.catalog.read() as conn:
+                        rows = self.catalog.chunk_rows(conn, part)
+                        vids, vectors = self.catalog.chunk_vectors(conn, part)
+                    self.lexical_index.add(_lexical_doc(r) for r in rows)
+                    if dense is not None and len(vids):
+                        dense.add(vids, vectors)
+                    bar.advance(task, len(part))
+            self.lexical_index.commit(latest)
+            if dense is not None:
+                dense.save(latest)
+            self._allowed_cache.clear()
+
+    def close(self) -> None:
+        self.lexical_index.close()
+        if self._dense is not None:
+            self._dense.close()
+        self.catalog.close()
+
+    # -- primitives ---------------------------------------------------------------------------------
+    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits:
+        _check_k(k)
+        self._refresh()
+        started = time.perf_counter()
+        with self.catalog.read() as conn:
+            _, root = self.catalog.latest_publish(conn)
+            acl_sets = self.catalog.visible_acl_sets(conn, identity.principal)
+            t_acl = time.perf_counter()
+            found = self.lexical_index.search(text, k + 10, acl_sets=acl_sets, filters=filters)
+            t_index = time.perf_counter()
+            rows = self.catalog.checked_chunks(conn, [c for c, _, _ in found], acl_sets, filters)
+        hits = _hits(((c, s) for c, _, s in found), rows, k)
+        explain = {
+            "identity": identity.principal,
+            "visible_acl_sets": len(acl_sets),
+            "index_hits": len(found),
+            "dropped_by_final_check": len(found) - len(rows),
+            "ms": {
+                "acl": _ms(t_acl - started),
+                "index": _ms(t_index - t_acl),
+                "final_check": _ms(time.perf_counter() - t_index),
+            },
+        }
+        return ChunkHits(content_root=root, hits=hits, explain=explain)
+
+    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits:
+        _check_k(k)
+        self._refresh()
+        started = time.perf_counter()
+        dense = self.dense
+        with self.catalog.read() as conn:
+            publish, root = self.catalog.latest_publish(conn)
+            acl_sets = self.catalog.visible_acl_sets(conn, identity.principal)
+            if dense is None or len(dense) == 0:
+                return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
+            expected = self.model()
+            if expected is not None and vector.shape[-1] != expected[1]:
+                raise ModelMismatch(
+                    f"the query vector has {vector.shape[-1]} dimensions; this store's model"
+                    f" {expected[0]} has {expected[1]}",
+                )
+            allowed = self._allowed(conn, publish, acl_sets, filters)
+            t_acl = time.perf_counter()
+            ids, scores, info = dense.search(vector, k + 10, allowed=allowed)
+            t_index = time.perf_counter()
+            rows = self.catalog.checked_chunks(conn, [int(i) for i in ids], acl_sets, filters)
+        hits = _hits(zip((int(i) for i in ids), (float(s) for s in scores), strict=True), rows, k)
+        explain = {
+            "identity": identity.principal,
+            "visible_acl_sets": len(acl_sets),
+            "visible_chunks": None if allowed is None else len(allowed),
+            "index_hits": len(ids),
+            "dropped_by_final_check": len(ids) - len(rows),
+            "ms": {
+                "acl": _ms(t_acl - started),
+                "index": _ms(t_index - t_acl),
+                "final_check": _ms(time.perf_counter() - t_index),
+            },
+        }
+        return ChunkHits(content_root=root, hits=hits, vector=info, explain=explain)
+
+    def _allowed(
+        self, conn: Any, publish: int, acl_sets: Sequence[int], filters: Filters
+    ) -> np.ndarray | None:
+        """Visible chunk ids for the dense pre-filter (None: everything is visible).
+
+        Cached per (publish, visible ACL sets, filters): the ACL sets themselves are
+        expanded live on every query, so a membership change is seen at once.
+        """
+        key = (publish, tuple(acl_sets), filters)
+        if key in self._allowed_cache:
+            self._allowed_cache.move_to_end(key)
+            return self._allowed_cache[key]
+        ids = self.catalog.visible_chunk_ids(conn, acl_sets, filters)
+        allowed = None if len(ids) == self.catalog.count_chunks(conn) else ids
+        self._allowed_cache[key] = allowed
+        while len(self._allowed_cache) > 64:
+            self._allowed_cache.popitem(last=False)
+        return allowed
+
+    def sql(
+        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
+    ) -> SqlHits:
+        """Filter on the closed field list, ACL inside the statement (see ``fields``)."""
+        return fields.sql_hits(self.catalog, identity, filters, parse_order(order), k)
+
+    def aggregate(
+        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
+    ) -> AggregateAnswer:
+        """A catalog metric × dimension over the visible, filtered slice (see ``aggregates``)."""
+        spec = check_aggregate(metric, dimension)
+        return fields.aggregate(self.catalog, identity, spec, filters)
+
+    def successors(
+        self, identity: Identity, uids: Sequence[str], filters: Filters
+    ) -> dict[str, str]:
+        """Visible ``supersededBy`` successors of ``uids`` that pass ``filters``."""
+        return fields.visible_successors(self.catalog, identity, uids, filters)
+
+    def graph(
+        self,
+        identity: Identity,
+        starts: Sequence[str],
+        *,
+        depth: int = 1,
+        labels: Sequence[str] = (),
+        direction: str = "both",
+        k: int = 10,
+    ) -> GraphHits:
+        """Bounded breadth-first traversal through visible entities (see ``graph``)."""
+        return graphs.graph_hits(
+            self.catalog, identity, starts, depth=depth, labels=labels, direction=direction, k=k
+        )
+
+    def query_graph(
+        self,
+        identity: Identity,
+        text: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        lenient: bool = False,
+    ) -> QueryAnswer:
+        """query_graph: one bounded, read-only, parameterised statement (see ``graphquery``)."""
+        return graphs.run_query_graph(self.catalog, identity, text, params, lenient=lenient)
+
+    # -- ACL administration -------------------------------------------------------------------------
+    def grant(self, uid: str, principal: str) -> str:
+        return self._change_acl(uid, "grant", principal)
+
+    def revoke(self, uid: str, principal: str) -> str:
+        return self._change_acl(uid, "revoke", principal)
+
+    def _change_acl(self, uid: str, change: str, principal: str) -> str:
+        check_principal(principal)
+        with self._writer():
+            entity = self.catalog.with_acl(uid, change, principal)
+            if entity is None:
+                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+            if self.catalog.content_hashes([uid]).get(uid) == entity.content_hash:
+                return self.content_root()
+            self._catch_up()
+            _, root = self.catalog.apply_publish([], [], kind=change, acl_only=[entity])
+            self._catch_up()
+            return root
+
+    def acl_show(self, uid: str) -> tuple[str, ...]:
+        with self.catalog.read() as conn:
+            entity = self.catalog.load_entity(conn, uid)
+        if entity is None:
+            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+        return entity.acl
+
+    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
+        check_principal(principal)
+        with self.catalog.read() as conn:
+            entity = self.catalog.load_entity(conn, uid)
+            if entity is None:
+                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+            held = self.catalog.held_principals(conn, principal)
+            for entry in entity.acl:
+                if entry not in held:
+                    continue
+                if entry == EVERYONE:
+                    chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
+                    reason = f"{uid} is readable by everyone"
+                else:
+                    chain = self.catalog.path_between(conn, principal, entry) or [principal]
+                    reason = (
+                        f"{principal} is listed in the ACL of {uid}"
+                        if len(chain) == 1
+                        else f"{principal} reaches {entry} through " + " → ".join(chain)
+                    )
+                return AclExplanation(principal, uid, True, tuple(chain), reason)
+        acl = ", ".join(entity.acl) or "nobody (empty ACL: default deny)"
+        return AclExplanation(
+            principal,
+            uid,
+            False,
+            (),
+            f"{principal} holds {', '.join(held)}; the ACL of {uid} is {acl}; none of them matches",
+        )
+
+    def add_member(self, group: str, member: str) -> None:
+        _check_membership(group, member)
+        with self._writer(), self.catalog.write() as conn:
+            chain = self.catalog.path_between(conn, group, member)
+            if chain is not None:
+                cycle = " → ".join([member, *chain])
+                raise InvalidRequest(
+                    f"adding {member} to {group} would make a membership cycle: {cycle}",
+                    cycle=[member, *chain],
+                )
+            conn.execute(
+                "INSERT OR IGNORE INTO memberships(grp, member) VALUES (?, ?)", (group, member)
+            )
+
+    def remove_member(self, group: str, member: str) -> None:
+        _check_membership(group, member)
+        with self._writer(), self.catalog.write() as conn:
+            cur = conn.execute(
+                "DELETE FROM memberships WHERE grp = ? AND member = ?", (group, member)
+            )
+            if cur.rowcount == 0:
+                raise NotFound(f"{member} is not a direct member of {group}", group=group)
+
+    def principal_show(self, principal: str) -> PrincipalInfo:
+        check_principal(principal)
+        with self.catalog.read() as conn:
+            direct = self.catalog.memberships_of(conn, principal)
+            held = self.catalog.held_principals(conn, principal)
+            members = self.catalog.members_of(conn, principal)
+        inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
+        return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+        for group, member in pairs:
+            _check_membership(group, member)
+        groups = sorted({g for g, _ in pairs})
+        with self._writer(), self.catalog.write() as conn:
+            conn.executemany("DELETE FROM memberships WHERE grp = ?", ((g,) for g in groups))
+            conn.executemany("INSERT OR IGNORE INTO memberships(grp, member) VALUES (?, ?)", pairs)
+            for group, member in pairs:
+                if member.startswith("group:") and self.catalog.path_between(conn, group, member):
+                    chain = self.catalog.path_between(conn, group, member) or []
+                    raise InvalidRequest(
+                        "the memberships would make a cycle: "
+                        + " → ".join([member, *chain])
+                        + "; nothing was loaded",
+                        cycle=[member, *chain],
+                    )
+        return {"groups": len(groups), "memberships": len(set(pairs))}
+
+
+def _flock(fd: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def _check_membership(group: str, member: str) -> None:
+    check_principal(group)
+    check_principal(member)
+    if not group.startswith("group:"):
+        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
+    if member == EVERYONE:
+        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
+    if group == member:
+        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
+
+
+def _check_k(k: int) -> None:
+    if not 1 <= k <= 1000:
+        raise InvalidRequest(f"k must be between 1 and 1000, not {k}", field="k")
+
+
+def _lexical_doc(row: ChunkRow) -> LexicalDoc:
+    return LexicalDoc(
+        chunk_id=row.chunk_id,
+        uid=row.uid,
+        acl_set=row.acl_set,
+        type=row.type,
+        source=row.source,
+        status=row.status,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        title=row.title,
+        heading=row.heading,
+        text=row.text,
+    )
+
+
+def _hits(
+    ranked: Iterator[tuple[int, float]] | Any, rows: Mapping[int, ChunkRow], k: int
+) -> list[ChunkHit]:
+    hits: list[ChunkHit] = []
+    for chunk_id, score in ranked:
+        row = rows.get(chunk_id)
+        if row is None:
+            continue  # the final check dropped it: a lagging index, a revoked ACL
+        hits.append(
+            ChunkHit(
+                uid=row.uid,
+                chunk_id=row.chunk_id,
+                title=row.title,
+                type=row.type,
+                score=score,
+                rank=len(hits) + 1,
+                text=row.text,
+                heading=row.heading,
+                start=row.start,
+                end=row.end,
+                href=row.href,
+            )
+        )
+        if len(hits) == k:
+            break
+    return hits

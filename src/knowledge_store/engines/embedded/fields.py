@@ -1,0 +1,167 @@
+"""SQL over the entities' typed fields: the ``sql`` primitive, aggregates, successors.
+
+Every statement carries the caller's ACL inside it: the identity is expanded
+over memberships (``HELD_PRINCIPALS``) and only entities whose ACL set holds
+one of those principals are rows at all, so a filter, an order or a count can
+never see, rank or count an entity the caller cannot read. FILTERS enter
+through :func:`~knowledge_store.engines.sqlfilters.filter_clause` (bound
+values, closed column names); the order field, the metric and the bucket
+expression come from closed lists, never from the caller's text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from knowledge_store.engines.embedded.catalog import Catalog
+from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS
+from knowledge_store.engines.sqlfilters import filter_clause
+from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.model import AggregateAnswer, Filters, Identity, SqlHit, SqlHits
+from knowledge_store.retrieval.aggregates import AggregateSpec, shape_rows
+from knowledge_store.retrieval.filters import ORDER_FIELDS, Order
+
+__all__ = ["MAX_K", "aggregate", "sql_hits", "visible_successors"]
+
+MAX_K = 1000
+
+#: The caller may read entity ``e`` (prefix the statement with HELD_PRINCIPALS).
+_VISIBLE = (
+    "e.acl_set IN (SELECT a.acl_set FROM acl_set_principals AS a"
+    " WHERE a.principal IN (SELECT p FROM held))"
+)
+
+_METRIC_SQL = {
+    "count": "count(*)",
+    "count_distinct:source": "count(DISTINCT e.source)",
+    "count_distinct:type": "count(DISTINCT e.type)",
+}
+
+
+def _bucket_sql(column: str, granularity: str) -> str:
+    """The bucket key of ``e.column`` (an ISO timestamp) as SQL: day, ISO week or month."""
+    day = f"substr(e.{column}, 1, 10)"
+    if granularity == "day":
+        return day
+    if granularity == "month":
+        return f"substr(e.{column}, 1, 7)"
+    # ISO week: the week's Thursday decides its year; '-3 days' then the next-or-same
+    # Thursday is the Thursday of the Monday-based week that holds the day.
+    thursday = f"date({day}, '-3 days', 'weekday 4')"
+    return (
+        f"strftime('%Y', {thursday}) || '-W' ||"
+        f" printf('%02d', (CAST(strftime('%j', {thursday}) AS INTEGER) - 1) / 7 + 1)"
+    )
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
+
+
+def sql_hits(
+    catalog: Catalog, identity: Identity, filters: Filters, order: Order, k: int
+) -> SqlHits:
+    """Visible entities passing ``filters``, ordered by ``order`` then uid; the first ``k``."""
+    _check_k(k)
+    if order.field not in ORDER_FIELDS:  # Order is built by parse_order; belt and braces
+        raise InvalidRequest(f"cannot order by {order.field!r}")
+    where, params = filter_clause(filters)
+    direction = "ASC" if order.direction == "asc" else "DESC"
+    statement = (
+        HELD_PRINCIPALS
+        + "SELECT e.uid, e.title, e.type, e.source, e.status, e.created_at, e.updated_at, e.href"
+        f" FROM entities AS e WHERE {_VISIBLE} AND {where}"
+        f" ORDER BY e.{order.field} IS NULL, e.{order.field} {direction}, e.uid"
+        " LIMIT :k"
+    )
+    try:
+        with catalog.read() as conn:
+            _, root = catalog.latest_publish(conn)
+            rows = conn.execute(statement, {**params, "principal": identity.principal, "k": k})
+            hits = [
+                SqlHit(
+                    uid=r[0],
+                    title=r[1],
+                    type=r[2],
+                    source=r[3],
+                    status=r[4],
+                    created_at=r[5],
+                    updated_at=r[6],
+                    rank=rank,
+                    href=r[7],
+                )
+                for rank, r in enumerate(rows.fetchall(), start=1)
+            ]
+    except sqlite3.Error as exc:
+        raise StoreError(f"the sql primitive failed: {exc}") from exc
+    return SqlHits(content_root=root, hits=hits)
+
+
+def aggregate(
+    catalog: Catalog, identity: Identity, spec: AggregateSpec, filters: Filters
+) -> AggregateAnswer:
+    """``spec`` computed by SQLite over the visible, filtered entities; rows shaped by
+    :func:`~knowledge_store.retrieval.aggregates.shape_rows` (zero-filled trends)."""
+    where, params = filter_clause(filters)
+    metric = _METRIC_SQL[spec.metric]
+    if spec.field is None:
+        key = "NULL"
+    elif spec.granularity is None:
+        key = f"e.{spec.field}"
+    else:
+        key = _bucket_sql(spec.field, spec.granularity)
+    statement = (
+        HELD_PRINCIPALS + f"SELECT {key} AS bucket, {metric} FROM entities AS e"
+        f" WHERE {_VISIBLE} AND {where} GROUP BY bucket"
+    )
+    try:
+        with catalog.read() as conn:
+            _, root = catalog.latest_publish(conn)
+            grouped = {
+                (None if bucket is None else str(bucket)): int(value)
+                for bucket, value in conn.execute(
+                    statement, {**params, "principal": identity.principal}
+                )
+            }
+    except sqlite3.Error as exc:
+        raise StoreError(f"the aggregate failed: {exc}") from exc
+    if spec.field is None and not grouped:
+        grouped = {None: 0}
+    rows = shape_rows(spec, grouped, filters)
+    return AggregateAnswer(
+        content_root=root, metric=spec.metric, dimension=spec.dimension, rows=rows
+    )
+
+
+def visible_successors(
+    catalog: Catalog, identity: Identity, uids: Sequence[str], filters: Filters
+) -> dict[str, str]:
+    """``old uid → successor uid`` over ``old --supersededBy--> new`` edges.
+
+    Both ends must be visible to ``identity`` and the successor must pass
+    ``filters``; an edge to a missing or unreadable entity does not exist for
+    the caller. With several successors the most recently updated wins (then uid).
+    """
+    if not uids:
+        return {}
+    where, params = filter_clause(filters)
+    marks = ", ".join(f":s{i}" for i in range(len(uids)))
+    params.update({f"s{i}": uid for i, uid in enumerate(uids)})
+    statement = (
+        HELD_PRINCIPALS + "SELECT ed.src, e.uid FROM edges AS ed"
+        " JOIN entities AS e ON e.uid = ed.dst"
+        " JOIN entities AS o ON o.uid = ed.src"
+        f" WHERE ed.label = 'supersededBy' AND ed.src IN ({marks}) AND ed.src <> ed.dst"
+        f" AND {_VISIBLE} AND {_VISIBLE.replace('e.acl_set', 'o.acl_set')} AND {where}"
+        " ORDER BY ed.src, e.updated_at IS NULL, e.updated_at DESC, e.uid"
+    )
+    out: dict[str, str] = {}
+    try:
+        with catalog.read() as conn:
+            for src, dst in conn.execute(statement, {**params, "principal": identity.principal}):
+                out.setdefault(str(src), str(dst))
+    except sqlite3.Error as exc:
+        raise StoreError(f"looking up successors failed: {exc}") from exc
+    return out

@@ -1,0 +1,461 @@
+"""The lexical index of the embedded engine: Tantivy BM25 over chunk documents.
+
+A *derived* index (DESIGN §4): the SQLite catalog is the source of truth, calls
+this class with the chunk documents of each publish and records how far it got
+with a watermark (the publish id) committed after the Tantivy commit. The
+catalog decides permissions; this index only applies the ACL-set ids and the
+filters it is given, *inside* the query, before ranking.
+
+Fields of a chunk document:
+
+==============  =========================================  ==========================
+field           what                                       how
+==============  =========================================  ==========================
+chunk_id        the catalog's chunk row id                 i64, indexed, fast, stored
+uid             the entity uid                             raw string, stored
+acl_set         the entity's ACL-set id                    i64, indexed, fast
+type/source/    entity fields for filters                  raw strings
+status
+created_at/     entity dates, seconds since the epoch      i64, indexed, fast
+updated_at
+body            title + heading path + text                English: words, stop words, stems
+title           the entity title                           English analyzer (boosted)
+ident           title + heading path + text                identifiers kept whole, lowercased
+==============  =========================================  ==========================
+
+Queries are built programmatically from the analyzers' tokens — never parsed
+with Tantivy's query language — so ``field:x``, ``*``, ``OR``, quotes or NUL in
+the text are matched literally or dropped, and can't widen a query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import tantivy
+
+from knowledge_store.errors import StoreError
+from knowledge_store.model import Filters, compose_context
+
+__all__ = ["LexicalDoc", "LexicalIndex"]
+
+log = logging.getLogger(__name__)
+
+#: Bumped whenever fields or analyzers change; an index of another version is rebuilt.
+SCHEMA_VERSION = 1
+SIDECAR = "ks-lexical.json"
+
+# Analyzer and scoring choices, measured by bench/tune_lexical.py on postgres-docs.
+USE_STOPWORDS = True
+#: Boost of the identifier field (0 leaves it out of the query).
+IDENTIFIER_BOOST = 1.0
+#: Boost of the title field (0 leaves it out of the query).
+TITLE_BOOST = 1.0
+#: Query identifier-field clauses only for tokens that are not plain words.
+IDENTIFIER_ONLY_CODES = False
+
+#: Words: runs of letters, digits and ``_`` (so ``pg_stat_activity`` stays one word).
+_WORD_PATTERN = r"\w+"
+#: Identifiers as written: a run of word characters and inner punctuation
+#: (``pg_hba.conf``, ``ERR-1042``, ``$libdir``, ``c++``), with surrounding
+#: punctuation stripped.
+_IDENT_PATTERN = r"[\w$](?:[\w$.\-/:+#@]*[\w$+#])?"
+_MAX_TOKEN = 64
+#: At most this many distinct query terms per field (a 10k-character query stays cheap).
+_MAX_QUERY_TERMS = 256
+
+_WRITER_HEAP = 96_000_000
+_WRITER_THREADS = 1
+
+
+@dataclass(frozen=True)
+class LexicalDoc:
+    """One chunk as the lexical index sees it."""
+
+    chunk_id: int
+    uid: str
+    acl_set: int
+    type: str
+    source: str
+    status: str
+    created_at: str | None  # "YYYY-MM-DDTHH:MM:SSZ" or None
+    updated_at: str | None
+    title: str
+    heading: tuple[str, ...]
+    text: str
+
+
+T = TypeVar("T")
+
+
+def _translate(action: str, call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except (ValueError, OSError, RuntimeError) as exc:
+        raise StoreError(f"lexical index: {action} failed: {exc}", action=action) from exc
+
+
+def _epoch(stamp: str) -> int:
+    """``YYYY-MM-DDTHH:MM:SSZ`` (or any ISO 8601 with offset) → seconds since the epoch."""
+    moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp())
+
+
+def _word_analyzer() -> tantivy.TextAnalyzer:
+    builder = (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_WORD_PATTERN))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
+    )
+    if USE_STOPWORDS:
+        builder = builder.filter(tantivy.Filter.stopword("english"))
+    return builder.filter(tantivy.Filter.stemmer("english")).build()
+
+
+def _ident_analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_IDENT_PATTERN))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
+    builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_integer_field("acl_set", indexed=True, fast=True)
+    for name in ("type", "source", "status"):
+        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    for name in ("created_at", "updated_at"):
+        builder.add_integer_field(name, indexed=True, fast=True)
+    builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
+    builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
+    builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
+    return builder.build()
+
+
+def _unique(tokens: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(tokens))[:_MAX_QUERY_TERMS]
+
+
+class LexicalIndex:
+    """BM25 over chunk documents in one Tantivy directory, with a watermark sidecar.
+
+    Readers never open a writer: the writer (and Tantivy's directory lock) is
+    taken on the first write and released after each ``commit``, so another
+    process can write next.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = Path(path)
+        self._lock = threading.RLock()
+        self._writer: Any = None
+        self._schema = _schema()
+        self._words = _word_analyzer()
+        self._ident = _ident_analyzer()
+        self._watermark = 0
+        self._index = self._open()
+        self._watermark = self._read_watermark()
+
+    # -- opening -------------------------------------------------------------
+
+    def _open(self) -> Any:
+        self._path.mkdir(parents=True, exist_ok=True)
+        if tantivy.Index.exists(str(self._path)) and (
+            self._read_sidecar().get("schema") != SCHEMA_VERSION
+            or not tantivy.Index.is_compatible(str(self._path))
+        ):
+            # Derived data of another layout: start empty (watermark 0); the catalog rebuilds.
+            log.warning("lexical index at %s has another schema; recreating it", self._path)
+            self._wipe()
+        if not (self._path / SIDECAR).exists():
+            # Written before the index exists, so an index without one is never ours.
+            self._write_sidecar(0)
+        try:
+            index = tantivy.Index(self._schema, str(self._path), reuse=True)
+        except (ValueError, OSError) as exc:
+            log.warning("lexical index at %s unreadable (%s); recreating it", self._path, exc)
+            self._wipe()
+            self._write_sidecar(0)
+            index = _translate(
+                "creating the index", lambda: tantivy.Index(self._schema, str(self._path))
+            )
+        index.register_tokenizer("ks_words", self._words)
+        index.register_tokenizer("ks_ident", self._ident)
+        index.config_reader("manual")
+        return index
+
+    def _wipe(self) -> None:
+        for entry in self._path.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def _read_sidecar(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self._path / SIDECAR).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _read_watermark(self) -> int:
+        value = self._read_sidecar().get("watermark", 0)
+        return value if isinstance(value, int) else 0
+
+    def _write_sidecar(self, watermark: int) -> None:
+        target = self._path / SIDECAR
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        payload = json.dumps({"watermark": watermark, "schema": SCHEMA_VERSION})
+
+        def write() -> None:
+            with tmp.open("w") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        _translate("recording the watermark", write)
+
+    # -- writing -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _writing(self, action: str) -> Iterator[Any]:
+        """The writer, opened on first use; on any error every staged change is dropped."""
+        with self._lock:
+            if self._writer is None:
+                self._writer = _translate(
+                    "opening the writer (is another process writing?)",
+                    lambda: self._index.writer(heap_size=_WRITER_HEAP, num_threads=_WRITER_THREADS),
+                )
+            try:
+                yield self._writer
+            except BaseException as exc:
+                self.rollback()
+                if isinstance(exc, ValueError | OSError | RuntimeError):
+                    raise StoreError(
+                        f"lexical index: {action} failed: {exc}; changes since the last"
+                        " commit were dropped",
+                        action=action,
+                    ) from exc
+                raise
+
+    def rollback(self) -> None:
+        """Drop every change staged since the last commit and release the writer."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                with contextlib.suppress(ValueError, OSError, RuntimeError):
+                    writer.rollback()
+                    writer.wait_merging_threads()
+
+    def _document(self, doc: LexicalDoc) -> tantivy.Document:
+        out = tantivy.Document()
+        out.add_integer("chunk_id", doc.chunk_id)
+        out.add_text("uid", doc.uid)
+        out.add_integer("acl_set", doc.acl_set)
+        out.add_text("type", doc.type)
+        out.add_text("source", doc.source)
+        out.add_text("status", doc.status)
+        if doc.created_at:
+            out.add_integer("created_at", _epoch(doc.created_at))
+        if doc.updated_at:
+            out.add_integer("updated_at", _epoch(doc.updated_at))
+        full = compose_context(doc.title, doc.heading, doc.text)
+        out.add_text("body", full)
+        out.add_text("title", doc.title)
+        out.add_text("ident", full)
+        return out
+
+    def add(self, docs: Iterable[LexicalDoc]) -> None:
+        """Stage chunk documents; re-adding a chunk id replaces its document."""
+        with self._writing("adding documents") as writer:
+            for doc in docs:
+                writer.delete_documents_by_term("chunk_id", doc.chunk_id)
+                writer.add_document(self._document(doc))
+
+    def delete_entities(self, uids: Iterable[str]) -> None:
+        """Stage the deletion of every chunk of these entities."""
+        with self._writing("deleting entities") as writer:
+            for uid in uids:
+                writer.delete_documents_by_term("uid", uid)
+
+    def delete_chunks(self, chunk_ids: Iterable[int]) -> None:
+        """Stage the deletion of these chunks."""
+        with self._writing("deleting chunks") as writer:
+            for chunk_id in chunk_ids:
+                writer.delete_documents_by_term("chunk_id", int(chunk_id))
+
+    def commit(self, watermark: int) -> None:
+        """Make staged changes durable and visible, then record ``watermark``.
+
+        The watermark is written (atomically) only after Tantivy's commit: after a
+        crash between the two, the catalog re-applies the publishes since the old
+        watermark, which is harmless (adds replace, deletes of absent docs are no-ops).
+        """
+        with self._lock:
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                _translate("committing", writer.commit)
+                # Finish merges and release Tantivy's directory lock for the next writer.
+                _translate("merging segments", writer.wait_merging_threads)
+            self._write_sidecar(watermark)
+            self._watermark = watermark
+            _translate("reloading", self._index.reload)
+
+    def clear(self) -> None:
+        """Drop every document now (committed, watermark 0): the start of a rebuild."""
+        with self._writing("clearing") as writer:
+            writer.delete_all_documents()
+        self.commit(0)
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def watermark(self) -> int:
+        """The publish id of the last commit (0 for a new index)."""
+        return self._watermark
+
+    def reload(self) -> None:
+        """Pick up commits (and the watermark) made by another process."""
+        with self._lock:
+            _translate("reloading", self._index.reload)
+            self._watermark = self._read_watermark()
+
+    def _text_query(self, text: str) -> Any:
+        query = tantivy.Query
+        words = _unique(self._words.analyze(text))
+        if not words:
+            return None
+        clauses = [(tantivy.Occur.Should, query.term_query(self._schema, "body", w)) for w in words]
+        if TITLE_BOOST > 0:
+            clauses += [
+                (
+                    tantivy.Occur.Should,
+                    query.boost_query(query.term_query(self._schema, "title", w), TITLE_BOOST),
+                )
+                for w in words
+            ]
+        if IDENTIFIER_BOOST > 0:
+            # Stop words are never identifiers: "a" or "the" must not match everything.
+            idents = [t for t in _unique(self._ident.analyze(text)) if self._words.analyze(t)]
+            if IDENTIFIER_ONLY_CODES:
+                idents = [t for t in idents if not t.isalpha()]
+            clauses += [
+                (
+                    tantivy.Occur.Should,
+                    query.boost_query(query.term_query(self._schema, "ident", t), IDENTIFIER_BOOST),
+                )
+                for t in idents
+            ]
+        return query.boolean_query(clauses)
+
+    def _filter_clauses(
+        self, acl_sets: Collection[int] | None, filters: Filters
+    ) -> list[tuple[Any, Any]]:
+        query, must, must_not = tantivy.Query, tantivy.Occur.Must, tantivy.Occur.MustNot
+
+        def const(q: Any) -> Any:
+            return query.const_score_query(q, 0.0)  # filters never change the BM25 score
+
+        clauses: list[tuple[Any, Any]] = []
+        if acl_sets is not None:
+            ids = sorted({int(a) for a in acl_sets})
+            clauses.append((must, const(query.term_set_query(self._schema, "acl_set", ids))))
+        for name, values in (
+            ("type", filters.types),
+            ("source", filters.sources),
+            ("status", filters.statuses),
+            ("uid", filters.uids),
+        ):
+            if values:
+                clauses.append(
+                    (must, const(query.term_set_query(self._schema, name, list(values))))
+                )
+        if filters.not_types:
+            clauses.append(
+                (must_not, query.term_set_query(self._schema, "type", list(filters.not_types)))
+            )
+        for name, lo, hi in (
+            ("created_at", filters.created_from, filters.created_to),
+            ("updated_at", filters.updated_from, filters.updated_to),
+        ):
+            if lo is None and hi is None:
+                continue
+            clauses.append(
+                (
+                    must,
+                    const(
+                        query.range_query(
+                            self._schema,
+                            name,
+                            tantivy.FieldType.Integer,
+                            lower_bound=None if lo is None else _epoch(lo),
+                            upper_bound=None if hi is None else _epoch(hi),
+                        )
+                    ),
+                )
+            )
+        return clauses
+
+    def search(
+        self,
+        text: str,
+        k: int,
+        *,
+        acl_sets: Collection[int] | None,
+        filters: Filters,
+    ) -> list[tuple[int, str, float]]:
+        """``(chunk_id, uid, bm25 score)`` of the best ``k`` chunks, best first.
+
+        ``acl_sets`` are the ACL-set ids the caller may read (None: no ACL
+        restriction; empty: nothing). Filters restrict inside the query.
+        """
+        if k <= 0 or (acl_sets is not None and len(acl_sets) == 0):
+            return []
+        text_query = self._text_query(text)
+        if text_query is None:
+            return []
+        clauses = [(tantivy.Occur.Must, text_query), *self._filter_clauses(acl_sets, filters)]
+        query = tantivy.Query.boolean_query(clauses) if len(clauses) > 1 else text_query
+
+        def run() -> list[tuple[int, str, float]]:
+            searcher = self._index.searcher()
+            hits = searcher.search(query, limit=k, count=False).hits
+            out = []
+            for score, address in hits:
+                doc = searcher.doc(address)
+                out.append((int(doc.get_first("chunk_id")), str(doc.get_first("uid")), score))
+            out.sort(key=lambda hit: (-hit[2], hit[0]))
+            return out
+
+        return _translate("searching", run)
+
+    def num_docs(self) -> int:
+        return int(_translate("counting documents", lambda: self._index.searcher().num_docs))
+
+    def num_segments(self) -> int:
+        return int(_translate("counting segments", lambda: self._index.searcher().num_segments))
+
+    def close(self) -> None:
+        """Drop uncommitted changes and release the writer, if this process holds one."""
+        self.rollback()

@@ -1,0 +1,127 @@
+"""The SQLite catalog schema of the embedded engine (the source of truth)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- A deduplicated set of principals; many entities share one.
+CREATE TABLE IF NOT EXISTS acl_sets (
+    id  INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE            -- the sorted principals, one per line
+);
+CREATE TABLE IF NOT EXISTS acl_set_principals (
+    acl_set   INTEGER NOT NULL REFERENCES acl_sets(id),
+    principal TEXT NOT NULL,
+    PRIMARY KEY (acl_set, principal)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS acl_set_principals_by_principal
+    ON acl_set_principals (principal, acl_set);
+
+CREATE TABLE IF NOT EXISTS entities (
+    id           INTEGER PRIMARY KEY,
+    uid          TEXT NOT NULL UNIQUE,
+    type         TEXT NOT NULL,
+    title        TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    source       TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    created_at   TEXT,
+    updated_at   TEXT,
+    href         TEXT,
+    attributes   TEXT NOT NULL,
+    acl_set      INTEGER NOT NULL REFERENCES acl_sets(id),
+    content_hash TEXT NOT NULL,
+    publish      INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entities_by_type       ON entities (type);
+CREATE INDEX IF NOT EXISTS entities_by_source     ON entities (source);
+CREATE INDEX IF NOT EXISTS entities_by_status     ON entities (status);
+CREATE INDEX IF NOT EXISTS entities_by_created_at ON entities (created_at);
+CREATE INDEX IF NOT EXISTS entities_by_updated_at ON entities (updated_at);
+CREATE INDEX IF NOT EXISTS entities_by_acl_set    ON entities (acl_set);
+CREATE INDEX IF NOT EXISTS entities_by_href       ON entities (href);
+CREATE INDEX IF NOT EXISTS entities_by_title      ON entities (title);
+
+-- Chunk ids are never reused (AUTOINCREMENT): the derived indexes key on them.
+CREATE TABLE IF NOT EXISTS chunks (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    entity    INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    ordinal   INTEGER NOT NULL,
+    text      TEXT NOT NULL,
+    heading   TEXT NOT NULL,            -- JSON list
+    start     INTEGER NOT NULL,
+    "end"     INTEGER NOT NULL,
+    embedding BLOB NOT NULL             -- float32, L2-normalised
+);
+CREATE INDEX IF NOT EXISTS chunks_by_entity ON chunks (entity, ordinal);
+
+-- Edges name uids, not rows: an edge to a uid not yet ingested is kept and
+-- resolves when the target arrives; a dangling edge is invisible to readers.
+CREATE TABLE IF NOT EXISTS edges (
+    src      TEXT NOT NULL,
+    label    TEXT NOT NULL,
+    dst      TEXT NOT NULL,
+    position INTEGER,
+    PRIMARY KEY (src, label, dst)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edges_by_dst ON edges (dst, label, src);
+
+CREATE TABLE IF NOT EXISTS memberships (
+    grp    TEXT NOT NULL,
+    member TEXT NOT NULL,
+    PRIMARY KEY (grp, member)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memberships_by_member ON memberships (member, grp);
+
+CREATE TABLE IF NOT EXISTS publishes (
+    id       INTEGER PRIMARY KEY,
+    root     TEXT NOT NULL,
+    parent   TEXT NOT NULL,
+    kind     TEXT NOT NULL,
+    at       TEXT NOT NULL,
+    added    INTEGER NOT NULL,
+    updated  INTEGER NOT NULL,
+    deleted  INTEGER NOT NULL
+);
+
+-- What each publish did to chunks, for the derived indexes to catch up:
+-- 'add' a chunk, 'del' a chunk, 'acl' a chunk whose entity changed ACL set.
+CREATE TABLE IF NOT EXISTS publish_ops (
+    publish INTEGER NOT NULL,
+    chunk   INTEGER NOT NULL,
+    op      TEXT NOT NULL CHECK (op IN ('add', 'del', 'acl')),
+    PRIMARY KEY (publish, chunk, op)
+) WITHOUT ROWID;
+
+-- Embeddings by content hash of (model, embedded text): re-ingest embeds nothing.
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    key    TEXT PRIMARY KEY,
+    vector BLOB NOT NULL
+) WITHOUT ROWID;
+"""
+
+#: Identity expansion: the principals an identity holds, recursively over
+#: memberships (UNION stops on revisits), always including ``everyone``.
+HELD_PRINCIPALS = """
+WITH RECURSIVE held(p) AS (
+    VALUES (:principal), ('everyone')
+    UNION
+    SELECT m.grp FROM memberships AS m JOIN held ON m.member = held.p
+)
+"""
+
+#: The ACL sets an identity may read (prefix with HELD_PRINCIPALS).
+VISIBLE_ACL_SETS = (
+    HELD_PRINCIPALS
+    + """
+SELECT DISTINCT a.acl_set FROM acl_set_principals AS a
+WHERE a.principal IN (SELECT p FROM held)
+ORDER BY a.acl_set
+"""
+)

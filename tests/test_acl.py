@@ -1,0 +1,335 @@
+"""Permissions: identity expansion, ACL pre-filters in every primitive, zero leaks.
+
+The state machine checks every answer against an oracle written in plain
+Python (sets and dicts), not the store's SQL.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+)
+
+from knowledge_store.engines.embedded.engine import EmbeddedEngine
+from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, NotFound
+from knowledge_store.ingest.embedding import open_embedder
+from knowledge_store.model import Filters
+from knowledge_store.store import KnowledgeStore
+
+
+def _uids(answer: Any) -> set[str]:
+    if hasattr(answer, "results"):
+        return {r.uid for r in answer.results}
+    return {h.uid for h in answer.hits}
+
+
+# -- examples ---------------------------------------------------------------------------------
+
+
+def test_nested_groups_grant_and_removal_is_seen_by_the_next_query(
+    estate_store: KnowledgeStore,
+) -> None:
+    store = estate_store
+    store.add_member("group:oncall", "user:olga")
+    store.add_member("group:sre", "group:oncall")  # olga → oncall → sre
+    assert "ticket:1042" in _uids(store.lexical("ERR-1042", identity="user:olga"))
+    info = store.principal_show("user:olga")
+    assert info.direct_groups == ("group:oncall",) and "group:sre" in info.inherited_groups
+    explained = store.acl_explain("user:olga", "ticket:1042")
+    assert explained.allowed and explained.chain == ("user:olga", "group:oncall", "group:sre")
+    store.remove_member("group:sre", "group:oncall")
+    assert "ticket:1042" not in _uids(store.lexical("ERR-1042", identity="user:olga"))
+    assert "ticket:1042" not in _uids(store.vector("standby replica lag", identity="user:olga"))
+    assert "ticket:1042" not in _uids(store.search("replica lag", identity="user:olga"))
+    denied = store.acl_explain("user:olga", "ticket:1042")
+    assert not denied.allowed and "group:sre" in denied.reason
+
+
+def test_everyone_and_anonymous_never_see_group_entities(estate_store: KnowledgeStore) -> None:
+    for who in (None, "everyone", "user:nobody"):
+        got = _uids(estate_store.lexical("ERR-1042 payroll", identity=who, k=50))
+        assert got.isdisjoint({"ticket:1042", "ticket:2001"})
+        got = _uids(estate_store.vector("payroll salary figures", identity=who, k=50))
+        assert got.isdisjoint({"ticket:1042", "ticket:2001"})
+
+
+def test_membership_cycles_are_rejected_naming_the_cycle(store: KnowledgeStore) -> None:
+    store.add_member("group:a", "group:b")
+    store.add_member("group:b", "group:c")
+    with pytest.raises(InvalidRequest) as info:
+        store.add_member("group:c", "group:a")
+    assert "group:a → group:b → group:c" in info.value.message.replace("group:c → group:a", "")
+    assert info.value.details["cycle"][0] == info.value.details["cycle"][-1]
+    with pytest.raises(InvalidRequest):
+        store.add_member("group:a", "group:a")
+    with pytest.raises(InvalidRequest):
+        store.load_memberships([("group:c", "group:a")])
+    # the failed load changed nothing
+    assert store.principal_show("group:c").members == ()
+
+
+def test_principals_load_replaces_the_named_groups_only(store: KnowledgeStore) -> None:
+    store.add_member("group:x", "user:old")
+    store.add_member("group:y", "user:keep")
+    store.load_memberships([("group:x", "user:new"), ("group:x", "user:new2")])
+    assert store.principal_show("group:x").members == ("user:new", "user:new2")
+    assert store.principal_show("group:y").members == ("user:keep",)
+
+
+def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
+    estate_store: KnowledgeStore,
+) -> None:
+    store = estate_store
+    engine = store.engine
+    assert isinstance(engine, EmbeddedEngine)
+    assert "ticket:2001" not in _uids(store.lexical("payroll", identity="user:pat"))
+    root = store.grant("ticket:2001", "user:pat")
+    assert root == store.content_root()
+    assert "ticket:2001" in _uids(store.lexical("payroll", identity="user:pat"))
+    assert "ticket:2001" in _uids(store.vector("payroll salary", identity="user:pat"))
+    publish = engine.catalog.latest_publish()[0]
+    touched = engine.catalog.execute(
+        "SELECT DISTINCT e.uid FROM publish_ops o JOIN chunks c ON c.id = o.chunk"
+        " JOIN entities e ON e.id = c.entity WHERE o.publish = ?",
+        (publish,),
+    )
+    assert [t[0] for t in touched] == ["ticket:2001"]
+    assert {
+        op
+        for (op,) in engine.catalog.execute(
+            "SELECT op FROM publish_ops WHERE publish = ?", (publish,)
+        )
+    } == {"acl"}
+    store.revoke("ticket:2001", "user:pat")
+    assert "ticket:2001" not in _uids(store.lexical("payroll", identity="user:pat"))
+    assert "ticket:2001" not in _uids(store.search("payroll", identity="user:pat"))
+    assert store.acl_show("ticket:2001") == ("group:finance",)
+
+
+def test_an_empty_acl_is_visible_to_nobody(store: KnowledgeStore) -> None:
+    store.ingest_records(
+        [{"uid": "dark", "type": "page", "title": "Dark", "body": "Nobody reads this.", "acl": []}]
+    )
+    for who in ("everyone", "user:a", "group:admins"):
+        assert store.lexical("nobody reads", identity=who).hits == []
+        assert store.vector("nobody reads", identity=who).hits == []
+    assert not store.acl_explain("user:a", "dark").allowed
+
+
+def test_unknown_entities_and_unreadable_ones_look_alike_in_acl_free_reads(
+    estate_store: KnowledgeStore,
+) -> None:
+    hidden = estate_store.lexical(
+        "payroll", identity="user:x", filters=Filters.build(uids=["ticket:2001"])
+    )
+    missing = estate_store.lexical(
+        "payroll", identity="user:x", filters=Filters.build(uids=["nope"])
+    )
+    assert hidden.hits == missing.hits == []
+
+
+def test_vector_answers_say_how_they_were_computed(estate_store: KnowledgeStore) -> None:
+    everyone = estate_store.vector("database", identity="everyone", k=3)
+    assert everyone.vector is not None and everyone.vector.strategy in ("hnsw", "exact")
+    few = estate_store.vector(
+        "payroll", identity="group:finance", k=3, filters=Filters.build(types=["ticket"])
+    )
+    assert few.vector is not None
+    assert few.vector.strategy == "exact" and few.vector.exhaustive
+    assert few.vector.scanned == len(few.hits) == 1
+
+
+INJECTIONS = [
+    "' OR 1=1 --",
+    '"; DROP TABLE entities; --',
+    "uid:* OR acl_set:*",
+    "type:ticket OR *",
+    "*",
+    "a\x00b",
+    "x" * 5000,
+    "group:finance' OR '1'='1",
+    ") OR (1=1",
+]
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_injection_strings_never_widen_a_result(estate_store: KnowledgeStore, value: str) -> None:
+    store = estate_store
+    hidden = {"ticket:1042", "ticket:2001"}
+    for text in (value, f"payroll {value}"):
+        assert _uids(store.lexical(text, k=100)).isdisjoint(hidden)
+        assert _uids(store.vector(text, k=100)).isdisjoint(hidden)
+        assert _uids(store.search(text, k=100)).isdisjoint(hidden)
+    for make in (
+        lambda v: Filters.build(uids=[v]),
+        lambda v: Filters.build(types=[v]),
+        lambda v: Filters.build(sources=[v]),
+    ):
+        try:
+            filters = make(value)
+        except InvalidRequest:
+            continue  # a clear error is an acceptable answer
+        assert store.lexical("payroll", filters=filters).hits == []
+        assert store.vector("payroll", filters=filters).hits == []
+    for principal in (value, f"user:{value}", f"group:{value}"):
+        try:
+            got = _uids(store.lexical("payroll ERR-1042", identity=principal, k=100))
+        except InvalidRequest:
+            continue
+        assert got.isdisjoint(hidden)
+    for principal in (value, f"user:{value}", f"group:{value}"):
+        try:
+            assert not store.acl_explain(principal, "ticket:2001").allowed
+        except InvalidRequest:
+            pass
+
+
+# -- the state machine ---------------------------------------------------------------------------
+
+GROUPS = ["group:g1", "group:g2", "group:g3"]
+USERS = ["user:u1", "user:u2"]
+PRINCIPALS = [*USERS, *GROUPS]
+ACL_CHOICES = ["everyone", *PRINCIPALS]
+UIDS = ["e1", "e2", "e3", "e4"]
+BODIES = [
+    "zeta alpha storage notes",
+    "zeta bravo network notes",
+    "zeta charlie security notes",
+]
+IDENTITIES = ["everyone", *PRINCIPALS]
+
+
+class AclMachine(RuleBasedStateMachine):
+    """Random memberships, ACLs, grants, revocations, deletes and re-ingests vs an oracle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="ks-acl-"))
+        self.store = KnowledgeStore.open(self.dir / "s", embedder=open_embedder())
+        self.members: set[tuple[str, str]] = set()  # (group, member)
+        self.acl: dict[str, set[str]] = {}  # uid → principals
+        self.types: dict[str, str] = {}
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # the oracle ---------------------------------------------------------------
+    def held(self, principal: str) -> set[str]:
+        held = {principal, "everyone"}
+        changed = True
+        while changed:
+            changed = False
+            for group, member in self.members:
+                if member in held and group not in held:
+                    held.add(group)
+                    changed = True
+        return held
+
+    def visible(self, principal: str) -> set[str]:
+        held = self.held(principal)
+        return {uid for uid, acl in self.acl.items() if acl & held}
+
+    def reaches(self, start: str, goal: str) -> bool:
+        return goal in self.held(start) and goal != "everyone"
+
+    # rules --------------------------------------------------------------------
+    @rule(
+        uid=st.sampled_from(UIDS),
+        body=st.sampled_from(BODIES),
+        acl=st.sets(st.sampled_from(ACL_CHOICES), max_size=2),
+        kind=st.sampled_from(["page", "ticket"]),
+    )
+    def ingest(self, uid: str, body: str, acl: set[str], kind: str) -> None:
+        self.store.ingest_records(
+            [{"uid": uid, "type": kind, "title": uid, "body": body, "acl": sorted(acl)}]
+        )
+        self.acl[uid] = set(acl)
+        self.types[uid] = kind
+
+    @rule(group=st.sampled_from(GROUPS), member=st.sampled_from(PRINCIPALS))
+    def add_member(self, group: str, member: str) -> None:
+        cycle = member == group or (member.startswith("group:") and self.reaches(group, member))
+        if cycle:
+            with pytest.raises(InvalidRequest):
+                self.store.add_member(group, member)
+        else:
+            self.store.add_member(group, member)
+            self.members.add((group, member))
+
+    @precondition(lambda self: bool(self.members))
+    @rule(data=st.data())
+    def remove_member(self, data: st.DataObject) -> None:
+        group, member = data.draw(st.sampled_from(sorted(self.members)))
+        self.store.remove_member(group, member)
+        self.members.discard((group, member))
+
+    @precondition(lambda self: bool(self.acl))
+    @rule(data=st.data(), principal=st.sampled_from(ACL_CHOICES), grant=st.booleans())
+    def change_acl(self, data: st.DataObject, principal: str, grant: bool) -> None:
+        uid = data.draw(st.sampled_from(sorted(self.acl)))
+        if grant:
+            self.store.grant(uid, principal)
+            self.acl[uid].add(principal)
+        else:
+            self.store.revoke(uid, principal)
+            self.acl[uid].discard(principal)
+
+    @precondition(lambda self: bool(self.acl))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(sorted(self.acl)))
+        self.store.delete([uid])
+        del self.acl[uid]
+        del self.types[uid]
+
+    # checks after every step -----------------------------------------------------
+    @invariant()
+    def every_answer_is_readable(self) -> None:
+        for who in IDENTITIES:
+            visible = self.visible(who)
+            lexical = _uids(self.store.lexical("zeta notes", identity=who, k=100))
+            assert lexical == visible, (who, lexical, visible)
+            vector = self.store.vector("zeta notes", identity=who, k=100)
+            assert _uids(vector) <= visible
+            if vector.vector is not None and vector.vector.exhaustive:
+                assert _uids(vector) == visible
+            assert _uids(self.store.search("zeta notes", identity=who, k=100)) <= visible
+            tickets = Filters.build(types=["ticket"])
+            expect = {u for u in visible if self.types[u] == "ticket"}
+            assert _uids(self.store.lexical("zeta", identity=who, k=100, filters=tickets)) == expect
+            for uid in self.acl:
+                explained = self.store.acl_explain(who, uid)
+                assert explained.allowed == (uid in visible)
+
+
+AclMachine.TestCase.settings = settings(
+    max_examples=12,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_acl_state_machine = AclMachine.TestCase
+
+
+def test_errors_from_admin_ops_are_typed(store: KnowledgeStore) -> None:
+    with pytest.raises(NotFound):
+        store.grant("missing", "user:a")
+    with pytest.raises(NotFound):
+        store.remove_member("group:a", "user:a")
+    for bad in ("user:", "admin", "group", "user:\x00x"):
+        with pytest.raises(KnowledgeStoreError):
+            store.add_member("group:a", bad)
+    with pytest.raises(InvalidRequest):
+        store.add_member("user:a", "user:b")

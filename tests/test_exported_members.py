@@ -1,0 +1,21 @@
+"""The public surface is explicit: ``__all__`` is sorted, complete and importable."""
+
+from __future__ import annotations
+
+import knowledge_store
+
+
+def test_all_is_sorted_and_importable() -> None:
+    names = knowledge_store.__all__
+    assert names == sorted(names, key=lambda n: (not n.isupper(), n.startswith("_"), n))
+    for name in names:
+        assert hasattr(knowledge_store, name), name
+
+
+def test_no_public_name_is_left_out() -> None:
+    public = {
+        name
+        for name, value in vars(knowledge_store).items()
+        if not name.startswith("_") and not type(value).__name__ == "module"
+    }
+    assert public <= set(knowledge_store.__all__)
