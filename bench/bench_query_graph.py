@@ -70,7 +70,7 @@ def build(path: Path, entities: int, edges: int, seed: int = 7) -> dict[str, lis
         link(m, "partOf", kinds["learningPath"][i % n_paths], i // n_paths + 1)
     for i, u in enumerate(kinds["unit"]):
         link(u, "partOf", kinds["module"][i % n_modules], i // n_modules + 1)
-    for i, s in enumerate(kinds["codeSample"]):
+    for s in kinds["codeSample"]:
         page = kinds["page"][rng.randrange(n_pages)]
         link(s, "partOf", page)
         link(page, "implementedBy", s)
@@ -124,7 +124,9 @@ def build(path: Path, entities: int, edges: int, seed: int = 7) -> dict[str, lis
     if batch:
         catalog.apply_publish(batch, [], kind="ingest")
     with catalog.write() as conn:
-        conn.execute("INSERT OR IGNORE INTO memberships(grp, member) VALUES ('group:staff', 'user:bob')")
+        conn.execute(
+            "INSERT OR IGNORE INTO memberships(grp, member) VALUES ('group:staff', 'user:bob')"
+        )
     catalog.close()
     return {k: v for k, v in kinds.items()}
 
@@ -132,7 +134,7 @@ def build(path: Path, entities: int, edges: int, seed: int = 7) -> dict[str, lis
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     p50 = statistics.median(ordered)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return p50, p95
 
 
@@ -147,7 +149,9 @@ def _time(fn: Callable[[], Any], runs: int) -> tuple[list[float], Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--entities", type=int, default=100_000)
     ap.add_argument("--edges", type=int, default=500_000)
     ap.add_argument("--runs", type=int, default=200)
@@ -161,7 +165,10 @@ def main() -> None:
         t0 = time.perf_counter()
         kinds = build(where, args.entities, args.edges)
         marker.write_text("ok")
-        print(f"built {args.entities} entities / {args.edges} edges in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(
+            f"built {args.entities} entities / {args.edges} edges in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
     catalog = Catalog(where / "catalog.sqlite")
     with catalog.read() as conn:
         kinds = {}
@@ -242,12 +249,15 @@ def main() -> None:
         p50, p95 = _percentiles(samples)
         rows.append((f"graph depth {depth} (k=10)", p50, p95, statistics.mean(sizes), capped, 0))
 
-    print(f"\n{len(kinds and sum(len(v) for v in kinds.values()) and [1]) and sum(len(v) for v in kinds.values())} entities, {n_edges} edges; {args.runs} runs each, as user:bob\n")
+    total = sum(len(v) for v in kinds.values())
+    print(f"\n{total} entities, {n_edges} edges; {args.runs} runs each, as user:bob\n")
     print(f"{'query':<28}{'p50 ms':>10}{'p95 ms':>10}{'rows':>10}{'trunc/cap':>11}{'timeouts':>10}")
     for name, p50, p95, size, trunc, timeouts in rows:
         print(f"{name:<28}{p50:>10.2f}{p95:>10.2f}{size:>10.1f}{trunc:>11}{timeouts:>10}")
-    print("\nrows: mean rows per answer (graph: reachable entities with k=1000, 20 starts);"
-          " trunc/cap: answers truncated (query) or fan-out capped (graph)")
+    print(
+        "\nrows: mean rows per answer (graph: reachable entities with k=1000, 20 starts);"
+        " trunc/cap: answers truncated (query) or fan-out capped (graph)"
+    )
 
 
 if __name__ == "__main__":

@@ -68,6 +68,8 @@ def embeddings() -> tuple[np.ndarray, np.ndarray]:
 
 
 SHARES = (0.5, 0.1, 0.01, 0.001)
+EF_SWEEP = (32, 64, 96, 128, 192, 256)
+SWEEP: list[str] = []  # unfiltered recall / latency per efSearch, printed after the main table
 M, EF_CONSTRUCTION, EF_SEARCH, K = 32, 128, 64, 10
 
 
@@ -104,16 +106,15 @@ def allowed_rows(entity: np.ndarray, share: float, seed: int) -> np.ndarray:
 
 
 def exact_topk(x: np.ndarray, q: np.ndarray, rows: np.ndarray | None, k: int = K) -> list[set[int]]:
-    out = []
-    for vec in q:
-        if rows is None:
-            scores = x @ vec
-            out.append(set(np.argpartition(-scores, k)[:k].tolist()))
-        else:
-            scores = x[rows] @ vec
-            top = min(k, len(rows))
-            best = np.argpartition(-scores, top - 1)[:top] if top < len(rows) else np.arange(top)
-            out.append(set(rows[best].tolist()))
+    """Ground truth: the exact top k (of ``rows`` only, when given) for every query."""
+    rows = np.arange(len(x)) if rows is None else rows
+    top = min(k, len(rows))
+    out: list[set[int]] = []
+    for start in range(0, len(q), 100):
+        scores = x[rows] @ q[start : start + 100].T  # (rows, queries)
+        best = np.argpartition(-scores, top - 1, axis=0)[:top] if top < len(rows) else None
+        for j in range(scores.shape[1]):
+            out.append(set(rows[best[:, j]].tolist()) if best is not None else set(rows.tolist()))
     return out
 
 
@@ -187,6 +188,7 @@ class USearchHNSW:
     ) -> np.ndarray:
         # The Python binding has no filter predicate: post-filter an oversampled list.
         count = K if rows is None else min(self.n, ef)
+        ef = max(ef, K)
         self.index.expansion_search = max(ef, count)
         keys = self.index.search(vec, count, threads=1).keys
         if rows is not None:
@@ -194,11 +196,11 @@ class USearchHNSW:
         return keys
 
 
-def bench_size(label: str, x: np.ndarray, entity: np.ndarray, queries: np.ndarray) -> list[str]:
-    lines = []
+def bench_size(label: str, x: np.ndarray, entity: np.ndarray, queries: np.ndarray) -> FaissHNSW:
     truth = exact_topk(x, queries, None)
     subsets = {s: allowed_rows(entity, s, seed=int(s * 1e4)) for s in SHARES}
     truths = {s: exact_topk(x, queries, subsets[s]) for s in SHARES}
+    kept = None
     for lib in (FaissHNSW, USearchHNSW):
         rss0 = psutil.Process().memory_info().rss
         t0 = time.perf_counter()
@@ -216,47 +218,70 @@ def bench_size(label: str, x: np.ndarray, entity: np.ndarray, queries: np.ndarra
         ]
         for share in SHARES:
             rows = subsets[share]
-            ef = min(1024, max(EF_SEARCH, math.ceil(EF_SEARCH / share)))
+            ef = filtered_ef(share)
             if lib is USearchHNSW:
                 ef = min(len(x), math.ceil(2 * K / share))
             found, p50, _ = timed(
                 lambda v, index=index, rows=rows, ef=ef: index.search(v, rows, ef), queries
             )
             cells.append(f"{recall(found, truths[share]):.3f} / {p50:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
-        print(lines[-1], flush=True)
-        del index
+        print("| " + " | ".join(cells) + " |", flush=True)
+        for ef in EF_SWEEP:
+            found, p50, _ = timed(lambda v, index=index, ef=ef: index.search(v, None, ef), queries)
+            SWEEP.append(
+                f"| {label} | {lib.name} | {ef} | {recall(found, truth):.3f} | {p50:.3f} |"
+            )
+        if isinstance(index, FaissHNSW):
+            kept = index
+    assert kept is not None
     # The exact scan over only the allowed vectors, for reference.
     cells = [label, "exact scan", "–", "–", "–", "1.000"]
     for share in SHARES:
         rows = subsets[share]
-        _, p50, _ = timed(lambda v, rows=rows: exact_row_scan(x, rows, v), queries)
+        _, p50, _ = timed(lambda v, rows=rows: exact_row_scan(kept, rows, v), queries)
         cells.append(f"1.000 / {p50:.2f}")
-    lines.append("| " + " | ".join(cells) + " |")
-    print(lines[-1], flush=True)
-    return lines
+    print("| " + " | ".join(cells) + " |", flush=True)
+    return kept
 
 
-def exact_row_scan(x: np.ndarray, rows: np.ndarray, vec: np.ndarray) -> np.ndarray:
-    scores = x[rows] @ vec
+def filtered_ef(share: float) -> int:
+    return min(1024, max(EF_SEARCH, math.ceil(EF_SEARCH / share)))
+
+
+def exact_row_scan(index: FaissHNSW, rows: np.ndarray, vec: np.ndarray) -> np.ndarray:
+    """What DenseIndex's exact strategy does: inner products in place, then top k."""
+    from knowledge_store.engines.embedded.dense import inner_products
+
+    scores = inner_products(index.index, vec, rows)
     top = min(K, len(rows))
     best = np.argpartition(-scores, top - 1)[:top] if top < len(rows) else np.arange(top)
     return rows[best]
 
 
-def crossover(x: np.ndarray, entity: np.ndarray, queries: np.ndarray) -> None:
+def crossover(index: FaissHNSW, x: np.ndarray, entity: np.ndarray, queries: np.ndarray) -> None:
     """Filtered HNSW vs exact scan over finer shares at this size: the planner threshold."""
-    index = FaissHNSW(x)
-    print(f"\n### exact_share at {len(x) // 1000}k (faiss filtered HNSW vs exact scan)\n")
-    print("| share | rows | hnsw-filtered recall / p50 ms | exact p50 ms |")
-    print("|---|---|---|---|")
-    for share in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2):
+    import faiss
+
+    print(f"\n### exact_share at {len(x) // 1000}k: faiss filtered HNSW vs exact scan\n")
+    print(
+        "| share | rows | hnsw-filtered efSearch=64: recall / p50 ms"
+        " | raised efSearch: ef, recall / p50 ms / distances | exact: p50 ms |"
+    )
+    print("|---|---|---|---|---|")
+    for share in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.12, 0.15, 0.2, 0.5):
         rows = allowed_rows(entity, share, seed=int(share * 1e5) + 1)
         truth = exact_topk(x, queries, rows)
-        ef = min(1024, max(EF_SEARCH, math.ceil(EF_SEARCH / share)))
+        found64, p64, _ = timed(lambda v, rows=rows: index.search(v, rows, EF_SEARCH), queries)
+        ef = filtered_ef(share)
+        faiss.cvar.hnsw_stats.reset()
         found, p50, _ = timed(lambda v, rows=rows, ef=ef: index.search(v, rows, ef), queries)
-        _, e50, _ = timed(lambda v, rows=rows: exact_row_scan(x, rows, v), queries)
-        print(f"| {share:.1%} | {len(rows)} | {recall(found, truth):.3f} / {p50:.2f} | {e50:.2f} |")
+        ndis = faiss.cvar.hnsw_stats.ndis / len(queries)
+        _, e50, _ = timed(lambda v, rows=rows: exact_row_scan(index, rows, v), queries)
+        print(
+            f"| {share:.1%} | {len(rows)} | {recall(found64, truth):.3f} / {p64:.2f}"
+            f" | {ef}: {recall(found, truth):.3f} / {p50:.2f} / {ndis:.0f} | {e50:.2f} |",
+            flush=True,
+        )
 
 
 def planner(x: np.ndarray, entity: np.ndarray, queries: np.ndarray) -> None:
@@ -333,15 +358,17 @@ def main() -> None:
     print("|---" * (6 + len(SHARES)) + "|")
     sets = {}
     for n in (int(s) for s in args.sizes.split(",")):
-        x, entity = (
-            (docs[:n], np.asarray(PAGE_OF_CHUNK)[:n])
-            if n <= len(docs)
-            else replicate(docs, n, args.sigma)
-        )
+        if n <= len(docs):
+            x, entity = docs[:n], np.asarray(PAGE_OF_CHUNK)[:n]
+        else:
+            x, entity = replicate(docs, n, args.sigma)
+        faiss_index = bench_size(f"{n // 1000}k", x, entity, q)
         sets[n] = (x, entity)
-        bench_size(f"{n // 1000}k", x, entity, q)
-    biggest = max(sets)
-    crossover(*sets[biggest], q)
+    print("\n### unfiltered recall@10 by efSearch\n")
+    print("| n | library | efSearch | recall@10 | p50 ms |\n|---|---|---|---|---|")
+    print("\n".join(SWEEP))
+    crossover(faiss_index, *sets[n], q)  # at the largest size
+    del faiss_index
     for n in sorted(sets):
         planner(*sets[n], q)
 

@@ -64,9 +64,7 @@ RECORDS: list[dict[str, Any]] = [
     _rec("lp:azure", "learningPath", "Azure Fundamentals", updated="2024-05-01"),
     _rec("mod:intro", "module", "Introduction to the cloud", edges=[("partOf", "lp:azure", 1)]),
     _rec("mod:storage", "module", "Storage in Azure", edges=[("partOf", "lp:azure", 2)]),
-    _rec(
-        "mod:secret", "module", "Secret module", acl=ALICE, edges=[("partOf", "lp:azure", 3)]
-    ),
+    _rec("mod:secret", "module", "Secret module", acl=ALICE, edges=[("partOf", "lp:azure", 3)]),
     _rec(
         "unit:intro-1",
         "unit",
@@ -102,9 +100,19 @@ RECORDS: list[dict[str, Any]] = [
             ("xref", "page:ghost", None),
         ],
     ),
-    _rec("page:m1", "page", "Middle one", updated="2024-01-01", edges=[("xref", "page:target", None)]),
-    _rec("page:m2", "page", "Middle two", updated="2024-02-01", edges=[("xref", "page:target", None)]),
-    _rec("page:m3", "page", "Middle three", updated="2024-03-01", edges=[("xref", "page:other", None)]),
+    _rec(
+        "page:m1", "page", "Middle one", updated="2024-01-01", edges=[("xref", "page:target", None)]
+    ),
+    _rec(
+        "page:m2", "page", "Middle two", updated="2024-02-01", edges=[("xref", "page:target", None)]
+    ),
+    _rec(
+        "page:m3",
+        "page",
+        "Middle three",
+        updated="2024-03-01",
+        edges=[("xref", "page:other", None)],
+    ),
     _rec("page:target", "page", "Target", updated="2023-01-01"),
     _rec("page:other", "page", "Other", updated="2024-06-01"),
     _rec("page:private", "page", "Private notes", acl=ALICE, edges=[("xref", "page:beyond", None)]),
@@ -132,7 +140,13 @@ RECORDS: list[dict[str, Any]] = [
         href="/docs/storage/accounts#create",
         edges=[("dependsOn", "page:blob", None)],
     ),
-    _rec("page:old", "page", "Old page", status="archived", edges=[("supersededBy", "page:new", None)]),
+    _rec(
+        "page:old",
+        "page",
+        "Old page",
+        status="archived",
+        edges=[("supersededBy", "page:new", None)],
+    ),
     _rec("page:new", "page", "New page"),
     _rec("role:admin", "role", "Administrator"),
     _rec("skill:cloud", "skill", "Cloud concepts"),
@@ -142,9 +156,7 @@ RECORDS: list[dict[str, Any]] = [
 ]
 
 #: Entities ``everyone`` may not read (for the "never returns an unreadable entity" checks).
-UNREADABLE_BY_EVERYONE = frozenset(
-    r["uid"] for r in RECORDS if "everyone" not in r["acl"]
-)
+UNREADABLE_BY_EVERYONE = frozenset(r["uid"] for r in RECORDS if "everyone" not in r["acl"])
 
 
 def build(path: Path, embedder: Embedder) -> KnowledgeStore:

@@ -216,10 +216,14 @@ class AclMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="ks-acl-"))
-        self.store = KnowledgeStore.open(self.dir / "s", embedder=open_embedder())
+        self.store = self.open_store()
         self.members: set[tuple[str, str]] = set()  # (group, member)
         self.acl: dict[str, set[str]] = {}  # uid → principals
         self.types: dict[str, str] = {}
+
+    def open_store(self) -> KnowledgeStore:
+        """The store under test (tests/conformance runs this machine on every engine)."""
+        return KnowledgeStore.open(self.dir / "s", embedder=open_embedder())
 
     def teardown(self) -> None:
         self.store.close()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_store.engines.base import AclExplanation, Engine, PrincipalInfo, StoreStats
-from knowledge_store.errors import InvalidRequest, ModelMismatch
+from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
 from knowledge_store.ingest.embedding import Embedder, open_embedder
 
 from knowledge_store.ingest.pipeline import ingest_entities
@@ -50,10 +50,9 @@ def open_engine(location: str | Path) -> Engine:
     """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL."""
     text = str(location)
     if text.startswith(("postgresql://", "postgres://", "pg:")):
-        raise InvalidRequest(
-            f"the PostgreSQL engine is not part of this build yet; open a directory instead of {text!r}",
-            store=text,
-        )
+        from knowledge_store.engines.postgres.engine import PostgresEngine
+
+        return PostgresEngine.open(text)
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
 
     return EmbeddedEngine(Path(text))
@@ -292,6 +291,19 @@ class KnowledgeStore:
     ) -> QueryAnswer:
         """Run a bounded, read-only openCypher query (docs/query_graph.md)."""
         return self.engine.query_graph(_identity(identity), text, params, lenient=lenient)
+
+    def content(self, uid: str, *, identity: IdentityLike = None) -> dict[str, Any]:
+        """The entity ``uid`` with its chunks and its edges to entities the caller can read.
+
+        ``{"content_root", "entity": {…fields}, "chunks": […], "edges": {"out": […], "in": […]}}``.
+        Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
+        """
+        if not isinstance(uid, str) or not uid or len(uid) > 4096 or "\x00" in uid:
+            raise InvalidRequest("a uid is a non-empty string of at most 4096 characters", field="uid")
+        found = self.engine.content(_identity(identity), uid)
+        if found is None:
+            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+        return found
 
     # -- store -------------------------------------------------------------------------------------
     def stats(self) -> StoreStats:

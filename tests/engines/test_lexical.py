@@ -193,7 +193,9 @@ def test_filters_restrict_inside_the_query(index: LexicalIndex, filters: Filters
 
 def test_range_bounds_are_inclusive(index: LexicalIndex) -> None:
     day = DATES[4]
-    hits = index.search("common", 1000, acl_sets=None, filters=Filters(created_from=day, created_to=day))
+    hits = index.search(
+        "common", 1000, acl_sets=None, filters=Filters(created_from=day, created_to=day)
+    )
     assert hits and all(BY_CHUNK[c].created_at == day for c, _, _ in hits)
 
 
@@ -268,8 +270,9 @@ def test_query_syntax_is_matched_literally(index: LexicalIndex) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     text=st.text(max_size=300)
-    | st.lists(st.sampled_from([*INJECTIONS[:10], "common", "AND", "(", ")", "\\", "'", ":"]))
-    .map(" ".join)
+    | st.lists(st.sampled_from([*INJECTIONS[:10], "common", "AND", "(", ")", "\\", "'", ":"])).map(
+        " ".join
+    )
 )
 def test_arbitrary_text_never_crashes_or_widens(index: LexicalIndex, text: str) -> None:
     f = Filters(not_types=("section",), statuses=("draft",))

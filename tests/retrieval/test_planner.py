@@ -287,3 +287,19 @@ def test_fuse_stages_expands_from_the_top_of_the_first_fusion() -> None:
     assert [f.uid for f in fused][:1] == ["b"] and "z" in [f.uid for f in fused]
     assert fused[0].ranks == {"vector": 2, "lexical": 1, "graph": 2}
     assert expanded[0].name == "graph"
+
+
+def test_the_evaluation_ranks_exactly_like_the_planner(fields_store: KnowledgeStore) -> None:
+    from knowledge_store.retrieval.evaluation import Variant, collect, run_variant
+
+    filters = Filters(statuses=("published",))  # no visible supersession in this slice
+    queries = [("q1", "vacuum dead tuples"), ("q2", "replication standby"), ("q3", "backup")]
+    collected = collect(fields_store, queries, filters=filters)
+    for mode in ("rrf", "convex"):
+        fusion = Fusion.of(mode)
+        run = run_variant(collected, Variant(mode, fusion=fusion))
+        for qid, text in queries:
+            answer = fields_store.search(text, k=100, filters=filters, mode=mode)
+            ranked = sorted(run[qid], key=lambda uid: -run[qid][uid])
+            assert ranked == _uids(answer), (mode, text)
+    assert collected.expand_calls["computed"] >= 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from knowledge_store.graphquery.compiler import CompiledQuery, compile_query
 from knowledge_store.graphquery.nodes import Query
+from knowledge_store.graphquery.params import check_params
 from knowledge_store.graphquery.parser import parse, parse_lenient
 from knowledge_store.graphquery.problems import QueryError
 from knowledge_store.graphquery.runner import TIME_LIMIT_S, checked_query, prepare
@@ -19,7 +20,6 @@ from knowledge_store.graphquery.validator import (
     MAX_DEPTH,
     MAX_LIMIT,
     NODE_PROPERTIES,
-    check_params,
     validate,
 )
 

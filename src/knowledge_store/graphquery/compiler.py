@@ -28,13 +28,14 @@ from typing import Any, Literal
 
 from knowledge_store.graphquery import nodes as n
 from knowledge_store.graphquery.dialect import PRINCIPAL_PARAM, SQLITE, Dialect
+from knowledge_store.graphquery.params import param_uses
 from knowledge_store.graphquery.traversal import reach_ctes
 from knowledge_store.graphquery.validator import (
     DEFAULT_LIMIT,
     NODE_PROPERTIES,
     REL_PROPERTIES,
     analyse,
-    param_uses,
+    same_operand,
 )
 from knowledge_store.model import LABELS
 
@@ -80,6 +81,68 @@ class CompiledQuery:
             else:
                 out.append(part[0])
         return out
+
+
+@dataclass(frozen=True)
+class _Cond:
+    """A join or filter condition and the SQL aliases it references."""
+
+    sql: str
+    aliases: frozenset[str]
+
+    def __init__(self, sql: str, aliases: set[str] | frozenset[str]) -> None:
+        object.__setattr__(self, "sql", sql)
+        object.__setattr__(self, "aliases", frozenset(aliases))
+
+
+_KEY_COLUMN = {"entities": "id", "edges": "src"}
+
+
+def _optional_joins(new: list[tuple[str, str]], conds: list[_Cond]) -> list[str]:
+    """OPTIONAL MATCH as a chain of LEFT JOINs that binds all of the clause or none of it.
+
+    Each alias joins with the conditions it completes and an EXISTS check that
+    the rest of the clause can still be matched; every later alias also needs
+    the first one bound. (A parenthesised join group would say the same, but
+    SQLite materialises such a group in full before joining it.)
+    """
+    group = {alias for _, alias in new}
+    table_of = {alias: table for table, alias in new}
+    order: list[str] = []
+    bound = {a for c in conds for a in c.aliases} - group
+    remaining = [alias for _, alias in new]
+    while remaining:
+
+        def linked(alias: str) -> bool:
+            return any(
+                alias in c.aliases and c.aliases <= bound | {alias} and c.aliases & bound
+                for c in conds
+            )
+
+        pick = next((a for a in remaining if linked(a) and table_of[a] != "entities"), None)
+        pick = pick or next((a for a in remaining if linked(a)), None)
+        pick = pick or next((a for a in remaining if table_of[a] != "entities"), remaining[0])
+        order.append(pick)
+        remaining.remove(pick)
+        bound.add(pick)
+    joins: list[str] = []
+    placed: set[str] = set()
+    done: set[_Cond] = set()
+    first = order[0]
+    for i, alias in enumerate(order):
+        placed.add(alias)
+        on = [c for c in conds if c not in done and (c.aliases & group) <= placed]
+        done.update(on)
+        parts = [c.sql for c in on]
+        if i:
+            parts.append(f"{first}.{_KEY_COLUMN.get(table_of[first], 'anchor')} IS NOT NULL")
+        rest = order[i + 1 :]
+        if rest:
+            tables = ", ".join(f"{table_of[a]} AS {a}" for a in rest)
+            inner = [c.sql for c in conds if c.aliases & set(rest)]
+            parts.append(f"EXISTS (SELECT 1 FROM {tables} WHERE {' AND '.join(inner) or '1 = 1'})")
+        joins.append(f"LEFT JOIN {table_of[alias]} AS {alias} ON {' AND '.join(parts) or '1 = 1'}")
+    return joins
 
 
 @dataclass
@@ -130,13 +193,13 @@ def compile_query(
     where: list[str] = []
     for index, clause in enumerate(query.clauses):
         new: list[tuple[str, str]] = []
-        conds: list[str] = []
+        conds: list[_Cond] = []
         fixed_rels: list[tuple[str, tuple[str, ...]]] = []
         for path in clause.patterns:
             ends: list[str] = []
             for node in path.nodes:
                 alias = _node_alias(st, node, new, conds)
-                conds.extend(_node_conditions(st, node, alias))
+                conds.extend(_Cond(c, {alias}) for c in _node_conditions(st, node, alias))
                 ends.append(alias)
             for i, rel in enumerate(path.rels):
                 left, right = ends[i], ends[i + 1]
@@ -148,24 +211,26 @@ def compile_query(
                     table, alias, from_left = _var_length(st, query, index, path, i, rel)
                     new.append((table, alias))
                     anchor, other = (left, right) if from_left else (right, left)
-                    conds.append(f"{alias}.anchor = {anchor}.uid AND {alias}.node = {other}.uid")
+                    conds.append(_Cond(f"{alias}.anchor = {anchor}.uid", {alias, anchor}))
+                    conds.append(_Cond(f"{alias}.node = {other}.uid", {alias, other}))
         # openCypher: the relationships of one MATCH clause are distinct
         for j, (a, la) in enumerate(fixed_rels):
             for b, lb in fixed_rels[j + 1 :]:
                 if not la or not lb or set(la) & set(lb):
                     conds.append(
-                        f"NOT ({a}.src = {b}.src AND {a}.label = {b}.label AND {a}.dst = {b}.dst)"
+                        _Cond(
+                            f"NOT ({a}.src = {b}.src AND {a}.label = {b}.label AND {a}.dst = {b}.dst)",
+                            {a, b},
+                        )
                     )
         if clause.where is not None:
-            conds.append(_expr(st, clause.where, kinds))
+            used = {st.aliases[v].name for v in _vars(clause.where) if v in st.aliases}
+            conds.append(_Cond(_expr(st, clause.where, kinds), used))
         if not clause.optional:
             from_parts.extend(f"{dialect.inner_join} {table} AS {alias}" for table, alias in new)
-            where.extend(conds)
+            where.extend(c.sql for c in conds)
         elif new:
-            group = f" {dialect.inner_join} ".join(f"{table} AS {alias}" for table, alias in new)
-            if len(new) > 1:  # all or nothing: the clause's tables join as one group
-                group = f"({group})"
-            from_parts.append(f"LEFT JOIN {group} ON {' AND '.join(conds) or '1 = 1'}")
+            from_parts.extend(_optional_joins(new, conds))
 
     columns: list[Column] = []
     select: list[str] = []
@@ -209,7 +274,7 @@ def compile_query(
 
 
 def _node_alias(
-    st: _State, node: n.NodePattern, new: list[tuple[str, str]], conds: list[str]
+    st: _State, node: n.NodePattern, new: list[tuple[str, str]], conds: list[_Cond]
 ) -> str:
     if node.var is not None and node.var in st.aliases:
         return st.aliases[node.var].name
@@ -217,7 +282,7 @@ def _node_alias(
     if node.var is not None:
         st.aliases[node.var] = _Alias(alias, "node")
     new.append(("entities", alias))
-    conds.append(st.dialect.visible(alias))
+    conds.append(_Cond(st.dialect.visible(alias), {alias}))
     return alias
 
 
@@ -244,21 +309,29 @@ def _labels_in(column: str, labels: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(label) for label in labels)})"
 
 
-def _rel_conditions(st: _State, rel: n.RelPattern, alias: str, left: str, right: str) -> list[str]:
-    out = f"{alias}.src = {left}.uid AND {alias}.dst = {right}.uid"
-    back = f"{alias}.src = {right}.uid AND {alias}.dst = {left}.uid"
-    conds = [
-        out
-        if rel.direction == "out"
-        else back
-        if rel.direction == "in"
-        else f"(({out}) OR ({back}))"
-    ]
+def _rel_conditions(
+    st: _State, rel: n.RelPattern, alias: str, left: str, right: str
+) -> list[_Cond]:
+    if rel.direction == "both":
+        out = f"{alias}.src = {left}.uid AND {alias}.dst = {right}.uid"
+        back = f"{alias}.src = {right}.uid AND {alias}.dst = {left}.uid"
+        conds = [
+            # implied by the pair below; each links the edge to one end (an index lookup)
+            _Cond(f"({alias}.src = {left}.uid OR {alias}.dst = {left}.uid)", {alias, left}),
+            _Cond(f"({alias}.src = {right}.uid OR {alias}.dst = {right}.uid)", {alias, right}),
+            _Cond(f"(({out}) OR ({back}))", {alias, left, right}),
+        ]
+    else:
+        src, dst = (left, right) if rel.direction == "out" else (right, left)
+        conds = [
+            _Cond(f"{alias}.src = {src}.uid", {alias, src}),
+            _Cond(f"{alias}.dst = {dst}.uid", {alias, dst}),
+        ]
     if rel.labels:
-        conds.append(_labels_in(f"{alias}.label", rel.labels))
+        conds.append(_Cond(_labels_in(f"{alias}.label", rel.labels), {alias}))
     for name, value, _ in rel.props:
         assert name in REL_PROPERTIES and isinstance(value, n.Param)
-        conds.append(f"{alias}.{name} = {_param(st, value)}")
+        conds.append(_Cond(f"{alias}.{name} = {_param(st, value)}", {alias}))
     return conds
 
 
@@ -469,12 +542,6 @@ def _group_key(st: _State, op: n.Operand, exprs: list[str]) -> str:
     return ", ".join(exprs)
 
 
-def _same(x: n.Operand, y: n.Operand) -> bool:
-    from knowledge_store.graphquery.validator import _same as same
-
-    return same(x, y)
-
-
 def _sort_targets(
     st: _State,
     query: n.Query,
@@ -484,7 +551,7 @@ def _sort_targets(
 ) -> list[str]:
     for k, item in enumerate(query.items):
         by_alias = isinstance(expr, n.VarRef) and item.alias == expr.name
-        if by_alias or _same(item.expr, expr):
+        if by_alias or same_operand(item.expr, expr):
             cols = outputs[k]
             if isinstance(item.expr, n.VarRef) and kinds.get(item.expr.name) == "node":
                 return cols[:1]  # a node sorts by its uid

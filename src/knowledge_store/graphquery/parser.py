@@ -212,6 +212,10 @@ def _check_text(text: str) -> QueryError | None:
         )
     if "\x00" in text:
         return QueryError("invalid_request", "the query contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return QueryError("invalid_request", "the query is not valid Unicode text")
     return None
 
 

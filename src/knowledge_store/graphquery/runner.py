@@ -12,13 +12,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from knowledge_store.errors import QueryTimeout, StoreError
+from knowledge_store.errors import InvalidRequest, QueryTimeout, StoreError
 from knowledge_store.graphquery.compiler import CompiledQuery, compile_query
 from knowledge_store.graphquery.dialect import SQLITE
 from knowledge_store.graphquery.nodes import Query
+from knowledge_store.graphquery.params import check_params
 from knowledge_store.graphquery.parser import parse, parse_lenient
 from knowledge_store.graphquery.problems import raise_errors
-from knowledge_store.graphquery.validator import check_params
 
 __all__ = ["TIME_LIMIT_S", "checked_query", "execute", "prepare"]
 
@@ -100,6 +100,8 @@ def execute(
         raise StoreError(f"query_graph failed in the catalog: {exc}") from exc
     except sqlite3.Error as exc:
         raise StoreError(f"query_graph failed in the catalog: {exc}") from exc
+    except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
+        raise InvalidRequest(f"a parameter value cannot be used: {exc}") from exc
     finally:
         if cursor is not None:
             cursor.close()

@@ -1,15 +1,14 @@
 """The bounds of query_graph (DESIGN §5), checked on the AST before anything runs.
 
 ``validate(query)`` returns every problem of the text alone (labels, depth,
-properties, literals, variables, LIMIT); ``check_params(query, params)``
-every problem of the parameters (missing, unused, of the wrong kind). Both
-return lists so that the lenient mode can report all problems at once.
+properties, literals, variables, LIMIT); :func:`.params.check_params` every
+problem of the parameters. Both return lists so that the lenient mode can
+report all problems at once.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,15 +20,14 @@ __all__ = [
     "DEFAULT_LIMIT",
     "MAX_DEPTH",
     "MAX_LIMIT",
-    "MAX_LIST_PARAM",
     "MAX_PATTERN_ELEMENTS",
     "NODE_PROPERTIES",
     "REL_PROPERTIES",
     "Analysis",
-    "ParamUse",
     "analyse",
-    "check_params",
-    "param_uses",
+    "error_at",
+    "limit_error",
+    "same_operand",
     "validate",
 ]
 
@@ -51,21 +49,9 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 #: Node and relationship patterns in one query, all clauses together.
 MAX_PATTERN_ELEMENTS = 32
-#: Items in one list parameter (``IN $uids``).
-MAX_LIST_PARAM = 10_000
-_INT64 = (-(2**63), 2**63 - 1)
 _FUNCTIONS = ("count", "type")
 
 VarKind = Literal["node", "rel", "path"]
-UseKind = Literal["scalar", "list", "string", "count"]
-
-
-@dataclass(frozen=True)
-class ParamUse:
-    name: str
-    kind: UseKind
-    pos: n.Pos
-    where: str  # for messages: "LIMIT", "STARTS WITH", "{uid: …}", …
 
 
 @dataclass
@@ -76,12 +62,9 @@ class Analysis:
     first_clause: dict[str, int] = field(default_factory=dict)
     errors: list[QueryError] = field(default_factory=list)
 
-    @property
-    def aggregating(self) -> bool:
-        return False
 
-
-def _err(code: str, message: str, pos: n.Pos | None, **details: Any) -> QueryError:
+def error_at(code: str, message: str, pos: n.Pos | None, **details: Any) -> QueryError:
+    """A :class:`QueryError` at ``pos`` (None: the query as a whole)."""
     return QueryError(
         code,
         message,
@@ -93,7 +76,7 @@ def _err(code: str, message: str, pos: n.Pos | None, **details: Any) -> QueryErr
 
 def _literal_error(lit: n.Literal, suggestion: str) -> QueryError:
     shown = lit.text if len(lit.text) <= 40 else lit.text[:37] + "…"
-    return _err(
+    return error_at(
         "invalid_request",
         f"{shown} is a literal value; values enter only as parameters: write ${suggestion}"
         f" and pass it by name (--param {suggestion}=…)",
@@ -107,7 +90,7 @@ def _label_error(label: str, pos: n.Pos) -> QueryError:
         label, LABELS, n=1
     )
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return _err(
+    return error_at(
         "unknown_label",
         f"unknown relationship type {label!r}{hint}; use one of: {', '.join(LABELS)}",
         pos,
@@ -122,7 +105,7 @@ def _field_error(var: str, name: str, pos: n.Pos, kind: VarKind) -> QueryError:
     extra = (
         "; a relationship's label is type(r)" if kind == "rel" and name in {"label", "type"} else ""
     )
-    return _err(
+    return error_at(
         "unknown_field",
         f"unknown {what} property {var}.{name}; use one of: {', '.join(allowed)}{extra}",
         pos,
@@ -136,7 +119,7 @@ def _depth_errors(length: n.VarLength) -> list[QueryError]:
     if hi is None:
         written = "*" if lo is None else f"*{lo}.."
         return [
-            _err(
+            error_at(
                 "bound_exceeded",
                 f"`{written}` has no upper bound; write `*1..d` with d at most {MAX_DEPTH}"
                 f" (e.g. `*1..{MAX_DEPTH}`)",
@@ -148,7 +131,7 @@ def _depth_errors(length: n.VarLength) -> list[QueryError]:
     if hi > MAX_DEPTH:
         low = lo if lo is not None and lo <= MAX_DEPTH else 1
         errors.append(
-            _err(
+            error_at(
                 "bound_exceeded",
                 f"`depth` {hi} exceeds the maximum of {MAX_DEPTH}; write `*{low}..{MAX_DEPTH}`",
                 length.pos,
@@ -158,7 +141,7 @@ def _depth_errors(length: n.VarLength) -> list[QueryError]:
         )
     if lo is not None and lo < 1:
         errors.append(
-            _err(
+            error_at(
                 "invalid_request",
                 f"a variable-length relationship starts at 1 hop, not {lo}; write `*1..{min(hi, MAX_DEPTH)}`",
                 length.pos,
@@ -166,24 +149,13 @@ def _depth_errors(length: n.VarLength) -> list[QueryError]:
         )
     elif lo is not None and lo > hi:
         errors.append(
-            _err(
+            error_at(
                 "invalid_request",
                 f"`*{lo}..{hi}`: the lower bound is above the upper bound; write `*{hi}..{lo}`",
                 length.pos,
             )
         )
     return errors
-
-
-def _walk_expr(expr: n.Expr) -> Iterator[n.Expr]:
-    """The predicates of a WHERE expression (comparisons, IS NULL, bare operands)."""
-    if isinstance(expr, n.And | n.Or):
-        for item in expr.items:
-            yield from _walk_expr(item)
-    elif isinstance(expr, n.Not):
-        yield from _walk_expr(expr.expr)
-    else:
-        yield expr
 
 
 def analyse(query: n.Query) -> Analysis:
@@ -197,7 +169,7 @@ def analyse(query: n.Query) -> Analysis:
                 _bind(a, node.var, "node", index, node.pos)
                 if len(node.labels) > 1:
                     a.errors.append(
-                        _err(
+                        error_at(
                             "invalid_request",
                             f"a node takes one type, not {len(node.labels)}"
                             f" (:{':'.join(node.labels)}); for any of several types write"
@@ -214,7 +186,7 @@ def analyse(query: n.Query) -> Analysis:
                 _bind(a, rel.var, kind, index, rel.pos)
                 if rel.var is not None and rel.length is not None:
                     a.errors.append(
-                        _err(
+                        error_at(
                             "invalid_request",
                             f"a variable-length relationship cannot be bound to a variable;"
                             f" drop `{rel.var}` (return the nodes at its ends instead)",
@@ -228,7 +200,7 @@ def analyse(query: n.Query) -> Analysis:
                     a.errors.extend(_depth_errors(rel.length))
                     if rel.props:
                         a.errors.append(
-                            _err(
+                            error_at(
                                 "invalid_request",
                                 "a variable-length relationship takes no properties",
                                 rel.pos,
@@ -242,7 +214,7 @@ def analyse(query: n.Query) -> Analysis:
             a.errors.extend(_where_errors(a, clause.where, index))
     if elements > MAX_PATTERN_ELEMENTS:
         a.errors.append(
-            _err(
+            error_at(
                 "bound_exceeded",
                 f"the query has {elements} node and relationship patterns; the maximum is"
                 f" {MAX_PATTERN_ELEMENTS}",
@@ -265,7 +237,7 @@ def _bind(a: Analysis, var: str | None, kind: VarKind, clause: int, pos: n.Pos) 
         what = {"node": "a node", "rel": "a relationship", "path": "a variable-length relationship"}
         again = "twice" if known == kind else f"as {what[kind]} after {what[known]}"
         a.errors.append(
-            _err(
+            error_at(
                 "invalid_request",
                 f"variable `{var}` is bound {again}; give each relationship its own variable",
                 pos,
@@ -280,7 +252,7 @@ def _map_value_errors(name: str, value: n.Operand) -> list[QueryError]:
     if isinstance(value, n.Literal):
         return [_literal_error(value, name)]
     return [
-        _err(
+        error_at(
             "invalid_request",
             f"a property map takes parameters: write {{{name}: ${name}}}",
             _operand_pos(value),
@@ -312,7 +284,7 @@ def _where_errors(a: Analysis, expr: n.Expr, clause: int) -> list[QueryError]:
         )
         if expr.op == "IN" and not isinstance(expr.right, n.Param | n.Literal):
             errors.append(
-                _err(
+                error_at(
                     "invalid_request",
                     "the right side of IN must be a parameter holding a list, e.g. n.uid IN $uids",
                     expr.pos,
@@ -321,7 +293,7 @@ def _where_errors(a: Analysis, expr: n.Expr, clause: int) -> list[QueryError]:
         nodes = [op for op in (expr.left, expr.right) if _is_node_ref(a, op)]
         if nodes and (expr.op not in {"=", "<>"} or len(nodes) != 2):
             errors.append(
-                _err(
+                error_at(
                     "invalid_request",
                     "a node compares only with another node, with = or <>;"
                     " compare its properties instead (e.g. n.uid = $uid)",
@@ -333,7 +305,7 @@ def _where_errors(a: Analysis, expr: n.Expr, clause: int) -> list[QueryError]:
     errors.extend(_operand_errors(a, expr, clause, where=True, hint="value"))
     if not errors:
         errors.append(
-            _err(
+            error_at(
                 "invalid_request",
                 "a WHERE condition compares something: write e.g. n.status = $status,"
                 " n.uid IN $uids or n.href IS NULL",
@@ -367,14 +339,14 @@ def _operand_errors(
 
     def unbound(var: str, pos: n.Pos) -> QueryError | None:
         if var not in a.kinds:
-            return _err(
+            return error_at(
                 "invalid_request",
                 f"unknown variable `{var}`; bind it in a MATCH pattern first",
                 pos,
                 variable=var,
             )
         if clause is not None and a.first_clause[var] > clause:
-            return _err(
+            return error_at(
                 "invalid_request",
                 f"variable `{var}` is used before the MATCH that binds it",
                 pos,
@@ -387,7 +359,7 @@ def _operand_errors(
     if isinstance(op, n.Param):
         if not where:
             return [
-                _err(
+                error_at(
                     "invalid_request",
                     f"RETURN and ORDER BY take variables, properties and count(), not ${op.name}",
                     op.pos,
@@ -395,11 +367,11 @@ def _operand_errors(
             ]
         return []
     if isinstance(op, n.Star):
-        return [_err("invalid_request", "`*` is only allowed as count(*)", op.pos)]
+        return [error_at("invalid_request", "`*` is only allowed as count(*)", op.pos)]
     if isinstance(op, n.VarRef):
         problem = unbound(op.name, op.pos)
         if problem is None and a.kinds[op.name] == "path":
-            problem = _err(
+            problem = error_at(
                 "invalid_request",
                 f"`{op.name}` is a variable-length relationship and cannot be used",
                 op.pos,
@@ -412,7 +384,7 @@ def _operand_errors(
         kind = a.kinds[op.var]
         if kind == "path":
             return [
-                _err(
+                error_at(
                     "invalid_request",
                     f"`{op.var}` is a variable-length relationship and has no properties",
                     op.pos,
@@ -423,7 +395,7 @@ def _operand_errors(
     # a function call
     if op.name not in _FUNCTIONS:
         return [
-            _err(
+            error_at(
                 "invalid_request",
                 f"unknown function {op.name}(); query_graph has count(*), count(x),"
                 " count(DISTINCT x) and type(r)",
@@ -433,26 +405,28 @@ def _operand_errors(
         ]
     if op.name == "count":
         if where:
-            return [_err("invalid_request", "count() belongs in RETURN, not in WHERE", op.pos)]
+            return [error_at("invalid_request", "count() belongs in RETURN, not in WHERE", op.pos)]
         if len(op.args) != 1:
             return [
-                _err("invalid_request", "count takes one argument: count(*) or count(x)", op.pos)
+                error_at(
+                    "invalid_request", "count takes one argument: count(*) or count(x)", op.pos
+                )
             ]
         arg = op.args[0]
         if isinstance(arg, n.Star):
             if op.distinct:
-                return [_err("invalid_request", "write count(*) or count(DISTINCT x)", op.pos)]
+                return [error_at("invalid_request", "write count(*) or count(DISTINCT x)", op.pos)]
             return []
         if isinstance(arg, n.VarRef | n.Property):
             return _operand_errors(a, arg, clause, where=False, hint=hint)
-        return [_err("invalid_request", "count takes *, a variable or a property", op.pos)]
+        return [error_at("invalid_request", "count takes *, a variable or a property", op.pos)]
     # type(r)
     if op.distinct or len(op.args) != 1 or not isinstance(op.args[0], n.VarRef):
-        return [_err("invalid_request", "write type(r) with r a relationship variable", op.pos)]
+        return [error_at("invalid_request", "write type(r) with r a relationship variable", op.pos)]
     arg = op.args[0]
     problem = unbound(arg.name, arg.pos)
     if problem is None and a.kinds[arg.name] != "rel":
-        problem = _err(
+        problem = error_at(
             "invalid_request",
             f"type() takes a relationship variable; `{arg.name}` is not one",
             arg.pos,
@@ -473,7 +447,7 @@ def validate(query: n.Query) -> list[QueryError]:
         errors.extend(_operand_errors(a, item.expr, None, where=False, hint="value"))
         if item.column in columns:
             errors.append(
-                _err(
+                error_at(
                     "invalid_request",
                     f"two columns are named {item.column!r}; give one of them an alias with AS",
                     item.pos,
@@ -486,19 +460,19 @@ def validate(query: n.Query) -> list[QueryError]:
     for name, value in (("SKIP", query.skip), ("LIMIT", query.limit)):
         if isinstance(value, n.Literal):
             errors.append(
-                _err(
+                error_at(
                     "invalid_request",
                     f"{name} takes a whole number or a $parameter, not {value.text}",
                     value.pos,
                 )
             )
         elif isinstance(value, int) and name == "LIMIT" and value > MAX_LIMIT:
-            errors.append(_limit_error(value, query.limit_pos or query.pos))
+            errors.append(limit_error(value, query.limit_pos or query.pos))
     return errors
 
 
-def _limit_error(value: int, pos: n.Pos | None) -> QueryError:
-    return _err(
+def limit_error(value: int, pos: n.Pos | None) -> QueryError:
+    return error_at(
         "bound_exceeded",
         f"LIMIT {value} exceeds the maximum of {MAX_LIMIT}; write LIMIT {MAX_LIMIT}"
         " and page with SKIP",
@@ -514,11 +488,11 @@ def _sort_errors(
     expr = sort.expr
     if isinstance(expr, n.VarRef) and any(i.alias == expr.name for i in query.items):
         return []
-    if any(_same(i.expr, expr) for i in query.items):
+    if any(same_operand(i.expr, expr) for i in query.items):
         return []
     if aggregating or query.distinct:
         return [
-            _err(
+            error_at(
                 "invalid_request",
                 "with DISTINCT or count(), ORDER BY can only use the returned columns;"
                 " order by a column alias or add the expression to RETURN",
@@ -526,11 +500,11 @@ def _sort_errors(
             )
         ]
     if _is_count(expr):
-        return [_err("invalid_request", "ORDER BY count(…) needs count(…) in RETURN", sort.pos)]
+        return [error_at("invalid_request", "ORDER BY count(…) needs count(…) in RETURN", sort.pos)]
     return _operand_errors(a, expr, None, where=False, hint="value")
 
 
-def _same(x: n.Operand, y: n.Operand) -> bool:
+def same_operand(x: n.Operand, y: n.Operand) -> bool:
     """Structural equality, ignoring positions."""
     if type(x) is not type(y):
         return False
@@ -543,130 +517,6 @@ def _same(x: n.Operand, y: n.Operand) -> bool:
             x.name == y.name
             and x.distinct == y.distinct
             and len(x.args) == len(y.args)
-            and all(_same(p, q) for p, q in zip(x.args, y.args, strict=True))
+            and all(same_operand(p, q) for p, q in zip(x.args, y.args, strict=True))
         )
     return isinstance(x, n.Star) and isinstance(y, n.Star)
-
-
-# -- parameters --------------------------------------------------------------------------------------
-
-
-def param_uses(query: n.Query) -> list[ParamUse]:
-    """Where each parameter is used, and what kind of value that place takes."""
-    uses: list[ParamUse] = []
-    for clause in query.clauses:
-        for path in clause.patterns:
-            for node in path.nodes:
-                for name, value, _ in node.props:
-                    if isinstance(value, n.Param):
-                        uses.append(ParamUse(value.name, "scalar", value.pos, f"{{{name}: …}}"))
-            for rel in path.rels:
-                for name, value, _ in rel.props:
-                    if isinstance(value, n.Param):
-                        uses.append(ParamUse(value.name, "scalar", value.pos, f"{{{name}: …}}"))
-        if clause.where is not None:
-            for e in _walk_expr(clause.where):
-                if isinstance(e, n.Compare):
-                    for side in (e.left, e.right):
-                        if isinstance(side, n.Param):
-                            kind: UseKind = "scalar"
-                            if e.op == "IN" and side is e.right:
-                                kind = "list"
-                            elif e.op in {"STARTS WITH", "ENDS WITH", "CONTAINS"}:
-                                kind = "string"
-                            uses.append(ParamUse(side.name, kind, side.pos, e.op))
-                elif isinstance(e, n.IsNull) and isinstance(e.operand, n.Param):
-                    uses.append(ParamUse(e.operand.name, "scalar", e.operand.pos, "IS NULL"))
-                elif isinstance(e, n.Param):
-                    uses.append(ParamUse(e.name, "scalar", e.pos, "WHERE"))
-    for clause_name, count in (("SKIP", query.skip), ("LIMIT", query.limit)):
-        if isinstance(count, n.Param):
-            uses.append(ParamUse(count.name, "count", count.pos, clause_name))
-    for item in query.items:
-        if isinstance(item.expr, n.Param):
-            uses.append(ParamUse(item.expr.name, "scalar", item.expr.pos, "RETURN"))
-    return uses
-
-
-def _is_scalar(value: Any) -> bool:
-    if isinstance(value, bool) or value is None or isinstance(value, str | float):
-        return not (isinstance(value, str) and "\x00" in value)
-    return isinstance(value, int) and _INT64[0] <= value <= _INT64[1]
-
-
-def check_params(query: n.Query, params: Mapping[str, Any]) -> list[QueryError]:
-    """Missing, unused and ill-typed parameters."""
-    errors: list[QueryError] = []
-    if not isinstance(params, Mapping):
-        return [_err("invalid_request", "parameters must be a mapping of name → value", None)]
-    uses = param_uses(query)
-    used = {u.name for u in uses}
-    reported: set[str] = set()
-    for use in uses:
-        if use.name in params or use.name in reported:
-            continue
-        reported.add(use.name)
-        errors.append(
-            _err(
-                "invalid_request",
-                f"parameter ${use.name} is not bound; pass it by name (--param {use.name}=…)",
-                use.pos,
-                parameter=use.name,
-            )
-        )
-    for name in params:
-        if name not in used:
-            errors.append(
-                _err(
-                    "invalid_request",
-                    f"parameter {name!r} is not used by the query; remove it or use ${name}",
-                    None,
-                    parameter=str(name),
-                )
-            )
-    for use in uses:
-        if use.name not in params:
-            continue
-        value = params[use.name]
-        problem: str | None = None
-        if use.kind == "list":
-            if not isinstance(value, list | tuple):
-                problem = f"is used with IN and must be a list, not {type(value).__name__}"
-            elif len(value) > MAX_LIST_PARAM:
-                errors.append(
-                    _err(
-                        "bound_exceeded",
-                        f"parameter ${use.name} holds {len(value)} items; the maximum is"
-                        f" {MAX_LIST_PARAM}",
-                        use.pos,
-                        parameter=use.name,
-                        maximum=MAX_LIST_PARAM,
-                    )
-                )
-            elif not all(_is_scalar(v) for v in value):
-                problem = "must be a list of strings, numbers, booleans or nulls"
-        elif use.kind == "string":
-            if not isinstance(value, str) or "\x00" in value:
-                problem = f"is used with {use.where} and must be a string"
-        elif use.kind == "count":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                problem = f"is used as {use.where} and must be a whole number ≥ 0"
-            elif use.where == "LIMIT" and value > MAX_LIMIT:
-                errors.append(_limit_error(value, use.pos))
-            elif value > _INT64[1]:
-                problem = "is too large"
-        elif not _is_scalar(value):
-            problem = (
-                f"is used in {use.where} and must be a string, a number, a boolean or null"
-                f" (lists go with IN), not {type(value).__name__}"
-            )
-        if problem is not None:
-            errors.append(
-                _err(
-                    "invalid_request",
-                    f"parameter ${use.name} {problem}",
-                    use.pos,
-                    parameter=use.name,
-                )
-            )
-    return errors

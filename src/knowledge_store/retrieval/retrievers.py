@@ -256,9 +256,7 @@ class GraphRetriever:
         if not request.seeds:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        graph = self.engine.graph(
-            identity, list(request.seeds), depth=request.depth, k=request.k
-        )
+        graph = self.engine.graph(identity, list(request.seeds), depth=request.depth, k=request.k)
         seeds = set(request.seeds)
         hits = [h for h in graph.hits if h.uid not in seeds]
         if hits and not request.filters.is_empty:

@@ -549,6 +549,38 @@ def eval_(
     _run(as_json, action, show)
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port")] = 8000,
+    tokens: Annotated[
+        Path | None, typer.Option("--tokens", help="token file: tokens → identities (+ admin)")
+    ] = None,
+    anonymous: Annotated[
+        bool, typer.Option("--anonymous", help="callers without a token read as everyone")
+    ] = False,
+    mcp_stdio: Annotated[
+        bool, typer.Option("--mcp-stdio", help="serve MCP on stdin/stdout instead of HTTP")
+    ] = False,
+    as_: AsOpt = None,
+) -> None:
+    """Serve: HTTP (REST /v1, GraphQL, MCP at /mcp, the search page) or MCP over stdio."""
+    from knowledge_store.surfaces.serve import serve as run_server
+
+    try:
+        run_server(
+            state.store_location,
+            host=host,
+            port=port,
+            tokens=tokens,
+            anonymous=anonymous,
+            mcp_stdio=mcp_stdio,
+            identity=as_,
+        )
+    except KnowledgeStoreError as exc:
+        _fail(exc, False)
+
+
 # -- ACL administration ---------------------------------------------------------------------------
 @acl_app.command("grant")
 def acl_grant(uid: str, principal: str, as_json: JsonOpt = False) -> None:

@@ -10,7 +10,9 @@ One writer at a time (a file lock); readers never take it.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -442,6 +444,79 @@ class EmbeddedEngine:
     ) -> QueryAnswer:
         """query_graph: one bounded, read-only, parameterised statement (see ``graphquery``)."""
         return graphs.run_query_graph(self.catalog, identity, text, params, lenient=lenient)
+
+    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
+        """One entity with its chunks and its edges to visible entities, or None.
+
+        None both when ``uid`` does not exist and when ``identity`` may not read
+        it: the caller can't tell the two apart. The ACL check is the same
+        visible-ACL-set test every primitive applies.
+        """
+        try:
+            with self.catalog.read() as conn:
+                _, root = self.catalog.latest_publish(conn)
+                visible = self.catalog.visible_acl_sets(conn, identity.principal)
+                row = conn.execute(
+                    "SELECT id, uid, type, title, body, source, status, created_at, updated_at,"
+                    " href, attributes, acl_set FROM entities WHERE uid = ?",
+                    (uid,),
+                ).fetchone()
+                if row is None or int(row[11]) not in set(visible):
+                    return None
+                chunks = [
+                    {
+                        "chunk_id": int(c[0]),
+                        "ordinal": int(c[1]),
+                        "text": c[2],
+                        "heading": json.loads(c[3]),
+                        "start": int(c[4]),
+                        "end": int(c[5]),
+                    }
+                    for c in conn.execute(
+                        'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
+                        " WHERE entity = ? ORDER BY ordinal",
+                        (row[0],),
+                    )
+                ]
+                sets = ",".join(str(int(a)) for a in visible) or "NULL"
+                edges: dict[str, list[dict[str, Any]]] = {}
+                for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
+                    edges[direction] = [
+                        {
+                            "label": e[0],
+                            "uid": e[1],
+                            "position": e[2],
+                            "title": e[3],
+                            "type": e[4],
+                            "href": e[5],
+                        }
+                        for e in conn.execute(
+                            f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+                            f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+                            f" WHERE g.{near} = ? AND o.acl_set IN ({sets})"
+                            " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
+                            (uid,),
+                        )
+                    ]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
+        return {
+            "content_root": root,
+            "entity": {
+                "uid": row[1],
+                "type": row[2],
+                "title": row[3],
+                "body": row[4],
+                "source": row[5],
+                "status": row[6],
+                "created_at": row[7],
+                "updated_at": row[8],
+                "href": row[9],
+                "attributes": json.loads(row[10]),
+            },
+            "chunks": chunks,
+            "edges": edges,
+        }
 
     # -- ACL administration -------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:

@@ -29,6 +29,14 @@ GRAPH_MAX_DEPTH = 3
 GRAPH_MAX_K = 1000
 
 
+def _text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
 def check_graph_request(
     starts: Sequence[str], depth: int, labels: Sequence[str], direction: str, k: int
 ) -> tuple[list[str], tuple[str, ...]]:
@@ -38,8 +46,10 @@ def check_graph_request(
     unique = [s for s in dict.fromkeys(starts)]
     if not unique:
         raise InvalidRequest("graph needs at least one start uid", field="starts")
-    if any(not isinstance(s, str) or not s for s in unique):
-        raise InvalidRequest("start uids must be non-empty strings", field="starts")
+    if any(not isinstance(s, str) or not s or not _text(s) for s in unique):
+        raise InvalidRequest(
+            "start uids must be non-empty strings of valid Unicode text", field="starts"
+        )
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise BoundExceeded(
             f"`depth` {depth} is below the minimum of 1; use a depth of 1, 2 or 3",

@@ -1,0 +1,930 @@
+"""The PostgreSQL engine: the whole store in one database (pgvector, tsvector, SQL BM25).
+
+``PostgresEngine(url)`` opens (creating or migrating) the store in schema
+``ks`` of the database at ``url``; ``PostgresEngine.open("pg:DIR")`` first
+starts a local server with pgserver. Every primitive is one parameterised
+statement (psycopg 3, server-side binding) that begins with identity
+expansion (a recursive CTE over memberships) and the visible ACL sets, then
+ranks only what those allow; each read is one ``REPEATABLE READ`` snapshot,
+so the content root an answer reports is the one its rows come from. Writes
+are serialised by an advisory lock and never block readers (MVCC).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from knowledge_store.engines.base import (
+    AclExplanation,
+    PreparedEntity,
+    PrincipalInfo,
+    StoreStats,
+    Vector,
+)
+from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.embedded.graph import check_graph_request
+from knowledge_store.engines.postgres import fields as field_sql
+from knowledge_store.engines.postgres import graph as graph_sql
+from knowledge_store.engines.postgres import lexical as lexical_sql
+from knowledge_store.engines.postgres import publish as writes
+from knowledge_store.engines.postgres import vector as vector_sql
+from knowledge_store.engines.postgres.db import Connection, Database, translate
+from knowledge_store.engines.postgres.schema import (
+    ADVISORY_LOCK_MIGRATE,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Features,
+    Migration,
+    detect_features,
+    held_principals_cte,
+    vector_ddl,
+)
+from knowledge_store.errors import (
+    BoundExceeded,
+    InvalidRequest,
+    ModelMismatch,
+    NotFound,
+    QueryTimeout,
+    StoreError,
+)
+from knowledge_store.graphquery.runner import TIME_LIMIT_S
+from knowledge_store.graphquery.traversal import FANOUT_CAP, MAX_STARTS
+from knowledge_store.model import (
+    EVERYONE,
+    AggregateAnswer,
+    ChunkHit,
+    ChunkHits,
+    Filters,
+    GraphHits,
+    Identity,
+    QueryAnswer,
+    SqlHit,
+    SqlHits,
+    VectorInfo,
+    check_principal,
+)
+from knowledge_store.retrieval.aggregates import check_aggregate, shape_rows
+from knowledge_store.retrieval.filters import parse_order
+
+__all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
+
+DEFAULT_SCHEMA = "ks"
+#: Overrides the lexical ranker (``bm25``, ``ts_rank_cd``, ``pg_search``, ``pg_textsearch``).
+LEXICAL_ENV = "KS_PG_LEXICAL"
+MAX_K = 1000
+#: ANALYZE after a publish that changed at least this many chunks (fresh planner statistics).
+_ANALYZE_AFTER = 2_000
+_PLAN_CACHE = 256
+
+_SNAPSHOT = (
+    "SELECT coalesce((SELECT id FROM publishes ORDER BY id DESC LIMIT 1), 0),"
+    " coalesce((SELECT root FROM publishes ORDER BY id DESC LIMIT 1), %s),"
+    " (SELECT value FROM meta WHERE key = 'membership_version'),"
+    " (SELECT value FROM meta WHERE key = 'needs_rebuild')"
+)
+_BUMP_MEMBERSHIPS = (
+    "INSERT INTO meta (key, value) VALUES ('membership_version', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text"
+)
+_CHUNK_ROW_WIDTH = 9
+
+
+def split_location(text: str) -> tuple[str, str | None]:
+    """``postgresql://…?schema=s&…`` → (the URL without ``schema``, ``s``)."""
+    parts = urlsplit(text)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    if not schemas:
+        return text, None
+    rest = urlencode([(k, v) for k, v in query if k != "schema"], safe="/")
+    return urlunsplit(parts._replace(query=rest)), schemas[-1]
+
+
+def _with_schema(url: str, schema: str) -> str:
+    parts = urlsplit(url)
+    query = [*parse_qsl(parts.query, keep_blank_values=True), ("schema", schema)]
+    return urlunsplit(parts._replace(query=urlencode(query, safe="/")))
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
+
+
+def _chunk_hit(row: Sequence[Any], rank: int) -> ChunkHit:
+    return ChunkHit(
+        uid=str(row[1]),
+        chunk_id=int(row[0]),
+        title=str(row[2]),
+        type=str(row[3]),
+        href=row[4],
+        text=str(row[5]),
+        heading=tuple(row[6]),
+        start=int(row[7]),
+        end=int(row[8]),
+        score=float(row[9]),
+        rank=rank,
+    )
+
+
+def _check_membership(group: str, member: str) -> None:
+    check_principal(group)
+    check_principal(member)
+    if not group.startswith("group:"):
+        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
+    if member == EVERYONE:
+        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
+    if group == member:
+        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
+
+
+class PostgresEngine:
+    """The production engine. ``PostgresEngine(url)`` opens or creates the store."""
+
+    name = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        lexical_ranker: str | None = None,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> None:
+        self.url = url
+        #: How to open this store again (``ks --store``); ``open`` sets what it was given.
+        self.path = url if schema == DEFAULT_SCHEMA else _with_schema(url, schema)
+        self.db = Database(url, schema)
+        self.features = self._open(migrations)
+        ranker = lexical_ranker or os.environ.get(LEXICAL_ENV) or None
+        self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
+        if self.lexical_ranker not in lexical_sql.LEXICAL_RANKERS:
+            lexical_sql.lexical_statement(self.lexical_ranker, EVERYONE, "", 1, Filters())  # raises
+        self._model: tuple[str, int] | None = None
+        self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
+        self._plans_lock = threading.Lock()
+        self._changed_since_analyze = 0
+
+    @classmethod
+    def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
+        """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance).
+
+        A ``schema=NAME`` query parameter of a URL names the schema the store lives
+        in (default ``ks``), so one database can hold several stores.
+        """
+        text = str(location)
+        if text.startswith("pg:"):
+            from knowledge_store.engines.postgres.server import local_server_url
+
+            directory = text[3:]
+            if not directory:
+                raise InvalidRequest("pg: needs a directory, e.g. pg:./.ks-pg", store=text)
+            engine = cls(local_server_url(directory), **kwargs)
+        else:
+            url, schema = split_location(text)
+            if schema is not None:
+                kwargs.setdefault("schema", schema)
+            engine = cls(url, **kwargs)
+        engine.path = text
+        return engine
+
+    # -- opening: extension, schema, migrations -------------------------------------------------
+    def _open(self, migrations: Sequence[Migration]) -> Features:
+        conn = self.db.connect(register=False)
+        try:
+            installed = self._ensure_pgvector(conn)
+            with translate("opening the store"):
+                conn.execute("BEGIN")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_MIGRATE,))
+                row = conn.execute(
+                    "SELECT n.nspname FROM pg_extension AS x"
+                    " JOIN pg_namespace AS n ON n.oid = x.extnamespace WHERE x.extname = 'vector'"
+                ).fetchone()
+                assert row is not None
+                schema = sql.Identifier(self.db.schema)
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                path = f"{schema.as_string(conn)}, {sql.Identifier(str(row[0])).as_string(conn)}"
+                conn.execute("SELECT set_config('search_path', %s, true)", (path,))
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)"
+                )
+                self._migrate(conn, migrations)
+                features = detect_features(installed)
+                if features.bm25_extension is not None:
+                    conn.execute(lexical_sql.EXTENSION_INDEX[features.bm25_extension])
+                conn.execute("COMMIT")
+            self.db.search_path = path
+            return features
+        finally:
+            conn.close()
+
+    def _ensure_pgvector(self, conn: Connection) -> list[tuple[str, str]]:
+        def installed() -> list[tuple[str, str]]:
+            return [
+                (str(n), str(v))
+                for n, v in conn.execute("SELECT extname, extversion FROM pg_extension")
+            ]
+
+        with translate("reading the installed extensions"):
+            found = installed()
+        if any(name == "vector" for name, _ in found):
+            return found
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except pg_errors.UniqueViolation:  # another process created it just now
+            pass
+        except psycopg.Error as exc:
+            raise StoreError(
+                "pgvector is not available in this database, and this role cannot create it"
+                f" ({str(exc).strip()}); install pgvector on the server and run"
+                " `CREATE EXTENSION vector;` as a superuser in this database, then retry"
+            ) from exc
+        with translate("reading the installed extensions"):
+            return installed()
+
+    def _migrate(self, conn: Connection, migrations: Sequence[Migration]) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        current = 0 if row is None else int(row[0])
+        latest = migrations[-1].version
+        if current > latest:
+            raise StoreError(
+                f"the store in schema {self.db.schema!r} was written by a newer knowledge-store"
+                f" (schema version {current}; this one knows up to {latest}); upgrade"
+                " knowledge-store to open it",
+                schema_version=current,
+                supported=latest,
+            )
+        for migration in migrations:
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                conn.execute(statement)
+            if migration.needs_rebuild and current > 0:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('needs_rebuild', %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(migration.version),),
+                )
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(migration.version),),
+            )
+
+    # -- snapshot helpers ---------------------------------------------------------------------------
+    def _snapshot(self, conn: Connection) -> tuple[int, str, str | None]:
+        row = conn.execute(_SNAPSHOT, (EMPTY_ROOT,)).fetchone()
+        assert row is not None
+        if row[3] is not None:
+            raise StoreError(
+                f"this store was migrated to schema version {row[3]}, which changed how it"
+                f" indexes text; run `ks --store {self._shown_location()} rebuild` once",
+                needs_rebuild=True,
+            )
+        return int(row[0]), str(row[1]), row[2]
+
+    def _shown_location(self) -> str:
+        from knowledge_store.engines.postgres.db import _redacted
+
+        return _redacted(self.url)
+
+    # -- model and content ---------------------------------------------------------------------------
+    def _meta(self, conn: Connection, key: str) -> str | None:
+        row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def model(self) -> tuple[str, int] | None:
+        if self._model is not None:
+            return self._model
+        with translate("reading the model"):
+            conn = self.db.conn()
+            model, dimension = self._meta(conn, "model"), self._meta(conn, "dimension")
+        if model is None or dimension is None:
+            return None
+        self._model = (model, int(dimension))
+        return self._model
+
+    def model_spec(self) -> str | None:
+        with translate("reading the model"):
+            return self._meta(self.db.conn(), "embedder")
+
+    def set_model(self, model_id: str, dimension: int, spec: str) -> None:
+        current = self.model()
+        if current is None:
+            with self.db.write() as conn, translate("recording the model"):
+                model, dim = self._meta(conn, "model"), self._meta(conn, "dimension")
+                if model is None or dim is None:
+                    for key, value in (
+                        ("model", model_id),
+                        ("dimension", str(dimension)),
+                        ("embedder", spec),
+                    ):
+                        conn.execute(
+                            "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                            (key, value),
+                        )
+                    for statement in vector_ddl(dimension):
+                        conn.execute(statement)
+                    return
+            current = self.model()
+        if current is not None and current != (model_id, dimension):
+            raise ModelMismatch(
+                f"this store was built with {current[0]} ({current[1]} dimensions);"
+                f" it cannot mix in {model_id} ({dimension} dimensions). Use the store's"
+                " model, or ingest into a new store",
+                store_model=current[0],
+                store_dimension=current[1],
+                model=model_id,
+                dimension=dimension,
+            )
+
+    def content_root(self) -> str:
+        with translate("reading the content root"):
+            row = (
+                self.db.conn()
+                .execute("SELECT root FROM publishes ORDER BY id DESC LIMIT 1")
+                .fetchone()
+            )
+        return EMPTY_ROOT if row is None else str(row[0])
+
+    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
+        with translate("reading content hashes"):
+            rows = (
+                self.db.conn()
+                .execute(
+                    "SELECT uid, content_hash FROM entities WHERE uid = ANY(%s::text[])",
+                    (list(uids),),
+                )
+                .fetchall()
+            )
+        return {str(u): str(h) for u, h in rows}
+
+    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]:
+        with translate("reading the embedding cache"):
+            rows = (
+                self.db.conn()
+                .execute(
+                    "SELECT key, vector FROM embedding_cache WHERE key = ANY(%s::text[])",
+                    (list(keys),),
+                )
+                .fetchall()
+            )
+        return {str(k): np.frombuffer(bytes(v), dtype=np.float32) for k, v in rows}
+
+    def cache_embeddings(self, items: Mapping[str, Vector]) -> None:
+        if not items:
+            return
+        keys = list(items)
+        blobs = [np.asarray(items[k], dtype=np.float32).tobytes() for k in keys]
+        with translate("writing the embedding cache"):
+            self.db.conn().execute(
+                "INSERT INTO embedding_cache (key, vector)"
+                " SELECT * FROM unnest(%s::text[], %s::bytea[]) ON CONFLICT (key) DO NOTHING",
+                (keys, blobs),
+            )
+
+    def publish(
+        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+    ) -> str:
+        with self.db.write() as conn, translate("publishing"):
+            result = writes.apply_publish(conn, upserts, deletes, kind=kind)
+        self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
+        return result.root
+
+    def _after_write(self, changed: int) -> None:
+        """Fresh planner statistics after big changes (autovacuum would, a minute later)."""
+        self._changed_since_analyze += changed
+        if self._changed_since_analyze < _ANALYZE_AFTER:
+            return
+        self._changed_since_analyze = 0
+        with translate("analyzing"):
+            self.db.conn().execute(
+                "ANALYZE entities, chunks, edges, lexical_postings, lexical_terms, acl_set_principals"
+            )
+
+    def delete(self, uids: Sequence[str]) -> str:
+        missing = sorted(set(uids) - set(self.content_hashes(list(uids))))
+        if missing:
+            raise NotFound(
+                f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
+                uids=missing,
+            )
+        return self.publish([], list(uids), kind="delete")
+
+    def is_empty(self) -> bool:
+        with translate("reading"):
+            row = self.db.conn().execute("SELECT EXISTS (SELECT 1 FROM chunks)").fetchone()
+        return not (row and row[0])
+
+    def stats(self) -> StoreStats:
+        with self.db.read() as conn, translate("reading statistics"):
+            row = conn.execute(_SNAPSHOT, (EMPTY_ROOT,)).fetchone()
+            assert row is not None
+            counts = conn.execute(
+                "SELECT (SELECT count(*) FROM entities), (SELECT count(*) FROM chunks)"
+            ).fetchone()
+            assert counts is not None
+            edges = {
+                str(label): int(n)
+                for label, n in conn.execute(
+                    "SELECT label, count(*) FROM edges GROUP BY label ORDER BY label"
+                )
+            }
+            server = conn.execute("SHOW server_version").fetchone()
+        model = self.model()
+        chunks = int(counts[1])
+        return StoreStats(
+            content_root=str(row[1]),
+            entities=int(counts[0]),
+            chunks=chunks,
+            edges=edges,
+            segments=0,
+            model=model[0] if model else None,
+            dimension=model[1] if model else None,
+            is_empty=chunks == 0,
+            extra={
+                "engine": self.name,
+                "url": self._shown_location(),
+                "schema": self.db.schema,
+                "schema_version": SCHEMA_VERSION,
+                "server_version": None if server is None else str(server[0]),
+                "lexical_ranker": self.lexical_ranker,
+                "needs_rebuild": row[3] is not None,
+                **self.features.to_dict(),
+            },
+        )
+
+    def rebuild(self, *, progress: bool = False) -> None:
+        """Recompute the tsvectors and BM25 statistics from the chunks; reindex; analyze."""
+        with self.db.write() as conn, translate("rebuilding"):
+            for statement in writes.REBUILD_LEXICAL:
+                conn.execute(statement)
+            conn.execute("DELETE FROM meta WHERE key = 'needs_rebuild'")
+        with translate("reindexing"):
+            conn = self.db.conn()
+            conn.execute("REINDEX TABLE CONCURRENTLY chunks")
+            conn.execute("REINDEX TABLE CONCURRENTLY lexical_postings")
+            conn.execute("VACUUM ANALYZE entities, chunks, edges, lexical_postings, lexical_terms")
+        with self._plans_lock:
+            self._plans.clear()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- primitives ------------------------------------------------------------------------------------
+    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits:
+        _check_k(k)
+        statement = lexical_sql.lexical_statement(
+            self.lexical_ranker, identity.principal, text, k, filters
+        )
+        started = time.perf_counter()
+        with self.db.read() as conn, translate("lexical search"):
+            _, root, _ = self._snapshot(conn)
+            rows = conn.execute(statement.sql, statement.params).fetchall()
+        hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
+        explain = {
+            "identity": identity.principal,
+            "ranker": self.lexical_ranker,
+            "statement": "one statement: held (recursive) → vis → ranked chunks",
+            "ms": {"statement": _ms(time.perf_counter() - started)},
+        }
+        return ChunkHits(content_root=root, hits=hits, explain=explain)
+
+    def _visible_counts(
+        self, conn: Connection, key: tuple[Any, ...], principal: str, filters: Filters
+    ) -> tuple[int, int]:
+        """Visible and total chunks, cached per (publish, memberships, principal, FILTERS)."""
+        with self._plans_lock:
+            if key in self._plans:
+                self._plans.move_to_end(key)
+                return self._plans[key]
+        statement, params = vector_sql.vector_count_statement(principal, filters)
+        row = conn.execute(statement, params).fetchone()
+        assert row is not None
+        counts = (int(row[0] or 0), int(row[1] or 0))
+        with self._plans_lock:
+            self._plans[key] = counts
+            while len(self._plans) > _PLAN_CACHE:
+                self._plans.popitem(last=False)
+        return counts
+
+    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits:
+        _check_k(k)
+        expected = self.model()
+        started = time.perf_counter()
+        with self.db.read() as conn, translate("vector search"):
+            publish_id, root, memberships = self._snapshot(conn)
+            if expected is None:
+                return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
+            if vector.shape[-1] != expected[1]:
+                raise ModelMismatch(
+                    f"the query vector has {vector.shape[-1]} dimensions; this store's model"
+                    f" {expected[0]} has {expected[1]}",
+                )
+            key = (publish_id, memberships, identity.principal, filters)
+            visible, total = self._visible_counts(conn, key, identity.principal, filters)
+            plan = vector_sql.plan_vector(visible, total, k, self.features)
+            t_plan = time.perf_counter()
+            if plan.visible == 0:
+                rows: list[Any] = []
+            else:
+                for setting in vector_sql.settings(plan):
+                    conn.execute(setting)
+                statement, params = vector_sql.vector_statement(
+                    plan, identity.principal, vector, k, filters
+                )
+                rows = conn.execute(statement, params).fetchall()
+        hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
+        scanned = plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
+        info = VectorInfo(plan.strategy, scanned, plan.exhaustive)
+        explain = {
+            "identity": identity.principal,
+            "plan": plan.to_dict(),
+            "ms": {
+                "plan": _ms(t_plan - started),
+                "statement": _ms(time.perf_counter() - t_plan),
+            },
+        }
+        return ChunkHits(content_root=root, hits=hits, vector=info, explain=explain)
+
+    def sql(
+        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
+    ) -> SqlHits:
+        _check_k(k)
+        statement, params = field_sql.sql_statement(identity.principal, filters, parse_order(order), k)
+        with self.db.read() as conn, translate("the sql primitive"):
+            _, root, _ = self._snapshot(conn)
+            rows = conn.execute(statement, params).fetchall()
+        hits = [
+            SqlHit(
+                uid=r[0],
+                title=r[1],
+                type=r[2],
+                source=r[3],
+                status=r[4],
+                created_at=r[5],
+                updated_at=r[6],
+                rank=rank,
+                href=r[7],
+            )
+            for rank, r in enumerate(rows, start=1)
+        ]
+        return SqlHits(content_root=root, hits=hits)
+
+    def aggregate(
+        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
+    ) -> AggregateAnswer:
+        spec = check_aggregate(metric, dimension)
+        statement, params = field_sql.aggregate_statement(identity.principal, spec, filters)
+        with self.db.read() as conn, translate("the aggregate"):
+            _, root, _ = self._snapshot(conn)
+            grouped = {
+                (None if bucket is None else str(bucket)): int(value)
+                for bucket, value in conn.execute(statement, params)
+            }
+        if spec.field is None and not grouped:
+            grouped = {None: 0}
+        rows = shape_rows(spec, grouped, filters)
+        return AggregateAnswer(
+            content_root=root, metric=spec.metric, dimension=spec.dimension, rows=rows
+        )
+
+    def successors(
+        self, identity: Identity, uids: Sequence[str], filters: Filters
+    ) -> dict[str, str]:
+        if not uids:
+            return {}
+        statement, params = field_sql.successors_statement(identity.principal, uids, filters)
+        out: dict[str, str] = {}
+        with self.db.read() as conn, translate("looking up successors"):
+            for src, dst in conn.execute(statement, params):
+                out.setdefault(str(src), str(dst))
+        return out
+
+    def graph(
+        self,
+        identity: Identity,
+        starts: Sequence[str],
+        *,
+        depth: int = 1,
+        labels: Sequence[str] = (),
+        direction: str = "both",
+        k: int = 10,
+    ) -> GraphHits:
+        """Bounded breadth-first traversal through visible entities, as one statement."""
+        unique, label_set = check_graph_request(starts, depth, labels, direction, k)
+        if len(unique) > MAX_STARTS:
+            raise BoundExceeded(
+                f"{len(unique)} start uids exceed the maximum of {MAX_STARTS}",
+                field="starts",
+                maximum=MAX_STARTS,
+            )
+        statement, params = graph_sql.graph_statement(
+            identity.principal,
+            unique,
+            depth=depth,
+            labels=label_set,
+            direction=direction,
+            k=k,
+            fanout=FANOUT_CAP,
+        )
+        with self.db.read() as conn, translate("the graph primitive"):
+            _, root, _ = self._snapshot(conn)
+            rows = conn.execute(statement, params).fetchall()
+        hits, capped = graph_sql.graph_hits_from_rows(rows)
+        return GraphHits(content_root=root, hits=hits, capped=capped)
+
+    def query_graph(
+        self,
+        identity: Identity,
+        text: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        lenient: bool = False,
+    ) -> QueryAnswer:
+        """query_graph: one bounded, read-only statement under ``statement_timeout``."""
+        compiled = graph_sql.prepare_query_graph(
+            text, dict(params or {}), identity.principal, lenient=lenient
+        )
+        limit_ms = graph_sql.statement_timeout_ms(TIME_LIMIT_S)
+        started = time.perf_counter()
+        try:
+            with self.db.read() as conn, translate("query_graph"):
+                _, root, _ = self._snapshot(conn)
+                conn.execute(f"SET LOCAL statement_timeout = {int(limit_ms)}")
+                raw = conn.execute(compiled.sql, compiled.params).fetchmany(compiled.limit + 1)
+        except QueryTimeout as exc:
+            raise QueryTimeout(
+                f"the query ran past the {limit_ms} ms bound and was cancelled; anchor a node"
+                " with a parameter (e.g. (a {uid: $uid})), lower the depth of *1..d, name fewer"
+                " labels, or add WHERE conditions",
+                limit_ms=limit_ms,
+                elapsed_ms=round((time.perf_counter() - started) * 1000),
+            ) from exc
+        truncated = len(raw) > compiled.limit
+        return QueryAnswer(
+            content_root=root,
+            columns=[c.name for c in compiled.columns],
+            rows=[compiled.shape(tuple(r)) for r in raw[: compiled.limit]],
+            truncated=truncated,
+        )
+
+    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
+        """One entity with its chunks and its edges to visible entities, or None.
+
+        None both when ``uid`` does not exist and when ``identity`` may not read it.
+        The entity statement carries the ACL join, and so does each edge list.
+        """
+        head = "WITH RECURSIVE " + held_principals_cte() + " "
+        who = {"principal": identity.principal, "uid": uid}
+        with self.db.read() as conn, translate(f"reading entity {uid!r}"):
+            _, root, _ = self._snapshot(conn)
+            row = conn.execute(
+                head + "SELECT e.id, e.uid, e.type, e.title, e.body, e.source, e.status,"
+                " e.created_at, e.updated_at, e.href, e.attributes FROM entities AS e"
+                " WHERE e.uid = %(uid)s AND e.acl_set IN (SELECT acl_set FROM vis)",
+                who,
+            ).fetchone()
+            if row is None:
+                return None
+            chunks = [
+                {
+                    "chunk_id": int(c[0]),
+                    "ordinal": int(c[1]),
+                    "text": c[2],
+                    "heading": list(c[3]),
+                    "start": int(c[4]),
+                    "end": int(c[5]),
+                }
+                for c in conn.execute(
+                    'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
+                    " WHERE entity = %s ORDER BY ordinal",
+                    (row[0],),
+                )
+            ]
+            edges: dict[str, list[dict[str, Any]]] = {}
+            for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
+                edges[direction] = [
+                    {
+                        "label": e[0],
+                        "uid": e[1],
+                        "position": e[2],
+                        "title": e[3],
+                        "type": e[4],
+                        "href": e[5],
+                    }
+                    for e in conn.execute(
+                        head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+                        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+                        f" WHERE g.{near} = %(uid)s AND o.acl_set IN (SELECT acl_set FROM vis)"
+                        f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
+                        who,
+                    )
+                ]
+        return {
+            "content_root": root,
+            "entity": {
+                "uid": row[1],
+                "type": row[2],
+                "title": row[3],
+                "body": row[4],
+                "source": row[5],
+                "status": row[6],
+                "created_at": row[7],
+                "updated_at": row[8],
+                "href": row[9],
+                "attributes": row[10],
+            },
+            "chunks": chunks,
+            "edges": edges,
+        }
+
+    # -- ACL administration ----------------------------------------------------------------------------
+    def grant(self, uid: str, principal: str) -> str:
+        return self._change_acl(uid, "grant", principal)
+
+    def revoke(self, uid: str, principal: str) -> str:
+        return self._change_acl(uid, "revoke", principal)
+
+    def _change_acl(self, uid: str, change: str, principal: str) -> str:
+        check_principal(principal)
+        with self.db.write() as conn, translate(f"{change} on {uid}"):
+            entity = writes.load_entity(conn, uid)
+            if entity is None:
+                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+            acl = set(entity.acl)
+            if change == "grant":
+                acl.add(principal)
+            else:
+                acl.discard(principal)
+            changed = replace(entity, acl=tuple(sorted(acl)))
+            if changed.content_hash == entity.content_hash:
+                return writes.latest_publish(conn)[1]
+            result = writes.apply_publish(conn, [], [], kind=change, acl_only=[changed])
+        return result.root
+
+    def acl_show(self, uid: str) -> tuple[str, ...]:
+        with self.db.read() as conn, translate("reading the ACL"):
+            entity = writes.load_entity(conn, uid)
+        if entity is None:
+            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+        return entity.acl
+
+    def _held(self, conn: Connection, principal: str) -> list[str]:
+        return [
+            str(p)
+            for (p,) in conn.execute(
+                "WITH RECURSIVE " + held_principals_cte() + " SELECT p FROM held ORDER BY p",
+                {"principal": principal},
+            )
+        ]
+
+    def _memberships_of(self, conn: Connection, members: Sequence[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for member, grp in conn.execute(
+            "SELECT member, grp FROM memberships WHERE member = ANY(%s::text[])"
+            " ORDER BY member, grp",
+            (list(members),),
+        ):
+            out.setdefault(str(member), []).append(str(grp))
+        return out
+
+    def _path_between(self, conn: Connection, start: str, goal: str) -> list[str] | None:
+        """A membership chain ``start → … → goal`` (breadth-first, one query per level)."""
+        if start == goal:
+            return [start]
+        parents: dict[str, str] = {}
+        frontier = [start]
+        seen = {start}
+        while frontier:
+            groups = self._memberships_of(conn, frontier)
+            nxt: list[str] = []
+            for p in frontier:
+                for g in groups.get(p, []):
+                    if g in seen:
+                        continue
+                    seen.add(g)
+                    parents[g] = p
+                    if g == goal:
+                        chain = [g]
+                        while chain[-1] != start:
+                            chain.append(parents[chain[-1]])
+                        return chain[::-1]
+                    nxt.append(g)
+            frontier = nxt
+        return None
+
+    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
+        check_principal(principal)
+        with self.db.read() as conn, translate("explaining an ACL"):
+            entity = writes.load_entity(conn, uid)
+            if entity is None:
+                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+            held = self._held(conn, principal)
+            for entry in entity.acl:
+                if entry not in held:
+                    continue
+                if entry == EVERYONE:
+                    chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
+                    reason = f"{uid} is readable by everyone"
+                else:
+                    chain = self._path_between(conn, principal, entry) or [principal]
+                    reason = (
+                        f"{principal} is listed in the ACL of {uid}"
+                        if len(chain) == 1
+                        else f"{principal} reaches {entry} through " + " → ".join(chain)
+                    )
+                return AclExplanation(principal, uid, True, tuple(chain), reason)
+        acl = ", ".join(entity.acl) or "nobody (empty ACL: default deny)"
+        return AclExplanation(
+            principal,
+            uid,
+            False,
+            (),
+            f"{principal} holds {', '.join(held)}; the ACL of {uid} is {acl}; none of them matches",
+        )
+
+    def add_member(self, group: str, member: str) -> None:
+        _check_membership(group, member)
+        with self.db.write() as conn, translate("adding a member"):
+            chain = self._path_between(conn, group, member)
+            if chain is not None:
+                cycle = [member, *chain]
+                raise InvalidRequest(
+                    f"adding {member} to {group} would make a membership cycle:"
+                    f" {' → '.join(cycle)}",
+                    cycle=cycle,
+                )
+            conn.execute(
+                "INSERT INTO memberships (grp, member) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (group, member),
+            )
+            conn.execute(_BUMP_MEMBERSHIPS)
+
+    def remove_member(self, group: str, member: str) -> None:
+        _check_membership(group, member)
+        with self.db.write() as conn, translate("removing a member"):
+            cur = conn.execute(
+                "DELETE FROM memberships WHERE grp = %s AND member = %s", (group, member)
+            )
+            if cur.rowcount == 0:
+                raise NotFound(f"{member} is not a direct member of {group}", group=group)
+            conn.execute(_BUMP_MEMBERSHIPS)
+
+    def principal_show(self, principal: str) -> PrincipalInfo:
+        check_principal(principal)
+        with self.db.read() as conn, translate("reading a principal"):
+            direct = self._memberships_of(conn, [principal]).get(principal, [])
+            held = self._held(conn, principal)
+            members = [
+                str(m)
+                for (m,) in conn.execute(
+                    "SELECT member FROM memberships WHERE grp = %s ORDER BY member", (principal,)
+                )
+            ]
+        inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
+        return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+        for group, member in pairs:
+            _check_membership(group, member)
+        groups = sorted({g for g, _ in pairs})
+        unique = sorted(set(pairs))
+        with self.db.write() as conn, translate("loading memberships"):
+            conn.execute("DELETE FROM memberships WHERE grp = ANY(%s::text[])", (groups,))
+            conn.execute(
+                "INSERT INTO memberships (grp, member)"
+                " SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
+                ([g for g, _ in unique], [m for _, m in unique]),
+            )
+            for group, member in pairs:
+                if member.startswith("group:"):
+                    chain = self._path_between(conn, group, member)
+                    if chain:
+                        cycle = [member, *chain]
+                        raise InvalidRequest(
+                            "the memberships would make a cycle: "
+                            + " → ".join(cycle)
+                            + "; nothing was loaded",
+                            cycle=cycle,
+                        )
+            conn.execute(_BUMP_MEMBERSHIPS)
+        return {"groups": len(groups), "memberships": len(unique)}

@@ -1,0 +1,202 @@
+"""The lexical primitive on PostgreSQL: one statement per query, the ACL join inside it.
+
+Rankers (a small registry; ``LEXICAL_RANKERS``):
+
+``bm25`` (default, measured)
+    Okapi BM25 (k1=1.2, b=0.75) computed in SQL from statistics the publish
+    transaction keeps exact: ``lexical_postings`` (term frequency and field
+    length per chunk and term), ``lexical_terms`` (document frequency per
+    term) and ``lexical_fields`` (chunks and total length per field → avgdl).
+    Three fields, summed, as in the embedded engine's Tantivy index: ``body``
+    (English stems over title + heading path + text), ``title`` (boost 0.25)
+    and ``ident`` (identifiers as written — ``pg_stat_activity``,
+    ``pg_hba.conf``, ``err-1042`` — matched whole).
+``ts_rank_cd``
+    PostgreSQL's cover-density rank over the chunk's English ``tsvector``
+    (GIN), each whitespace-separated piece of the query a phrase, the pieces
+    OR-ed — so an identifier matches its adjacent lexemes.
+``pg_search`` / ``pg_textsearch``
+    A BM25 extension's index and score, used when the extension is installed
+    (detected on open, reported by ``stats``).
+
+Every statement starts with identity expansion (recursive CTE) and the
+visible ACL sets; candidates outside them, or outside FILTERS, are never
+scored. Corpus statistics (df, avgdl) are global: a known side channel,
+described in docs/security.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from knowledge_store.engines.postgres.schema import (
+    FIELD_BODY,
+    FIELD_IDENT,
+    FIELD_TITLE,
+    held_principals_cte,
+)
+from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.model import Filters
+
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "DEFAULT_RANKER",
+    "IDENT_BOOST",
+    "LEXICAL_RANKERS",
+    "TITLE_BOOST",
+    "LexicalStatement",
+    "lexical_statement",
+]
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+#: Field boosts, as the embedded engine's (measured there with bench/tune_lexical.py).
+TITLE_BOOST = 0.25
+IDENT_BOOST = 1.0
+#: At most this many distinct query terms per field (a 10k-character query stays cheap).
+MAX_QUERY_TERMS = 256
+#: ts_rank_cd normalisation: 1 divides by 1 + log(document length).
+TS_RANK_NORMALIZATION = 1
+
+#: The chunk columns every ranker returns, then the score.
+_ROW = 'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+
+
+@dataclass(frozen=True)
+class LexicalStatement:
+    sql: str
+    params: dict[str, Any]
+
+
+def _prefix(principal: str, filters: Filters) -> tuple[str, str, dict[str, Any]]:
+    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    params["principal"] = principal
+    return "WITH RECURSIVE " + held_principals_cte(), where, params
+
+
+def _bm25(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
+    head, where, params = _prefix(principal, filters)
+    sql = f"""{head},
+q(field, term, boost) AS (
+    (SELECT {FIELD_BODY}::smallint, w.term, 1.0::float8 FROM ks_words(%(text)s) AS w
+     LIMIT {MAX_QUERY_TERMS})
+    UNION ALL
+    (SELECT {FIELD_TITLE}::smallint, w.term, %(title_boost)s::float8 FROM ks_words(%(text)s) AS w
+     LIMIT {MAX_QUERY_TERMS})
+    UNION ALL
+    (SELECT {FIELD_IDENT}::smallint, i.term, %(ident_boost)s::float8 FROM ks_idents(%(text)s) AS i
+     LIMIT {MAX_QUERY_TERMS})
+),
+w AS (
+    SELECT q.field, q.term,
+           q.boost * ln(1.0 + (f.docs - t.df + 0.5) / (t.df + 0.5)) AS idf,
+           greatest(f.total_len::float8 / greatest(f.docs, 1), 1e-9) AS avgdl
+    FROM q
+    JOIN lexical_terms AS t ON t.field = q.field AND t.term = q.term
+    JOIN lexical_fields AS f ON f.field = q.field
+    WHERE q.boost > 0
+),
+scored AS (
+    SELECT p.chunk,
+           sum(w.idf * p.tf * (%(k1)s + 1.0)
+               / (p.tf + %(k1)s * (1.0 - %(b)s + %(b)s * p.dl / w.avgdl))) AS score
+    FROM w
+    JOIN lexical_postings AS p ON p.field = w.field AND p.term = w.term
+    JOIN entities AS e ON e.id = p.entity
+    WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+    GROUP BY p.chunk
+    ORDER BY score DESC, p.chunk
+    LIMIT %(k)s
+)
+SELECT {_ROW}, s.score
+FROM scored AS s JOIN chunks AS c ON c.id = s.chunk JOIN entities AS e ON e.id = c.entity
+ORDER BY s.score DESC, c.id"""
+    params.update(
+        text=text,
+        k=k,
+        k1=BM25_K1,
+        b=BM25_B,
+        title_boost=TITLE_BOOST,
+        ident_boost=IDENT_BOOST,
+    )
+    return LexicalStatement(sql, params)
+
+
+def _ts_rank_cd(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
+    head, where, params = _prefix(principal, filters)
+    sql = f"""{head},
+q AS MATERIALIZED (SELECT ks_or_query(%(text)s) AS query)
+SELECT {_ROW}, ts_rank_cd(c.tsv, (SELECT query FROM q), {TS_RANK_NORMALIZATION})::float8 AS score
+FROM chunks AS c JOIN entities AS e ON e.id = c.entity
+WHERE c.tsv @@ (SELECT query FROM q)
+  AND e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+ORDER BY score DESC, c.id
+LIMIT %(k)s"""
+    params.update(text=text, k=k)
+    return LexicalStatement(sql, params)
+
+
+def _pg_search(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
+    """ParadeDB pg_search: a match query (tokenised by the index, never parsed as query syntax)."""
+    head, where, params = _prefix(principal, filters)
+    sql = f"""{head}
+SELECT {_ROW}, paradedb.score(c.id)::float8 AS score
+FROM chunks AS c JOIN entities AS e ON e.id = c.entity
+WHERE c.id @@@ paradedb.match('text', %(text)s)
+  AND e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+ORDER BY score DESC, c.id
+LIMIT %(k)s"""
+    params.update(text=text, k=k)
+    return LexicalStatement(sql, params)
+
+
+def _pg_textsearch(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
+    """Timescale pg_textsearch: ``<@>`` is the negated BM25 score (lower is better)."""
+    head, where, params = _prefix(principal, filters)
+    sql = f"""{head}
+SELECT {_ROW}, -(c.text <@> to_bm25query(%(text)s, 'chunks_bm25'))::float8 AS score
+FROM chunks AS c JOIN entities AS e ON e.id = c.entity
+WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+ORDER BY c.text <@> to_bm25query(%(text)s, 'chunks_bm25'), c.id
+LIMIT %(k)s"""
+    params.update(text=text, k=k)
+    return LexicalStatement(sql, params)
+
+
+Builder = Callable[[str, str, int, Filters], LexicalStatement]
+
+#: name → statement builder. ``bm25`` wins on postgres-docs (see docs/scaling.md figures).
+LEXICAL_RANKERS: dict[str, Builder] = {
+    "bm25": _bm25,
+    "ts_rank_cd": _ts_rank_cd,
+    "pg_search": _pg_search,
+    "pg_textsearch": _pg_textsearch,
+}
+DEFAULT_RANKER = "bm25"
+
+#: The index a BM25 extension needs on ``chunks`` (created on open when it is installed).
+EXTENSION_INDEX: dict[str, str] = {
+    "pg_search": "CREATE INDEX IF NOT EXISTS chunks_bm25 ON chunks"
+    " USING bm25 (id, text) WITH (key_field = 'id')",
+    "pg_textsearch": "CREATE INDEX IF NOT EXISTS chunks_bm25 ON chunks"
+    " USING bm25 (text) WITH (text_config = 'english')",
+}
+
+
+def lexical_statement(
+    ranker: str, principal: str, text: str, k: int, filters: Filters
+) -> LexicalStatement:
+    """The one statement of a lexical query with ``ranker``; an unknown name lists the valid ones."""
+    try:
+        build = LEXICAL_RANKERS[ranker]
+    except KeyError:
+        raise InvalidRequest(
+            f"unknown lexical ranker {ranker!r}; use one of {', '.join(LEXICAL_RANKERS)}",
+            field="ranker",
+            allowed=list(LEXICAL_RANKERS),
+        ) from None
+    return build(principal, text.replace("\x00", " "), k, filters)

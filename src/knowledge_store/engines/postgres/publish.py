@@ -1,0 +1,420 @@
+"""The write path: one publish = one transaction, under the store's advisory write lock.
+
+A publish replaces the chunks and outgoing edges of every upserted entity,
+removes deleted ones, re-points ACL-only changes to another ACL set, keeps
+the BM25 statistics (postings, document frequencies, field lengths) exact,
+and appends a ``publishes`` row whose root is
+:func:`~knowledge_store.engines.embedded.catalog.content_root_of` — the same
+computation as the embedded engine, so the same changes give the same roots.
+
+Bulk work is set-based: entities go in as one ``INSERT … SELECT FROM unnest``,
+chunks through binary ``COPY`` into a session temp table and one
+``INSERT … SELECT`` that computes the tsvector and field lengths in the
+database, postings and statistics as ``INSERT … SELECT … GROUP BY``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+
+from knowledge_store.engines.base import PreparedEntity
+from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
+from knowledge_store.engines.postgres.db import Connection
+from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.model import Edge, Entity
+
+__all__ = [
+    "REBUILD_LEXICAL",
+    "PublishResult",
+    "acl_set_id",
+    "apply_publish",
+    "latest_publish",
+    "load_entity",
+]
+
+_STAGE = """
+CREATE TEMP TABLE IF NOT EXISTS ks_stage (
+    id bigint, entity bigint, ordinal integer, text text, heading text,
+    start integer, "end" integer, embedding vector
+) ON COMMIT DELETE ROWS"""
+
+_INSERT_CHUNKS = """
+INSERT INTO chunks (id, entity, ordinal, text, heading, start, "end", embedding, tsv,
+                    len_body, len_title, len_ident)
+SELECT s.id, s.entity, s.ordinal, s.text, s.heading::jsonb, s.start, s."end", s.embedding, x.tsv,
+       (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(x.tsv) AS u),
+       (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
+       ks_ident_length(x.ctx)
+FROM ks_stage AS s
+JOIN entities AS e ON e.id = s.entity
+CROSS JOIN LATERAL (SELECT ks_context(e.title, s.heading::jsonb, s.text) AS ctx) AS c
+CROSS JOIN LATERAL (SELECT c.ctx, to_tsvector('english'::regconfig, c.ctx) AS tsv) AS x
+"""
+
+#: ``{source}``: the chunks to index, as a FROM item with alias ``c`` (the stage, or all).
+_POSTINGS = f"""
+INSERT INTO lexical_postings (field, term, chunk, tf, dl, entity)
+SELECT {FIELD_BODY}, u.lexeme, c.id, coalesce(array_length(u.positions, 1), 1), c.len_body, c.entity
+FROM {{source}} CROSS JOIN LATERAL unnest(c.tsv) AS u
+UNION ALL
+SELECT {FIELD_TITLE}, w.term, c.id, w.tf, c.len_title, c.entity
+FROM {{source}} JOIN entities AS e ON e.id = c.entity CROSS JOIN LATERAL ks_words(e.title) AS w
+UNION ALL
+SELECT {FIELD_IDENT}, i.term, c.id, i.tf, c.len_ident, c.entity
+FROM {{source}} JOIN entities AS e ON e.id = c.entity
+CROSS JOIN LATERAL ks_idents(ks_context(e.title, c.heading, c.text)) AS i
+"""
+_STAGED = "ks_stage AS s JOIN chunks AS c ON c.id = s.id"
+_INSERT_POSTINGS = _POSTINGS.format(source=_STAGED)
+
+_ADD_TERMS = """
+INSERT INTO lexical_terms (field, term, df)
+SELECT p.field, p.term, count(*) FROM lexical_postings AS p
+WHERE p.chunk IN (SELECT id FROM ks_stage)
+GROUP BY p.field, p.term ORDER BY p.field, p.term
+ON CONFLICT (field, term) DO UPDATE SET df = lexical_terms.df + excluded.df
+"""
+
+#: ``rebuild``: every statistic recomputed from the chunks' text.
+REBUILD_LEXICAL: tuple[str, ...] = (
+    "TRUNCATE lexical_postings, lexical_terms",
+    """UPDATE chunks AS c
+    SET tsv = to_tsvector('english'::regconfig, ks_context(e.title, c.heading, c.text)),
+        len_title = (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
+        len_ident = ks_ident_length(ks_context(e.title, c.heading, c.text))
+    FROM entities AS e WHERE e.id = c.entity""",
+    """UPDATE chunks SET len_body = (
+        SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(tsv) AS u)""",
+    _POSTINGS.format(source="chunks AS c"),
+    "INSERT INTO lexical_terms (field, term, df) SELECT field, term, count(*)"
+    " FROM lexical_postings GROUP BY field, term",
+    f"""UPDATE lexical_fields AS f SET docs = d.docs, total_len = d.len FROM (
+        SELECT {FIELD_BODY} AS field, count(*) AS docs, coalesce(sum(len_body), 0) AS len FROM chunks
+        UNION ALL SELECT {FIELD_TITLE}, count(*), coalesce(sum(len_title), 0) FROM chunks
+        UNION ALL SELECT {FIELD_IDENT}, count(*), coalesce(sum(len_ident), 0) FROM chunks
+    ) AS d WHERE f.field = d.field""",
+    "UPDATE entities AS e SET chunk_count = (SELECT count(*) FROM chunks AS c WHERE c.entity = e.id)",
+)
+
+#: Field lengths of a set of chunks, as (field, docs, total length) rows; ``%(sign)s`` ±1.
+_FIELD_DELTA = f"""
+UPDATE lexical_fields AS f
+SET docs = f.docs + %(sign)s * d.docs, total_len = f.total_len + %(sign)s * d.len
+FROM (
+    SELECT {FIELD_BODY} AS field, count(*) AS docs, coalesce(sum(len_body), 0) AS len
+    FROM chunks WHERE id = ANY(%(ids)s)
+    UNION ALL
+    SELECT {FIELD_TITLE}, count(*), coalesce(sum(len_title), 0) FROM chunks WHERE id = ANY(%(ids)s)
+    UNION ALL
+    SELECT {FIELD_IDENT}, count(*), coalesce(sum(len_ident), 0) FROM chunks WHERE id = ANY(%(ids)s)
+) AS d
+WHERE f.field = d.field
+"""
+
+_UPSERT_ENTITIES = """
+INSERT INTO entities (uid, type, title, body, source, status, created_at, updated_at, href,
+                      attributes, acl_set, content_hash, publish, chunk_count)
+SELECT u.uid, u.type, u.title, u.body, u.source, u.status, u.created_at, u.updated_at, u.href,
+       u.attributes::json, u.acl_set, u.content_hash, %(publish)s, u.chunk_count
+FROM unnest(%(uid)s::text[], %(type)s::text[], %(title)s::text[], %(body)s::text[],
+            %(source)s::text[], %(status)s::text[], %(created_at)s::text[],
+            %(updated_at)s::text[], %(href)s::text[], %(attributes)s::text[],
+            %(acl_set)s::bigint[], %(content_hash)s::text[], %(chunk_count)s::integer[])
+     AS u(uid, type, title, body, source, status, created_at, updated_at, href, attributes,
+          acl_set, content_hash, chunk_count)
+ON CONFLICT (uid) DO UPDATE SET
+    type = excluded.type, title = excluded.title, body = excluded.body,
+    source = excluded.source, status = excluded.status, created_at = excluded.created_at,
+    updated_at = excluded.updated_at, href = excluded.href, attributes = excluded.attributes,
+    acl_set = excluded.acl_set, content_hash = excluded.content_hash,
+    publish = excluded.publish, chunk_count = excluded.chunk_count
+RETURNING uid, id
+"""
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    publish: int
+    root: str
+    added: int
+    updated: int
+    deleted: int
+
+
+def latest_publish(conn: Connection) -> tuple[int, str]:
+    row = conn.execute("SELECT id, root FROM publishes ORDER BY id DESC LIMIT 1").fetchone()
+    return (0, EMPTY_ROOT) if row is None else (int(row[0]), str(row[1]))
+
+
+def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
+    """The id of the deduplicated ACL set holding exactly ``principals`` (made if new)."""
+    members = sorted(set(principals))
+    key = "\n".join(members)
+    row = conn.execute("SELECT id FROM acl_sets WHERE key = %s", (key,)).fetchone()
+    if row is not None:
+        return int(row[0])
+    made = conn.execute("INSERT INTO acl_sets (key) VALUES (%s) RETURNING id", (key,)).fetchone()
+    assert made is not None
+    acl_set = int(made[0])
+    if members:
+        conn.execute(
+            "INSERT INTO acl_set_principals (acl_set, principal)"
+            " SELECT %s, p FROM unnest(%s::text[]) AS p",
+            (acl_set, members),
+        )
+    return acl_set
+
+
+def load_entity(conn: Connection, uid: str) -> Entity | None:
+    """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
+    row = conn.execute(
+        "SELECT e.uid, e.type, e.title, e.body, e.source, e.status, e.created_at, e.updated_at,"
+        " e.href, e.attributes, ARRAY(SELECT a.principal FROM acl_set_principals AS a"
+        " WHERE a.acl_set = e.acl_set ORDER BY a.principal)"
+        " FROM entities AS e WHERE e.uid = %s",
+        (uid,),
+    ).fetchone()
+    if row is None:
+        return None
+    edges = tuple(
+        Edge(uid, str(label), str(dst), position)
+        for label, dst, position in conn.execute(
+            "SELECT label, dst, position FROM edges WHERE src = %s ORDER BY label, dst", (uid,)
+        )
+    )
+    return Entity(
+        uid=row[0],
+        type=row[1],
+        title=row[2],
+        body=row[3],
+        source=row[4],
+        status=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+        href=row[8],
+        attributes=row[9],
+        edges=edges,
+        acl=tuple(row[10]),
+    )
+
+
+def _drop_chunks(conn: Connection, entity_ids: Sequence[int]) -> None:
+    """Remove the chunks of these entities with their postings, keeping the statistics exact."""
+    if not entity_ids:
+        return
+    gone = [
+        int(c)
+        for (c,) in conn.execute(
+            "SELECT id FROM chunks WHERE entity = ANY(%s::bigint[])", (list(entity_ids),)
+        )
+    ]
+    if not gone:
+        return
+    conn.execute(_FIELD_DELTA, {"sign": -1, "ids": gone})
+    conn.execute(
+        "UPDATE lexical_terms AS t SET df = t.df - d.n FROM ("
+        " SELECT field, term, count(*) AS n FROM lexical_postings WHERE chunk = ANY(%(ids)s)"
+        " GROUP BY field, term ORDER BY field, term) AS d"
+        " WHERE t.field = d.field AND t.term = d.term",
+        {"ids": gone},
+    )
+    conn.execute(
+        "DELETE FROM lexical_terms AS t USING ("
+        " SELECT DISTINCT field, term FROM lexical_postings WHERE chunk = ANY(%(ids)s)) AS d"
+        " WHERE t.field = d.field AND t.term = d.term AND t.df <= 0",
+        {"ids": gone},
+    )
+    conn.execute("DELETE FROM lexical_postings WHERE chunk = ANY(%(ids)s)", {"ids": gone})
+    conn.execute("DELETE FROM chunks WHERE id = ANY(%(ids)s)", {"ids": gone})
+
+
+def _unique_last(upserts: Sequence[PreparedEntity]) -> list[PreparedEntity]:
+    by_uid: dict[str, PreparedEntity] = {}
+    for prepared in upserts:
+        by_uid.pop(prepared.entity.uid, None)
+        by_uid[prepared.entity.uid] = prepared
+    return list(by_uid.values())
+
+
+def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -> dict[str, int]:
+    acl_ids: dict[tuple[str, ...], int] = {}
+    for prepared in upserts:
+        acl = tuple(sorted(set(prepared.entity.acl)))
+        if acl not in acl_ids:
+            acl_ids[acl] = acl_set_id(conn, acl)
+    columns: dict[str, list[object]] = {
+        name: []
+        for name in (
+            "uid type title body source status created_at updated_at href attributes acl_set"
+            " content_hash chunk_count"
+        ).split()
+    }
+    for prepared in upserts:
+        e = prepared.entity
+        columns["uid"].append(e.uid)
+        columns["type"].append(e.type)
+        columns["title"].append(e.title)
+        columns["body"].append(e.body)
+        columns["source"].append(e.source)
+        columns["status"].append(e.status)
+        columns["created_at"].append(e.created_at)
+        columns["updated_at"].append(e.updated_at)
+        columns["href"].append(e.href)
+        columns["attributes"].append(
+            json.dumps(dict(e.attributes), ensure_ascii=False, sort_keys=True)
+        )
+        columns["acl_set"].append(acl_ids[tuple(sorted(set(e.acl)))])
+        columns["content_hash"].append(e.content_hash)
+        columns["chunk_count"].append(len(prepared.chunks))
+    rows = conn.execute(_UPSERT_ENTITIES, {"publish": publish, **columns}).fetchall()
+    return {str(uid): int(row_id) for uid, row_id in rows}
+
+
+def _insert_chunks(
+    conn: Connection, upserts: Sequence[PreparedEntity], entity_ids: dict[str, int]
+) -> None:
+    total = sum(len(p.chunks) for p in upserts)
+    if total == 0:
+        return
+    ids = [
+        int(i)
+        for (i,) in conn.execute(
+            "SELECT nextval('chunks_id_seq') FROM generate_series(1, %s)", (total,)
+        )
+    ]
+    conn.execute(_STAGE)
+    next_id = iter(ids)
+    with conn.cursor().copy(
+        'COPY ks_stage (id, entity, ordinal, text, heading, start, "end", embedding)'
+        " FROM STDIN WITH (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["int8", "int8", "int4", "text", "text", "int4", "int4", "vector"])
+        for prepared in upserts:
+            entity = entity_ids[prepared.entity.uid]
+            vectors = np.asarray(prepared.vectors, dtype=np.float32)
+            for chunk, vector in zip(prepared.chunks, vectors, strict=True):
+                copy.write_row(
+                    (
+                        next(next_id),
+                        entity,
+                        chunk.ordinal,
+                        chunk.text.replace("\x00", " "),
+                        json.dumps(list(chunk.heading), ensure_ascii=False).replace(
+                            "\\u0000", " "
+                        ),
+                        chunk.start,
+                        chunk.end,
+                        vector,
+                    )
+                )
+    conn.execute("ANALYZE ks_stage")
+    conn.execute(_INSERT_CHUNKS)
+    conn.execute(_INSERT_POSTINGS)
+    conn.execute(_ADD_TERMS)
+    conn.execute(_FIELD_DELTA, {"sign": 1, "ids": ids})
+    conn.execute("TRUNCATE ks_stage")
+
+
+def _insert_edges(conn: Connection, upserts: Sequence[PreparedEntity]) -> None:
+    edges: dict[tuple[str, str, str], int | None] = {}
+    for prepared in upserts:
+        for edge in prepared.entity.edges:
+            edges[(prepared.entity.uid, edge.label, edge.dst)] = edge.position
+    if not edges:
+        return
+    keys = list(edges)
+    conn.execute(
+        "INSERT INTO edges (src, label, dst, position)"
+        " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[])"
+        " ON CONFLICT (src, label, dst) DO UPDATE SET position = excluded.position",
+        (
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            [k[2] for k in keys],
+            [edges[k] for k in keys],
+        ),
+    )
+
+
+def apply_publish(
+    conn: Connection,
+    upserts: Sequence[PreparedEntity],
+    deletes: Sequence[str],
+    *,
+    kind: str,
+    acl_only: Sequence[Entity] = (),
+) -> PublishResult:
+    """Write one publish inside the caller's write transaction (which holds the lock).
+
+    ``acl_only`` are entities whose ACL changed and nothing else: they keep their
+    chunks and postings; only their ACL set (and content hash) changes — the ACL
+    is a join in every statement, so nothing else needs touching.
+    """
+    publish, parent = latest_publish(conn)
+    publish += 1
+    delete_uids = list(dict.fromkeys(deletes))
+    doomed = set(delete_uids)  # an entity upserted and deleted in one publish ends deleted
+    unique = [p for p in _unique_last(upserts) if p.entity.uid not in doomed]
+    upsert_uids = [p.entity.uid for p in unique]
+    existing = {
+        str(uid): int(row_id)
+        for uid, row_id in conn.execute(
+            "SELECT uid, id FROM entities WHERE uid = ANY(%s::text[])",
+            (upsert_uids + delete_uids,),
+        )
+    }
+    changes: dict[str, str | None] = {}
+    replaced = [existing[u] for u in upsert_uids if u in existing]
+    removed = [u for u in delete_uids if u in existing]
+    _drop_chunks(conn, replaced + [existing[u] for u in removed])
+    stale_edges = [u for u in upsert_uids if u in existing] + removed
+    if stale_edges:
+        conn.execute("DELETE FROM edges WHERE src = ANY(%s::text[])", (stale_edges,))
+    if removed:
+        conn.execute(
+            "DELETE FROM entities WHERE id = ANY(%s::bigint[])", ([existing[u] for u in removed],)
+        )
+    if unique:
+        entity_ids = _upsert(conn, publish, unique)
+        _insert_chunks(conn, unique, entity_ids)
+        _insert_edges(conn, unique)
+    for prepared in unique:
+        changes[prepared.entity.uid] = prepared.entity.content_hash
+    for uid in removed:
+        changes[uid] = None
+    updated = len(replaced)
+    for entity in acl_only:
+        acl = acl_set_id(conn, entity.acl)
+        row = conn.execute(
+            "UPDATE entities SET acl_set = %s, content_hash = %s, publish = %s"
+            " WHERE uid = %s RETURNING id",
+            (acl, entity.content_hash, publish, entity.uid),
+        ).fetchone()
+        if row is None:
+            continue
+        changes[entity.uid] = entity.content_hash
+        updated += 1
+    if not changes:
+        return PublishResult(publish - 1, parent, 0, 0, 0)
+    root = content_root_of(parent, changes)
+    added = len(unique) - len(replaced)
+    conn.execute(
+        "INSERT INTO publishes (id, root, parent, kind, at, added, updated, deleted)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (
+            publish,
+            root,
+            parent,
+            kind,
+            datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            added,
+            updated,
+            len(removed),
+        ),
+    )
+    return PublishResult(publish, root, added, updated, len(removed))

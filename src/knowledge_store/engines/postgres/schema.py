@@ -1,0 +1,361 @@
+"""The PostgreSQL schema: versioned migrations, the text functions, feature detection.
+
+A store lives in one schema (``ks`` by default) of one database. Opening it
+applies, in order and each in its own transaction, every migration newer than
+the version recorded in ``meta`` — under an advisory lock, so two processes
+opening a new store at once don't race. A store written by a *newer*
+knowledge-store is refused with a sentence saying to upgrade; a migration
+that can't convert data in place records that a ``rebuild`` is due, and every
+read says so until it has run.
+
+Text columns that are compared or ordered use ``COLLATE "C"`` (byte order =
+code point order for UTF-8): the same order as SQLite and Python, so both
+engines sort titles and uids identically whatever the database's locale.
+
+The ``vector(d)`` column gets its dimension, and its HNSW index, when the
+store learns its model (:func:`vector_ddl`): before that ``embedding`` is an
+undimensioned ``vector`` in an empty table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ADVISORY_LOCK_MIGRATE",
+    "ADVISORY_LOCK_WRITE",
+    "BM25_EXTENSIONS",
+    "FIELD_BODY",
+    "FIELD_IDENT",
+    "FIELD_TITLE",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "VIS_CTE",
+    "Features",
+    "Migration",
+    "detect_features",
+    "held_cte",
+    "held_principals_cte",
+    "parse_version",
+    "vector_ddl",
+]
+
+#: Advisory lock keys (``pg_advisory_xact_lock``): the single writer, and migrations.
+ADVISORY_LOCK_WRITE = 0x4B53_5752  # "KSWR"
+ADVISORY_LOCK_MIGRATE = 0x4B53_4D47  # "KSMG"
+
+#: The fields of the SQL BM25 (``lexical_postings.field``); see ``lexical``.
+FIELD_BODY = 0
+FIELD_TITLE = 1
+FIELD_IDENT = 2
+
+#: BM25 extensions the engine uses when one is installed (detected on open).
+BM25_EXTENSIONS: tuple[str, ...] = ("pg_search", "pg_textsearch")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema version: DDL applied in one transaction, and whether data must be rebuilt."""
+
+    version: int
+    summary: str
+    statements: tuple[str, ...]
+    #: True when existing rows can't be converted in place: ``ks rebuild`` must run.
+    needs_rebuild: bool = False
+
+
+# -- text functions -----------------------------------------------------------------------------
+#
+# The lexical analysis runs in the database, at publish and at query time alike,
+# so a document and a query are always cut the same way:
+#   body  — to_tsvector('english'): words, English stop words, Snowball stems
+#   title — the same analysis of the entity title
+#   ident — identifiers as written (pg_hba.conf, err-1042, pg_stat_activity),
+#           lowercased; only tokens that are not plain words are kept as terms
+#           (plain words already count, stemmed, in body), but every token counts
+#           in the field's length, as in the embedded engine's Tantivy field.
+
+_IDENT_PATTERN = r"[\w$](?:[\w$./:+#@-]*[\w$+#])?"
+
+_FUNCTIONS = (
+    # What is indexed and embedded: title, heading path, text (model.compose_context).
+    """
+CREATE OR REPLACE FUNCTION ks_context(title text, heading jsonb, body text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN path = '' THEN title || E'\\n' || body
+                ELSE title || E'\\n' || path || E'\\n' || body END
+    FROM (SELECT coalesce(string_agg(h, ' > ' ORDER BY n), '') AS path
+          FROM jsonb_array_elements_text(heading) WITH ORDINALITY AS x(h, n)
+          WHERE h <> '' AND h <> title) AS p
+$$""",
+    # Words with their frequencies (stemmed, stop words out).
+    """
+CREATE OR REPLACE FUNCTION ks_words(doc text)
+RETURNS TABLE(term text, tf integer) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT lexeme, coalesce(array_length(positions, 1), 1)
+    FROM unnest(to_tsvector('english'::regconfig, doc))
+$$""",
+    # Identifier tokens that are not plain words, with their frequencies.
+    f"""
+CREATE OR REPLACE FUNCTION ks_idents(doc text)
+RETURNS TABLE(term text, tf integer) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT m[1], count(*)::integer
+    FROM regexp_matches(lower(doc), '({_IDENT_PATTERN})', 'g') AS m
+    WHERE length(m[1]) <= 64 AND m[1] !~ '^[[:alpha:]]+$'
+    GROUP BY m[1]
+$$""",
+    # Every identifier token counts in the ident field's length.
+    f"""
+CREATE OR REPLACE FUNCTION ks_ident_length(doc text)
+RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT count(*)::integer
+    FROM regexp_matches(lower(doc), '({_IDENT_PATTERN})', 'g') AS m
+    WHERE length(m[1]) <= 64
+$$""",
+    # A query for ts_rank_cd: each whitespace-separated piece of the text as a phrase
+    # (so pg_stat_activity matches its three adjacent lexemes), the pieces OR-ed.
+    """
+CREATE OR REPLACE FUNCTION ks_or_query(q text)
+RETURNS tsquery LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ks_or_agg(p) FROM (
+        SELECT phraseto_tsquery('english'::regconfig, piece) AS p
+        FROM regexp_split_to_table(q, '\\s+') AS piece
+    ) AS pieces WHERE numnode(p) > 0
+$$""",
+)
+
+_OR_AGGREGATE = """
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                   WHERE p.proname = 'ks_or_agg' AND n.nspname = current_schema()) THEN
+        CREATE AGGREGATE ks_or_agg(tsquery) (SFUNC = tsquery_or, STYPE = tsquery);
+    END IF;
+END $$"""
+
+_V1 = (
+    """
+CREATE TABLE IF NOT EXISTS acl_sets (
+    id  bigserial PRIMARY KEY,
+    key text COLLATE "C" NOT NULL UNIQUE        -- the sorted principals, one per line
+)""",
+    """
+CREATE TABLE IF NOT EXISTS acl_set_principals (
+    acl_set   bigint NOT NULL REFERENCES acl_sets(id),
+    principal text COLLATE "C" NOT NULL,
+    PRIMARY KEY (acl_set, principal)
+)""",
+    "CREATE INDEX IF NOT EXISTS acl_set_principals_by_principal"
+    " ON acl_set_principals (principal, acl_set)",
+    """
+CREATE TABLE IF NOT EXISTS entities (
+    id           bigserial PRIMARY KEY,
+    uid          text COLLATE "C" NOT NULL UNIQUE,
+    type         text COLLATE "C" NOT NULL,
+    title        text COLLATE "C" NOT NULL,
+    body         text NOT NULL,
+    source       text COLLATE "C" NOT NULL,
+    status       text COLLATE "C" NOT NULL,
+    created_at   text COLLATE "C",
+    updated_at   text COLLATE "C",
+    href         text COLLATE "C",
+    attributes   json NOT NULL,               -- kept as written (json, not jsonb): hashes round-trip
+    acl_set      bigint NOT NULL REFERENCES acl_sets(id),
+    content_hash text NOT NULL,
+    publish      bigint NOT NULL,
+    chunk_count  integer NOT NULL DEFAULT 0
+)""",
+    "CREATE INDEX IF NOT EXISTS entities_by_type ON entities (type)",
+    "CREATE INDEX IF NOT EXISTS entities_by_source ON entities (source)",
+    "CREATE INDEX IF NOT EXISTS entities_by_status ON entities (status)",
+    "CREATE INDEX IF NOT EXISTS entities_by_created_at ON entities (created_at)",
+    "CREATE INDEX IF NOT EXISTS entities_by_updated_at ON entities (updated_at)",
+    "CREATE INDEX IF NOT EXISTS entities_by_acl_set ON entities (acl_set)",
+    "CREATE INDEX IF NOT EXISTS entities_by_href ON entities (href)",
+    "CREATE INDEX IF NOT EXISTS entities_by_title ON entities (title)",
+    # Chunk ids come from a sequence and are never reused.
+    """
+CREATE TABLE IF NOT EXISTS chunks (
+    id         bigint PRIMARY KEY,
+    entity     bigint NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+    ordinal    integer NOT NULL,
+    text       text NOT NULL,
+    heading    jsonb NOT NULL,
+    start      integer NOT NULL,
+    "end"      integer NOT NULL,
+    embedding  vector NOT NULL,               -- becomes vector(d) once the model is known
+    tsv        tsvector NOT NULL,             -- english, over ks_context(title, heading, text)
+    len_body   integer NOT NULL,
+    len_title  integer NOT NULL,
+    len_ident  integer NOT NULL
+)""",
+    "CREATE SEQUENCE IF NOT EXISTS chunks_id_seq OWNED BY chunks.id",
+    "CREATE INDEX IF NOT EXISTS chunks_by_entity ON chunks (entity, ordinal)",
+    "CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv)",
+    # Edges name uids, not rows: an edge to a uid not yet ingested is kept and
+    # resolves when the target arrives; a dangling edge is invisible to readers.
+    """
+CREATE TABLE IF NOT EXISTS edges (
+    src      text COLLATE "C" NOT NULL,
+    label    text COLLATE "C" NOT NULL,
+    dst      text COLLATE "C" NOT NULL,
+    position integer,
+    PRIMARY KEY (src, label, dst)
+)""",
+    "CREATE INDEX IF NOT EXISTS edges_by_dst ON edges (dst, label, src)",
+    """
+CREATE TABLE IF NOT EXISTS memberships (
+    grp    text COLLATE "C" NOT NULL,
+    member text COLLATE "C" NOT NULL,
+    PRIMARY KEY (grp, member)
+)""",
+    "CREATE INDEX IF NOT EXISTS memberships_by_member ON memberships (member, grp)",
+    """
+CREATE TABLE IF NOT EXISTS publishes (
+    id      bigint PRIMARY KEY,
+    root    text NOT NULL,
+    parent  text NOT NULL,
+    kind    text NOT NULL,
+    at      text NOT NULL,
+    added   integer NOT NULL,
+    updated integer NOT NULL,
+    deleted integer NOT NULL
+)""",
+    # Embeddings by content hash of (model, embedded text): re-ingest embeds nothing.
+    """
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    key    text PRIMARY KEY,
+    vector bytea NOT NULL
+)""",
+    # BM25 statistics, maintained in the publish transaction:
+    #   lexical_postings — term frequency of each term in each chunk, per field, with the
+    #                      chunk's field length and entity (scoring needs no chunk lookup)
+    #   lexical_terms    — document frequency of each term, per field
+    #   lexical_fields   — number of chunks and total length, per field (→ avgdl)
+    """
+CREATE TABLE IF NOT EXISTS lexical_postings (
+    field  smallint NOT NULL,
+    term   text COLLATE "C" NOT NULL,
+    chunk  bigint NOT NULL,
+    tf     integer NOT NULL,
+    dl     integer NOT NULL,
+    entity bigint NOT NULL,
+    PRIMARY KEY (field, term, chunk) INCLUDE (tf, dl, entity)
+)""",
+    "CREATE INDEX IF NOT EXISTS lexical_postings_by_chunk ON lexical_postings (chunk)",
+    """
+CREATE TABLE IF NOT EXISTS lexical_terms (
+    field smallint NOT NULL,
+    term  text COLLATE "C" NOT NULL,
+    df    integer NOT NULL,
+    PRIMARY KEY (field, term)
+)""",
+    """
+CREATE TABLE IF NOT EXISTS lexical_fields (
+    field     smallint PRIMARY KEY,
+    docs      bigint NOT NULL,
+    total_len bigint NOT NULL
+)""",
+    "INSERT INTO lexical_fields (field, docs, total_len) VALUES (0, 0, 0), (1, 0, 0), (2, 0, 0)"
+    " ON CONFLICT (field) DO NOTHING",
+    _OR_AGGREGATE,
+    *_FUNCTIONS,
+)
+
+#: Every schema version, oldest first. Append; never edit a released one.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def vector_ddl(dimension: int) -> list[str]:
+    """Give ``chunks.embedding`` its dimension and its HNSW index (cosine).
+
+    Run once, when the store learns its model; the table is empty then, so the
+    type change rewrites nothing. ``dimension`` is an int checked here: it is
+    the only value ever formatted into DDL.
+    """
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or not 0 < dimension <= 16000:
+        raise ValueError(f"a vector dimension must be 1..16000, not {dimension!r}")
+    return [
+        f"ALTER TABLE chunks ALTER COLUMN embedding TYPE vector({dimension})",
+        "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks"
+        " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    ]
+
+
+def held_cte(placeholder: str = "%(principal)s") -> str:
+    """Identity expansion ``held(p)`` (a CTE definition, no ``WITH``).
+
+    The bound principal, ``everyone``, and every group reached over memberships
+    (``UNION`` stops on revisits). Expanded live in every statement, never cached.
+    """
+    return (
+        f'held(p) AS (VALUES ({placeholder}::text COLLATE "C"), (\'everyone\')'
+        " UNION SELECT m.grp FROM memberships AS m JOIN held ON m.member = held.p)"
+    )
+
+
+#: The ACL sets holding one of the ``held`` principals.
+VIS_CTE = (
+    "vis(acl_set) AS (SELECT DISTINCT a.acl_set FROM acl_set_principals AS a"
+    " JOIN held ON a.principal = held.p)"
+)
+
+
+def held_principals_cte(placeholder: str = "%(principal)s") -> str:
+    """``held`` and ``vis``: what every read statement starts with (after ``WITH RECURSIVE``)."""
+    return f"{held_cte(placeholder)}, {VIS_CTE}"
+
+
+# -- feature detection ------------------------------------------------------------------------------
+
+_VERSION = re.compile(r"^\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """``"0.8.0"`` → ``(0, 8, 0)``; ``"0.6"`` → ``(0, 6, 0)``; anything else → None."""
+    if not text:
+        return None
+    m = _VERSION.match(text)
+    if m is None:
+        return None
+    return (int(m.group(1)), int(m.group(2) or 0), int(m.group(3) or 0))
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the server offers beyond PostgreSQL itself, as detected on open."""
+
+    pgvector: tuple[int, int, int] | None
+    bm25_extension: str | None  # "pg_search" | "pg_textsearch" | None
+    bm25_extension_version: str | None = None
+
+    @property
+    def iterative_scan(self) -> bool:
+        """pgvector ≥ 0.8 continues an HNSW scan until enough rows pass the filter."""
+        return self.pgvector is not None and self.pgvector >= (0, 8, 0)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "pgvector": None if self.pgvector is None else ".".join(map(str, self.pgvector)),
+            "iterative_scan": self.iterative_scan,
+            "bm25_extension": self.bm25_extension,
+            "bm25_extension_version": self.bm25_extension_version,
+        }
+
+
+def detect_features(installed: Sequence[tuple[str, str]]) -> Features:
+    """Features from ``(extname, extversion)`` rows of ``pg_extension``.
+
+    The first installed BM25 extension of :data:`BM25_EXTENSIONS` wins.
+    """
+    versions = {str(name): str(version) for name, version in installed}
+    bm25 = next((name for name in BM25_EXTENSIONS if name in versions), None)
+    return Features(
+        pgvector=parse_version(versions.get("vector")),
+        bm25_extension=bm25,
+        bm25_extension_version=versions.get(bm25) if bm25 else None,
+    )

@@ -1,0 +1,48 @@
+"""``pg:DIR``: a local PostgreSQL 16 + pgvector started with pgserver, for people without a server.
+
+The data directory is ``DIR/pgdata``; the server listens on a Unix socket only.
+Lifetime: pgserver counts the processes that use the directory; the **last
+one to exit stops the server** (``pg_ctl stop``, a clean shutdown), so a
+``ks --store pg:DIR …`` command leaves nothing running, a ``ks serve`` keeps it
+up while it serves, and concurrent commands share one server. Set
+``KS_PG_KEEP_RUNNING=1`` to leave it running after exit (the next command
+then connects in milliseconds instead of starting it, ~1 s).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from knowledge_store.errors import StoreError
+
+__all__ = ["KEEP_RUNNING_ENV", "local_server_url"]
+
+KEEP_RUNNING_ENV = "KS_PG_KEEP_RUNNING"
+
+
+def local_server_url(directory: str | Path) -> str:
+    """Start (or reuse) the local server of ``directory``; its connection URL."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR at import
+        try:
+            import pgserver
+        except ImportError as exc:  # pragma: no cover - the extra is installed in dev
+            raise StoreError(
+                "pg:DIR needs pgserver; install the postgres extra:"
+                " pip install 'knowledge-store[postgres]'"
+            ) from exc
+    root = Path(directory).expanduser().resolve()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        keep = os.environ.get(KEEP_RUNNING_ENV, "") not in ("", "0")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = pgserver.get_server(root / "pgdata", cleanup_mode=None if keep else "stop")
+        return str(server.get_uri())
+    except Exception as exc:  # pgserver raises bare subprocess/OS errors
+        raise StoreError(
+            f"cannot start the local PostgreSQL server in {root}: {exc}"
+            f" (its log is {root / 'pgdata' / 'log'})"
+        ) from exc

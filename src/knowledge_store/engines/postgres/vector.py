@@ -1,0 +1,163 @@
+"""The vector primitive on PostgreSQL: a plan by the visible share, then one statement.
+
+The planner needs two numbers read in the query's own snapshot: how many
+chunks the identity may see under FILTERS (a sum over ``entities.chunk_count``
+with the ACL join) and how many there are. Then:
+
+* nothing hidden (FILTERS included) → ``hnsw``: the HNSW index (``hnsw.ef_search``
+  = :data:`EF_SEARCH`), ACL join still in the statement;
+* few visible rows (≤ :data:`EXACT_FLOOR`) or a small share (< :data:`EXACT_SHARE`)
+  → ``exact``: a scan over only the visible rows, ordered by exact cosine
+  distance (the ``+ 0`` keeps the planner off the HNSW index) —
+  ``exhaustive: true``;
+* otherwise → ``hnsw-filtered``. With pgvector ≥ 0.8, an iterative index scan
+  (``hnsw.iterative_scan = strict_order``) that keeps walking the graph until
+  enough rows pass the ACL and FILTERS. With older pgvector (pgserver ships
+  0.6) the index returns at most ``ef_search`` candidates, so the statement
+  takes ``ef`` ≈ 2·(k+10)/share of them (capped at :data:`EF_MAX`) and
+  post-filters them in the same statement; fewer than ``k`` may survive —
+  reported honestly as ``exhaustive: false``.
+
+``scanned`` is the number of candidates the statement ranked: the visible rows
+for ``exact``, the index candidates otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from knowledge_store.engines.postgres.schema import Features, held_principals_cte
+from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.model import Filters
+
+__all__ = [
+    "EF_MAX",
+    "EF_SEARCH",
+    "EXACT_FLOOR",
+    "EXACT_SHARE",
+    "VectorPlan",
+    "plan_vector",
+    "vector_count_statement",
+    "vector_statement",
+]
+
+#: Unfiltered HNSW search expansion (pgvector's default is 40).
+EF_SEARCH = 64
+#: pgvector's ceiling for ``hnsw.ef_search``.
+EF_MAX = 1000
+#: At most this many visible chunks are always scanned exactly (measured: bench/bench_engines.py).
+EXACT_FLOOR = 5_000
+#: Below this visible share an exact scan beats a post-filtered HNSW candidate list.
+EXACT_SHARE = 0.05
+#: Post-filter oversampling: candidates ≈ OVERSAMPLE · (k + 10) / share.
+OVERSAMPLE = 2.0
+
+Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
+_ROW = 'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    strategy: Strategy
+    visible: int
+    total: int
+    ef: int  # hnsw.ef_search (0 for exact)
+    iterative: bool  # pgvector ≥ 0.8 iterative index scan
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.strategy == "exact"
+
+    def to_dict(self) -> dict[str, Any]:
+        share = self.visible / self.total if self.total else 0.0
+        return {
+            "strategy": self.strategy,
+            "visible": self.visible,
+            "total": self.total,
+            "share": round(share, 6),
+            "ef_search": self.ef,
+            "iterative_scan": self.iterative,
+        }
+
+
+def plan_vector(visible: int, total: int, k: int, features: Features) -> VectorPlan:
+    """Pick the strategy for ``k`` hits over ``visible`` of ``total`` chunks (pure)."""
+    wanted = k + 10
+    if total == 0 or visible == 0:
+        return VectorPlan("exact", visible, total, 0, False)
+    if visible >= total:  # nothing hidden, FILTERS or not
+        return VectorPlan("hnsw", visible, total, min(EF_MAX, max(EF_SEARCH, wanted)), False)
+    share = visible / total
+    if visible <= EXACT_FLOOR or share < EXACT_SHARE:
+        return VectorPlan("exact", visible, total, 0, False)
+    if features.iterative_scan:
+        return VectorPlan("hnsw-filtered", visible, total, min(EF_MAX, max(EF_SEARCH, wanted)), True)
+    ef = min(EF_MAX, max(EF_SEARCH, math.ceil(OVERSAMPLE * wanted / share)))
+    return VectorPlan("hnsw-filtered", visible, total, ef, False)
+
+
+def vector_count_statement(principal: str, filters: Filters) -> tuple[str, dict[str, Any]]:
+    """``(visible chunks, total chunks)`` for the planner, the ACL join inside."""
+    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    params["principal"] = principal
+    sql = (
+        "WITH RECURSIVE " + held_principals_cte() + " SELECT"
+        " (SELECT coalesce(sum(e.chunk_count), 0) FROM entities AS e"
+        f"  WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}),"
+        " (SELECT docs FROM lexical_fields WHERE field = 0)"
+    )
+    return sql, params
+
+
+def settings(plan: VectorPlan) -> list[str]:
+    """``SET LOCAL`` statements for the plan (integers from the plan, never caller text)."""
+    if plan.strategy == "exact":
+        return []
+    out = [f"SET LOCAL hnsw.ef_search = {int(plan.ef)}"]
+    if plan.iterative:
+        out.append("SET LOCAL hnsw.iterative_scan = strict_order")
+    return out
+
+
+def vector_statement(
+    plan: VectorPlan, principal: str, query: np.ndarray, k: int, filters: Filters
+) -> tuple[str, dict[str, Any]]:
+    """The one statement of a vector query under ``plan``: rows, then score, then scanned."""
+    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    params.update(principal=principal, q=np.asarray(query, dtype=np.float32), k=k)
+    head = "WITH RECURSIVE " + held_principals_cte()
+    visible = f"e.acl_set IN (SELECT acl_set FROM vis) AND {where}"
+    if plan.strategy == "exact":
+        sql = (
+            f"{head}\nSELECT {_ROW}, 1.0 - (c.embedding <=> %(q)s) AS score, %(scanned)s AS scanned"
+            "\nFROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+            f"\nWHERE {visible}"
+            # "+ 0": an expression the HNSW index can't serve, so the scan is exact.
+            "\nORDER BY (c.embedding <=> %(q)s) + 0, c.id\nLIMIT %(k)s"
+        )
+        params["scanned"] = plan.visible
+        return sql, params
+    if plan.iterative:
+        sql = (
+            f"{head}\nSELECT {_ROW}, 1.0 - (c.embedding <=> %(q)s) AS score, %(ef)s AS scanned"
+            "\nFROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+            f"\nWHERE {visible}"
+            "\nORDER BY c.embedding <=> %(q)s\nLIMIT %(k)s"
+        )
+        params["ef"] = plan.ef
+        return sql, params
+    sql = (
+        f"{head},\nnearest AS MATERIALIZED ("
+        "\n  SELECT c.id, c.embedding <=> %(q)s AS distance FROM chunks AS c"
+        "\n  ORDER BY c.embedding <=> %(q)s LIMIT %(ef)s)"
+        f"\nSELECT {_ROW}, 1.0 - n.distance AS score, (SELECT count(*) FROM nearest) AS scanned"
+        "\nFROM nearest AS n JOIN chunks AS c ON c.id = n.id JOIN entities AS e ON e.id = c.entity"
+        f"\nWHERE {visible}"
+        "\nORDER BY n.distance, c.id\nLIMIT %(k)s"
+    )
+    params["ef"] = plan.ef
+    return sql, params

@@ -1,0 +1,210 @@
+"""``create_app(store)``: the HTTP app — REST ``/v1``, GraphQL, MCP, the search page.
+
+::
+
+    /v1/…             REST (OpenAPI at /openapi.json)          surfaces.rest
+    /v1/admin/…       administration (admin scope)             surfaces.rest
+    /graphql          GraphQL (strawberry), read-only          surfaces.graphql
+    /mcp              MCP over streamable HTTP                 surfaces.mcp
+    /, /entity/{uid}  the search page                          surfaces.page
+    /healthz          liveness (no auth, no data)
+
+One service layer (every route calls :class:`~knowledge_store.store.KnowledgeStore`),
+one identity rule (:mod:`.auth`), one JSON error shape everywhere —
+``{"error": {"code", "message", "details"}}`` with the error's HTTP status,
+for the store's errors, request validation (``invalid_request``, 400),
+unknown routes (``not_found``, 404), methods (405), 401 and 403.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from knowledge_store.errors import (
+    BoundExceeded,
+    InputError,
+    InvalidRequest,
+    KnowledgeStoreError,
+    NotFound,
+    StoreError,
+    UnknownField,
+    UnknownLabel,
+)
+from knowledge_store.model import LABELS
+from knowledge_store.retrieval.filters import FILTER_NAMES
+from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.auth import AuthError, TokenTable
+from knowledge_store.surfaces.mcp import create_mcp_server, mcp_http_app
+from knowledge_store.surfaces.web import Service, error_response
+
+__all__ = ["create_app", "validation_error"]
+
+TokensLike = TokenTable | Mapping[str, str | tuple[str, bool]] | None
+
+
+def create_app(
+    store: KnowledgeStore,
+    *,
+    tokens: TokensLike = None,
+    anonymous: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+) -> FastAPI:
+    """The HTTP app over ``store``.
+
+    ``tokens``: a :class:`TokenTable` (``TokenTable.load(file)``) or ``{token:
+    identity}`` / ``{token: (identity, admin)}``. With ``anonymous`` a request
+    without a token runs as ``everyone``. ``allowed_hosts`` (e.g. the loopback
+    names when serving on 127.0.0.1) turns on Host/Origin checks against DNS
+    rebinding. Run its lifespan (uvicorn does) so that MCP sessions can start.
+    """
+    from knowledge_store import __version__
+    from knowledge_store.surfaces import page, rest
+    from knowledge_store.surfaces.graphql import graphql_router
+
+    table = tokens if isinstance(tokens, TokenTable) else TokenTable.of(tokens)
+    table.anonymous = table.anonymous or anonymous
+    mcp_server = create_mcp_server(store)
+    mcp_asgi, sessions = mcp_http_app(mcp_server, table, allowed_hosts=allowed_hosts)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with sessions.run():
+            yield
+
+    app = FastAPI(
+        title="knowledge-store",
+        version=__version__,
+        summary="Permission-aware retrieval: vector, BM25, graph and SQL over one store, fused.",
+        description="Every read runs as the caller's identity (Authorization: Bearer <token>);"
+        " an entity the caller can't read answers exactly like one that does not exist."
+        ' Errors: {"error": {"code", "message", "details"}}. See docs/serving.md.',
+        docs_url=None,  # the Swagger/ReDoc pages load their assets from a CDN
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.knowledge_store = Service(store=store, tokens=table, mcp=mcp_server)
+    for router in rest.routers():
+        app.include_router(router)
+    app.include_router(graphql_router(), include_in_schema=False)
+    app.include_router(page.router)
+    app.router.routes.append(Route("/mcp", endpoint=mcp_asgi))
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    _install_error_handlers(app)
+    if allowed_hosts:
+        app.add_middleware(_HostCheck, allowed=list(allowed_hosts))
+    return app
+
+
+# -- errors ----------------------------------------------------------------------------------------------
+def _install_error_handlers(app: FastAPI) -> None:
+    async def store_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, KnowledgeStoreError)
+        return error_response(exc)
+
+    async def auth_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, AuthError)
+        return error_response(exc)
+
+    async def invalid(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(validation_error(list(exc.errors())))
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            found: KnowledgeStoreError = NotFound(
+                f"no endpoint {request.method} {request.url.path}; the API is described at"
+                " /openapi.json",
+                path=request.url.path,
+            )
+            return error_response(found)
+        message = (
+            f"method {request.method} is not allowed on {request.url.path}"
+            if exc.status_code == 405
+            else str(exc.detail)
+        )
+        body = InvalidRequest(message, path=request.url.path).to_dict()
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(StoreError(f"the server failed: {type(exc).__name__}"))
+
+    app.add_exception_handler(KnowledgeStoreError, store_error)
+    app.add_exception_handler(AuthError, auth_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def validation_error(problems: list[Any]) -> InputError:
+    """FastAPI/pydantic validation problems → the store's typed error, with a sentence to act on."""
+    cleaned = []
+    for problem in problems:
+        loc = [str(p) for p in problem.get("loc", ()) if p not in ("body", "query", "path")]
+        cleaned.append({**problem, "loc": loc})
+    for problem in cleaned:
+        loc, kind = problem["loc"], problem.get("type")
+        if kind == "extra_forbidden" and len(loc) == 2 and loc[0] == "filters":
+            return UnknownField(
+                f"unknown filter {loc[1]!r}; filter on one of: {', '.join(FILTER_NAMES)}",
+                field=loc[1],
+                allowed=list(FILTER_NAMES),
+            )
+        if kind == "literal_error" and loc[:1] == ["labels"]:
+            return UnknownLabel(
+                f"unknown edge label {problem.get('input')!r}; use one of: {', '.join(LABELS)}",
+                label=str(problem.get("input")),
+                allowed=list(LABELS),
+            )
+        if kind in ("less_than_equal", "greater_than_equal") and loc == ["depth"]:
+            return BoundExceeded(
+                f"depth {problem.get('input')!r} is outside the bound 1–3; use 1, 2 or 3",
+                field="depth",
+                minimum=1,
+                maximum=3,
+            )
+    parts = []
+    for problem in cleaned[:5]:
+        where = ".".join(problem["loc"]) or "the request body"
+        parts.append(f"{where}: {problem.get('msg', 'invalid')}")
+    return InvalidRequest(
+        "invalid request — " + "; ".join(parts),
+        errors=[
+            {"loc": p["loc"], "message": str(p.get("msg", "")), "type": str(p.get("type", ""))}
+            for p in cleaned
+        ],
+    )
+
+
+class _HostCheck:
+    """Refuse requests whose Host is not one the server answers to (DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = {h.lower() for h in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "").lower()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in self.allowed:
+                body = InvalidRequest(
+                    f"this server does not answer to host {host!r}", host=host
+                ).to_dict()
+                await JSONResponse(body, status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

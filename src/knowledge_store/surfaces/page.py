@@ -1,0 +1,405 @@
+"""The search page for people: ``/`` (search) and ``/entity/{uid}`` (one entity).
+
+Server-rendered HTML over the same service layer as every other surface, a
+stylesheet and a few lines of JavaScript served from the package (nothing
+external is fetched; the Content-Security-Policy says so). The page shows
+why each result is there — its rank in each list — its best evidence under
+the matched heading, the superseded marker, and the neighbour facets of the
+results; the entity page shows the content API's answer with its related
+entities and its place in a learning path.
+
+Identity: the same rules as the API. A browser can't send a bearer header on
+a navigation, so the page also takes the token from the ``ks_token`` cookie,
+which ``?token=…`` sets (then redirects the token out of the URL). With
+``--anonymous`` a visitor without a token is ``everyone``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from importlib.resources import files
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markdown_it import MarkdownIt
+
+from knowledge_store.errors import KnowledgeStoreError, NotFound
+from knowledge_store.model import LIST_NAMES
+from knowledge_store.retrieval import docs_tools
+from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
+from knowledge_store.surfaces.web import Service, service
+
+__all__ = ["COOKIE", "router"]
+
+COOKIE = "ks_token"
+_CSP = (
+    "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:;"
+    " connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+_STATIC = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
+_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
+_WORD = re.compile(r"[\w][\w.:-]{2,}", re.U)
+
+router = APIRouter(include_in_schema=False)
+e = html.escape
+
+
+# -- identity ----------------------------------------------------------------------------------------
+def _caller(request: Request, svc: Service) -> Caller:
+    token = bearer_token(request.headers.get("authorization")) or request.cookies.get(COOKIE)
+    return svc.tokens.resolve(token or None)
+
+
+def _page(title: str, body: str, *, status: int = 200, who: Caller | None = None) -> HTMLResponse:
+    badge = ""
+    if who is not None:
+        badge = f'<span class="who" title="reads run as this identity">as {e(who.principal)}</span>'
+        if not who.anonymous:
+            badge += ' <a class="signout" href="/signout">sign out</a>'
+    document = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{e(title)} · knowledge-store</title>
+<link rel="stylesheet" href="/static/page.css">
+<script src="/static/page.js" defer></script>
+</head><body>
+<header class="top"><a class="brand" href="/">knowledge-store</a>
+<nav><a href="/openapi.json">API</a> <a href="/v1/capabilities">tools</a> {badge}</nav></header>
+<main>{body}</main>
+<footer>Permission-aware retrieval: vector · BM25 · graph · SQL, fused under your identity.</footer>
+</body></html>"""
+    return HTMLResponse(
+        document,
+        status_code=status,
+        headers={"Content-Security-Policy": _CSP, "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _sign_in(request: Request, exc: AuthError) -> HTMLResponse:
+    body = f"""<section class="card narrow"><h1>Sign in</h1>
+<p class="muted">{e(exc.message)}</p>
+<form method="get" action="{e(request.url.path)}" class="signin">
+<label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="off" required>
+<button type="submit">Continue</button></form></section>"""
+    return _page("Sign in", body, status=exc.status)
+
+
+def _with_token(request: Request, svc: Service) -> Response | None:
+    """``?token=…``: check it, keep it in a cookie, redirect it out of the URL."""
+    token = request.query_params.get("token")
+    if token is None:
+        return None
+    try:
+        svc.tokens.resolve(token)
+    except AuthError as exc:
+        return _sign_in(request, exc)
+    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+    return response
+
+
+# -- small renderers --------------------------------------------------------------------------------
+def _entity_link(uid: str, title: str | None = None) -> str:
+    return f'<a href="/entity/{quote(uid, safe="")}">{e(title or uid)}</a>'
+
+
+def _terms(query: str) -> list[str]:
+    return sorted({w.lower() for w in _WORD.findall(query)}, key=len, reverse=True)[:12]
+
+
+def _highlight(text: str, terms: list[str]) -> str:
+    if not terms:
+        return e(text)
+    pattern = re.compile("(" + "|".join(re.escape(t) for t in terms) + ")", re.I)
+    return "".join(
+        f"<mark>{e(part)}</mark>" if i % 2 else e(part)
+        for i, part in enumerate(pattern.split(text))
+    )
+
+
+def _snippet(text: str, terms: list[str], width: int = 320) -> str:
+    flat = " ".join(text.split())
+    lower = flat.lower()
+    hits = [lower.find(t) for t in terms if t in lower]
+    start = max(0, min(hits) - width // 3) if hits else 0
+    piece = flat[start : start + width]
+    return (
+        ("…" if start else "")
+        + _highlight(piece, terms)
+        + ("…" if start + width < len(flat) else "")
+    )
+
+
+def _heading(heading: list[str], title: str) -> str:
+    path = [h for h in heading if h and h != title]
+    return " › ".join(e(h) for h in path)
+
+
+def _ranks(ranks: dict[str, int | None]) -> str:
+    cells = []
+    for name in LIST_NAMES:
+        rank = ranks.get(name)
+        if rank is None:
+            cells.append(f'<span class="rank off" title="not in the {name} list">{name} —</span>')
+        else:
+            cells.append(
+                f'<span class="rank on" title="rank in the {name} list">{name} #{rank}</span>'
+            )
+    return "".join(cells)
+
+
+def _options(rows: list[tuple[str | None, int]], chosen: list[str]) -> str:
+    out = ['<option value="">any</option>']
+    for key, count in rows:
+        if key is None:
+            continue
+        selected = " selected" if key in chosen else ""
+        out.append(f'<option value="{e(key)}"{selected}>{e(key)} ({count})</option>')
+    return "".join(out)
+
+
+# -- the search page --------------------------------------------------------------------------------
+def _search_html(svc: Service, who: Caller, request: Request) -> str:
+    params = request.query_params
+    q = (params.get("q") or "").strip()[:500]
+    chosen = {
+        name: [v for v in params.getlist(name) if v][:10] for name in ("type", "not_type", "source")
+    }
+    filters = {name: values for name, values in chosen.items() if values}
+    store = svc.store
+    types = store.aggregate("count", "type", identity=who.identity).rows
+    sources = store.aggregate("count", "source", identity=who.identity).rows
+    form = f"""<form class="search" method="get" action="/" role="search">
+<input id="q" name="q" type="search" value="{e(q)}" placeholder="Search the knowledge base (press / to focus)"
+ autocomplete="off" autofocus aria-label="search">
+<button type="submit">Search</button>
+<div class="filters">
+<label>type <select name="type" class="autosubmit">{_options(types, chosen["type"])}</select></label>
+<label>not type <select name="not_type" class="autosubmit">{_options(types, chosen["not_type"])}</select></label>
+<label>source <select name="source" class="autosubmit">{_options(sources, chosen["source"])}</select></label>
+</div></form>"""
+    if store.is_empty:
+        return form + (
+            '<p class="empty">The store is empty. Ingest content (<code>ks ingest PATH…</code>'
+            " or POST /v1/admin/ingest) and it appears here — no restart needed.</p>"
+        )
+    if not q and not filters:
+        recent = store.sql({}, identity=who.identity, k=10)
+        items = "".join(
+            f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
+            f" <span class='muted'>{e(h.updated_at or '')}</span></li>"
+            for h in recent.hits
+        )
+        return (
+            form
+            + f'<section class="card"><h2>Recently updated</h2><ul class="plain">{items}</ul></section>'
+        )
+    answer = store.search(q or None, identity=who.identity, k=10, filters=filters)
+    terms = _terms(q)
+    cards = []
+    for n, r in enumerate(answer.results, start=1):
+        evidence = ""
+        if r.evidence:
+            first = r.evidence[0]
+            heading = _heading(list(first.heading), r.title)
+            evidence = (
+                f'<div class="heading">{heading}</div>' if heading else ""
+            ) + f'<p class="snippet">{_snippet(first.text, terms)}</p>'
+            if len(r.evidence) > 1:
+                more = "".join(
+                    f'<div class="heading">{_heading(list(ev.heading), r.title)}</div>'
+                    f'<p class="snippet">{_snippet(ev.text, terms)}</p>'
+                    for ev in r.evidence[1:]
+                )
+                evidence += (
+                    f"<details><summary>{len(r.evidence) - 1} more passage"
+                    f"{'s' if len(r.evidence) > 2 else ''}</summary>{more}</details>"
+                )
+        superseded = (
+            f'<span class="superseded">superseded by {_entity_link(r.superseded_by)}</span>'
+            if r.superseded_by
+            else ""
+        )
+        cards.append(
+            f"""<li class="result"><div class="line"><span class="n">{n}</span>
+<h3>{_entity_link(r.uid, r.title)}</h3><span class="type">{e(r.type)}</span>{superseded}</div>
+<div class="uid">{e(r.uid)}</div>{evidence}
+<div class="why"><span class="label">why it is here</span>{_ranks(dict(r.ranks))}
+<span class="score">score {r.score:.4f}</span></div></li>"""
+        )
+    facets = ""
+    if answer.results:
+        found = docs_tools.graph_facets(
+            store, [r.uid for r in answer.results], identity=who.identity
+        )
+        by_label = "".join(
+            f"<li>{e(label)} <b>{count}</b></li>" for label, count in found.by_label.items()
+        )
+        by_type = "".join(
+            f'<li><a href="/?{e(urlencode({"q": q, "type": t}))}">{e(t)}</a> <b>{count}</b></li>'
+            for t, count in found.by_type.items()
+        )
+        facets = f"""<aside class="facets card"><h2>Neighbours</h2>
+<p class="muted">{found.neighbours} entities linked to these results</p>
+<h3>by link</h3><ul class="plain">{by_label or "<li class='muted'>none</li>"}</ul>
+<h3>by type</h3><ul class="plain">{by_type or "<li class='muted'>none</li>"}</ul></aside>"""
+    listing = (
+        f'<ol class="results">{"".join(cards)}</ol>'
+        if cards
+        else '<p class="empty">Nothing you can read matches. Try other words or fewer filters.</p>'
+    )
+    summary = (
+        f'<p class="muted summary">{len(answer.results)} results · fusion {e(answer.mode)}'
+        f" · content root <code>{e(answer.content_root[:12])}</code></p>"
+    )
+    return form + f'<div class="columns"><section>{summary}{listing}</section>{facets}</div>'
+
+
+@router.get("/", response_class=HTMLResponse)
+async def search_page(request: Request) -> Response:
+    svc = service(request)
+    redirect = _with_token(request, svc)
+    if redirect is not None:
+        return redirect
+    try:
+        who = _caller(request, svc)
+    except AuthError as exc:
+        return _sign_in(request, exc)
+    q = request.query_params.get("q") or ""
+    try:
+        body = await svc.run(_search_html, svc, who, request)
+    except KnowledgeStoreError as exc:
+        body = f'<p class="error">{e(exc.message)}</p>'
+        return _page("Search", body, status=exc.http_status, who=who)
+    return _page(q or "Search", body, who=who)
+
+
+# -- the entity page -----------------------------------------------------------------------------------
+def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
+    store = svc.store
+    content = store.content(uid, identity=who.identity)
+    entity = content["entity"]
+    out_edges, in_edges = content["edges"]["out"], content["edges"]["in"]
+    successor = next((x for x in out_edges if x["label"] == "supersededBy"), None)
+    href = entity["href"] or ""
+    link = (
+        f'<a href="{e(href)}" rel="noopener noreferrer">{e(href)}</a>'
+        if href.startswith(("http://", "https://"))
+        else e(href)
+    )
+    facts = "".join(
+        f"<dt>{name}</dt><dd>{value}</dd>"
+        for name, value in (
+            ("uid", f"<code>{e(entity['uid'])}</code>"),
+            ("type", e(entity["type"])),
+            ("source", e(entity["source"])),
+            ("status", e(entity["status"])),
+            ("created", e(entity["created_at"] or "—")),
+            ("updated", e(entity["updated_at"] or "—")),
+            ("href", link or "—"),
+        )
+    )
+    if entity["attributes"]:
+        attributes = json.dumps(entity["attributes"], ensure_ascii=False, indent=1)[:2000]
+        facts += f"<dt>attributes</dt><dd><pre class='attrs'>{e(attributes)}</pre></dd>"
+    banner = (
+        f'<p class="superseded banner">Superseded by {_entity_link(successor["uid"], successor["title"])}'
+        " — prefer the newer page.</p>"
+        if successor
+        else ""
+    )
+    body_html = _MD.render(entity["body"])
+    related = docs_tools.get_related(store, uid, identity=who.identity, k=15)
+    related_items = "".join(
+        f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
+        f" <span class='muted'>{e(h.path[-1].label or '')}"
+        f"{' · ' + str(h.hops) + ' hops' if h.hops > 1 else ''}</span></li>"
+        for h in related.hits
+    )
+    path_html = ""
+    try:
+        path = docs_tools.get_learning_path(store, uid, identity=who.identity)
+    except NotFound:
+        path = None
+    if path is not None and len(path.units) > 1:
+        units = []
+        for i, unit in enumerate(path.units):
+            current = ' class="current" aria-current="page"' if i == path.index else ""
+            units.append(
+                f'<li{current} data-depth="{unit.depth}">'
+                f"{'&nbsp;' * 2 * unit.depth}{_entity_link(unit.uid, unit.title)}</li>"
+            )
+        step = ""
+        if path.index is not None:
+            before = path.units[path.index - 1] if path.index > 0 else None
+            after = path.units[path.index + 1] if path.index + 1 < len(path.units) else None
+            step = (
+                '<p class="steps">'
+                + (f"← {_entity_link(before.uid, before.title)}" if before else "")
+                + (f" · {_entity_link(after.uid, after.title)} →" if after else "")
+                + "</p>"
+            )
+            where = f"step {path.index + 1} of {len(path.units)}"
+        else:
+            where = f"{len(path.units)} units"
+        path_html = f"""<section class="card"><h2>Learning path</h2>
+<p class="muted">{where}</p>{step}<ol class="path">{"".join(units)}</ol></section>"""
+    edges = "".join(
+        f"<li><span class='label'>{arrow} {e(x['label'])}</span> {_entity_link(x['uid'], x['title'])}</li>"
+        for arrow, group in (("→", out_edges), ("←", in_edges))
+        for x in group
+    )
+    page = f"""<article class="entity"><p class="crumbs"><a href="/">search</a></p>
+<h1>{e(entity["title"])} <span class="type">{e(entity["type"])}</span></h1>{banner}
+<div class="columns"><section><div class="card body">{body_html}</div>
+<p class="muted">{len(content["chunks"])} chunks · content root <code>{e(content["content_root"][:12])}</code></p></section>
+<aside><section class="card"><dl class="facts">{facts}</dl></section>{path_html}
+<section class="card"><h2>Related</h2><ul class="plain">{related_items or "<li class='muted'>none you can read</li>"}</ul></section>
+<section class="card"><h2>Links</h2><ul class="plain">{edges or "<li class='muted'>none</li>"}</ul></section>
+</aside></div></article>"""
+    return entity["title"], page
+
+
+@router.get("/entity/{uid:path}", response_class=HTMLResponse)
+async def entity_page(uid: str, request: Request) -> Response:
+    svc = service(request)
+    redirect = _with_token(request, svc)
+    if redirect is not None:
+        return redirect
+    try:
+        who = _caller(request, svc)
+    except AuthError as exc:
+        return _sign_in(request, exc)
+    try:
+        title, body = await svc.run(_entity_html, svc, who, uid)
+    except KnowledgeStoreError as exc:
+        return _page(
+            "Not found" if isinstance(exc, NotFound) else "Error",
+            f'<section class="card narrow"><h1>Not here</h1><p>{e(exc.message)}</p>'
+            '<p><a href="/">Back to search</a></p></section>',
+            status=exc.http_status,
+            who=who,
+        )
+    return _page(title, body, who=who)
+
+
+@router.get("/signout")
+async def sign_out() -> Response:
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    media = _STATIC.get(name)
+    if media is None:
+        raise NotFound(f"no static file {name!r}", file=name)
+    text = files("knowledge_store.surfaces").joinpath("static", name).read_text(encoding="utf-8")
+    return Response(text, media_type=media, headers={"Cache-Control": "max-age=300"})

@@ -1,0 +1,119 @@
+"""``ks serve``: the HTTP app on a socket (uvicorn), or the MCP server on stdin/stdout.
+
+::
+
+    ks serve [--host H] [--port P] [--tokens FILE] [--anonymous]   # HTTP
+    ks serve --mcp-stdio [--as P]                                  # MCP over stdio
+
+HTTP needs a token file, ``--anonymous``, or both. Over stdio the caller is
+``--as`` (default ``$KS_AS``, else ``everyone``); stdout is the protocol, so
+nothing else is printed there (the SDK diverts stray writes to stderr).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.store import KnowledgeStore
+
+__all__ = ["LOOPBACK", "banner", "serve"]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+GRACEFUL_SHUTDOWN_S = 3
+
+
+def _warm(store: KnowledgeStore) -> None:
+    """Load the embedding model now, not on the first query."""
+    store.embedder.embed_query("warm up")
+
+
+def banner(host: str, port: int, *, anonymous: bool, tokens: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{port}"
+    who = (
+        "anonymous callers read as everyone"
+        if anonymous
+        else "a bearer token from the token file is required"
+    )
+    return (
+        f"knowledge-store serving on {base}\n"
+        f"  search page  {base}/\n"
+        f"  REST         {base}/v1/   (OpenAPI: {base}/openapi.json)\n"
+        f"  GraphQL      {base}/graphql\n"
+        f"  MCP          {base}/mcp   (streamable HTTP)\n"
+        f"  identity     {who}; {tokens} token(s) loaded\n"
+        "  Ctrl-C stops the server."
+    )
+
+
+def serve(
+    location: str | Path | None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: Path | None = None,
+    anonymous: bool = False,
+    mcp_stdio: bool = False,
+    identity: str | None = None,
+) -> None:
+    """Run until interrupted (HTTP) or until the client closes the pipe (stdio)."""
+    from knowledge_store.surfaces.auth import TokenTable
+
+    if mcp_stdio:
+        if tokens is not None or anonymous:
+            raise InvalidRequest("--tokens and --anonymous are for HTTP; over stdio use --as")
+        _serve_stdio(location, identity or os.environ.get("KS_AS") or "everyone")
+        return
+    if identity is not None:
+        raise InvalidRequest(
+            "--as is the identity of an MCP stdio session (--mcp-stdio); over HTTP each"
+            " caller's token decides it"
+        )
+    if not 0 <= port <= 65535:
+        raise InvalidRequest(f"--port {port} is not a TCP port (0–65535)", field="port")
+    table = TokenTable.load(tokens, anonymous=anonymous)
+    if not len(table) and not anonymous:
+        raise InvalidRequest(
+            "ks serve needs --tokens FILE (bearer tokens → identities; see docs/serving.md)"
+            " or --anonymous (callers without a token read as everyone)"
+        )
+    _serve_http(location, host, port, table)
+
+
+def _serve_http(location: str | Path | None, host: str, port: int, table: object) -> None:
+    import uvicorn
+
+    from knowledge_store.surfaces.auth import TokenTable
+    from knowledge_store.surfaces.http import create_app
+
+    assert isinstance(table, TokenTable)
+    with KnowledgeStore.open(location) as store:
+        _warm(store)
+        allowed = list(LOOPBACK) if host in LOOPBACK else None
+        app = create_app(store, tokens=table, allowed_hosts=allowed)
+        print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
+        uvicorn.Server(config).run()
+
+
+def _serve_stdio(location: str | Path | None, who: str) -> None:
+    import anyio
+
+    from knowledge_store.model import Identity
+    from knowledge_store.surfaces.mcp import create_mcp_server, run_stdio
+
+    identity = Identity(who)
+    with KnowledgeStore.open(location) as store:
+        _warm(store)
+        server = create_mcp_server(store, identity=identity)
+        print(f"knowledge-store MCP over stdio as {who}", file=sys.stderr, flush=True)
+        anyio.run(run_stdio, server)

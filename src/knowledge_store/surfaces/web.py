@@ -1,0 +1,95 @@
+"""Plumbing the HTTP surfaces share: the service they wrap, who is calling, the one error shape.
+
+REST (:mod:`.rest`), GraphQL (:mod:`.graphql`) and the search page
+(:mod:`.page`) all read the :class:`Service` from the app and resolve their
+caller with :func:`caller` — the rules of :mod:`.auth`, written once. Errors
+leave every route as ``{"error": {"code", "message", "details"}}`` with the
+error's HTTP status (:func:`error_response`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from knowledge_store.errors import KnowledgeStoreError
+from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable
+from knowledge_store.surfaces.mcp import KnowledgeMCPServer, ToolsWatcher
+
+__all__ = [
+    "AdminCaller",
+    "AnyCaller",
+    "Service",
+    "caller",
+    "error_response",
+    "require_admin",
+    "service",
+]
+
+T = TypeVar("T")
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="A token from the server's token file (see docs/serving.md).",
+)
+
+
+@dataclass
+class Service:
+    """What the HTTP app serves: the store, the token table, the MCP server and its watcher."""
+
+    store: KnowledgeStore
+    tokens: TokenTable
+    mcp: KnowledgeMCPServer
+
+    @property
+    def watcher(self) -> ToolsWatcher:
+        return self.mcp.watcher
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking store call in the thread pool."""
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def service(request: Request) -> Service:
+    found: Service = request.app.state.knowledge_store
+    return found
+
+
+def caller(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    """The caller of a request: its bearer token's identity, or ``everyone`` with --anonymous."""
+    return service(request).tokens.resolve(credentials.credentials if credentials else None)
+
+
+def require_admin(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    """The caller, if it holds the admin scope; else 403."""
+    if not who.admin:
+        raise AuthError(
+            403, "this endpoint administers the store; it needs a token with the admin scope"
+        )
+    return who
+
+
+AnyCaller = Annotated[Caller, Depends(caller)]
+AdminCaller = Annotated[Caller, Depends(require_admin)]
+
+
+def error_response(exc: KnowledgeStoreError | AuthError) -> JSONResponse:
+    """The one error shape, with the error's HTTP status (and a challenge on 401)."""
+    if isinstance(exc, AuthError):
+        headers = (
+            {"WWW-Authenticate": 'Bearer realm="knowledge-store"'} if exc.status == 401 else {}
+        )
+        return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+    return JSONResponse(exc.to_dict(), status_code=exc.http_status)

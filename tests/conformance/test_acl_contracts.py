@@ -1,0 +1,86 @@
+"""Permissions on both engines: the suite's ACL tests and its hypothesis state machine.
+
+The state machine of ``tests/test_acl.py`` runs here on PostgreSQL (its own
+module runs it on the embedded engine), with the same rules, the same
+plain-Python oracle and the same settings; only the store factory differs.
+"""
+
+from __future__ import annotations
+
+from knowledge_store.ingest.embedding import open_embedder
+from knowledge_store.model import Filters
+from knowledge_store.store import KnowledgeStore
+from tests import postgres_support, test_acl
+from tests.conformance.contracts import contract_tests
+
+globals().update(
+    contract_tests(
+        test_acl,
+        # reads the embedded catalog's publish log; the engine-neutral version is below
+        skip=["test_grant_and_revoke_are_immediate_and_touch_only_that_entity"],
+    )
+)
+
+
+def _chunk_ids(store: KnowledgeStore, who: str) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for hit in store.lexical("payroll ERR-1042 vacuum monitoring server", identity=who, k=100).hits:
+        out.setdefault(hit.uid, set()).add(hit.chunk_id)
+    return out
+
+
+def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
+    estate_store: KnowledgeStore,
+) -> None:
+    store = estate_store
+    store.add_member("group:finance", "user:fin")
+    before = _chunk_ids(store, "user:fin")
+    hashes = store.engine.content_hashes(["guide:vacuum", "guide:admin", "ticket:1042"])
+    assert "ticket:2001" not in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
+    root = store.grant("ticket:2001", "user:pat")
+    assert root == store.content_root()
+    assert "ticket:2001" in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
+    assert "ticket:2001" in {h.uid for h in store.vector("payroll salary", identity="user:pat").hits}
+    # an ACL change re-points the entity; its chunks and every other entity stay as they were
+    assert _chunk_ids(store, "user:fin") == before
+    assert store.engine.content_hashes(list(hashes)) == hashes
+    store.revoke("ticket:2001", "user:pat")
+    assert "ticket:2001" not in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
+    assert "ticket:2001" not in {r.uid for r in store.search("payroll", identity="user:pat").results}
+    assert store.acl_show("ticket:2001") == ("group:finance",)
+    assert store.grant("ticket:2001", "group:finance") == store.content_root()  # no change
+
+
+def test_filters_only_narrow_what_the_acl_allows(estate_store: KnowledgeStore) -> None:
+    store = estate_store
+    for who in ("everyone", "user:sam", "user:nobody"):
+        allowed = {h.uid for h in store.lexical("the a replica payroll vacuum", identity=who, k=100).hits}
+        for filters in (
+            Filters.build(types=["ticket"]),
+            Filters.build(uids=["ticket:2001", "ticket:1042"]),
+            Filters.build(sources=["tickets", "docs"]),
+        ):
+            narrowed = {
+                h.uid
+                for h in store.lexical(
+                    "the a replica payroll vacuum", identity=who, k=100, filters=filters
+                ).hits
+            }
+            assert narrowed <= allowed
+
+
+_database: str | None = None
+
+
+class PostgresAclMachine(test_acl.AclMachine):
+    """The permissions state machine, on a PostgreSQL store (a fresh schema per example)."""
+
+    def open_store(self) -> KnowledgeStore:
+        global _database
+        if _database is None:
+            _database = postgres_support.fresh_database("acl_machine")
+        return KnowledgeStore.open(postgres_support.store_url(_database), embedder=open_embedder())
+
+
+PostgresAclMachine.TestCase.settings = test_acl.AclMachine.TestCase.settings
+test_acl_state_machine_postgres = PostgresAclMachine.TestCase

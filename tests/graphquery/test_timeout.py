@@ -1,0 +1,73 @@
+"""A deliberately expensive query (dense graph, depth 4, no LIMIT) is cut at the time bound."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from knowledge_store.engines.base import PreparedEntity
+from knowledge_store.engines.embedded.engine import EmbeddedEngine
+from knowledge_store.errors import QueryTimeout
+from knowledge_store.graphquery import parse
+from knowledge_store.graphquery.runner import TIME_LIMIT_S
+from knowledge_store.model import Edge, Entity, Identity
+
+NODES = 1500
+DEGREE = 25
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEngine]:
+    rng = random.Random(3)
+    engine = EmbeddedEngine(Path(tmp_path_factory.mktemp("dense")) / "store")
+    entities = []
+    for i in range(NODES):
+        targets = rng.sample(range(NODES), DEGREE)
+        edges = tuple(Edge(f"n:{i}", "xref", f"n:{t}") for t in targets if t != i)
+        entities.append(
+            PreparedEntity(
+                Entity(f"n:{i}", "page", f"node {i}", "", edges=edges, acl=("everyone",)),
+                (),
+                np.zeros((0, 384), np.float32),
+            )
+        )
+    engine.catalog.apply_publish(entities, [], kind="ingest")
+    yield engine
+    engine.close()
+
+
+def test_an_expensive_query_is_cancelled_at_the_bound(dense: EmbeddedEngine) -> None:
+    parse("MATCH (a) RETURN a")  # the grammar is built once per process: not part of the query
+    started = time.perf_counter()
+    with pytest.raises(QueryTimeout) as caught:
+        dense.query_graph(Identity(), "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
+    elapsed = time.perf_counter() - started
+    assert TIME_LIMIT_S <= elapsed < TIME_LIMIT_S + 0.5
+    error = caught.value
+    assert error.code == "timeout" and error.exit_status == 2
+    assert "ran past the 250 ms bound and was cancelled" in error.message
+    assert error.details["limit_ms"] == 250
+
+
+def test_the_store_answers_normally_after_a_timeout(dense: EmbeddedEngine) -> None:
+    with pytest.raises(QueryTimeout):
+        dense.query_graph(Identity(), "MATCH (a)-[:xref*1..4]->(b) RETURN count(*)", {})
+    assert not dense.catalog._conn().in_transaction
+    answer = dense.query_graph(
+        Identity(), "MATCH (a {uid: $uid})-[:xref]->(b) RETURN count(b)", {"uid": "n:1"}
+    )
+    assert 0 < answer.rows[0][0] <= DEGREE
+
+
+def test_an_anchored_deep_query_on_the_dense_graph_finishes(dense: EmbeddedEngine) -> None:
+    answer = dense.query_graph(
+        Identity(),
+        "MATCH (a {uid: $uid})-[:xref*1..2]->(b) RETURN count(b) AS n",
+        {"uid": "n:7"},
+    )
+    assert answer.rows[0][0] > DEGREE
