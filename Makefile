@@ -16,12 +16,20 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
+run: HOST ?= 127.0.0.1
+run: PORT ?= 8000
+run: DEMO_TOKENS ?= $(STORE)-tokens.jsonl
 run: install
 	$(KS) --store $(STORE) ingest README.md docs --format markdown --source project-docs --acl everyone
-	$(KS) --store $(STORE) stats
-	$(KS) --store $(STORE) search "how are permissions applied before ranking" --k 3
-	$(KS) --store $(STORE) lexical "pg_stat_activity" --k 3
-	$(KS) --store $(STORE) vector "what happens when a process is killed during ingest" --k 3 --explain
+	@test -f $(DEMO_TOKENS) || $(PY) -c "import json, secrets; print(json.dumps({'token': secrets.token_urlsafe(24), 'identity': 'user:admin', 'admin': True}))" > $(DEMO_TOKENS)
+	@echo ""
+	@echo "MCP client config, stdio (e.g. claude_desktop_config.json / .mcp.json):"
+	@printf '%s\n' '{"mcpServers": {"knowledge-store": {"command": "$(abspath $(KS))", "args": ["--store", "$(abspath $(STORE))", "serve", "--mcp-stdio", "--as", "everyone"]}}}'
+	@echo "MCP client config, streamable HTTP (while this server runs):"
+	@printf '%s\n' '{"mcpServers": {"knowledge-store": {"type": "http", "url": "http://$(HOST):$(PORT)/mcp"}}}'
+	@echo "Admin token (ingest, delete, ACLs over HTTP): see $(DEMO_TOKENS) · docs/serving.md"
+	@echo ""
+	$(KS) --store $(STORE) serve --host $(HOST) --port $(PORT) --tokens $(DEMO_TOKENS) --anonymous
 
 test: install
 	$(PY) -m pytest -q

@@ -153,7 +153,16 @@ def main() -> None:
     parser.add_argument("--replicate-to", help="build (once) and bench a replicated store here")
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="threads for the query embedding (1: steady on a shared machine)",
+    )
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
     docs = Filters(not_types=("codeSample",))
     results: dict[str, Any] = {}
     if not args.replicate_to or not Path(args.replicate_to).exists():

@@ -5,7 +5,7 @@ embedded with all-MiniLM-L6-v2 (cached under ``bench/.cache/``); 100k is the
 real matrix replicated with small Gaussian noise (σ=0.015, renormalised).
 Queries: the eval queries' embeddings.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_vector.py --embed-only   # once, ~6 min
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_vector.py --embed-only   # once: ~6 min idle
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_vector.py                # the tables
 """
 
@@ -305,6 +305,9 @@ def planner(x: np.ndarray, entity: np.ndarray, queries: np.ndarray) -> None:
         load = time.perf_counter() - t0
         print(
             f"\n### DenseIndex at {len(x) // 1000}k (exact_share={DenseIndex.exact_share},"
+            f" exact_floor={DenseIndex.exact_floor}, M={DenseIndex.connectivity},"
+            f" efSearch={DenseIndex.ef_search}, filtered ef=max(efSearch,"
+            f" {DenseIndex.filtered_ef}/share) ≤ {DenseIndex.ef_max};"
             f" build {build:.1f}s, save {save:.2f}s, load {load:.2f}s)\n"
         )
         print("| share | strategy | scanned | recall@10 | p50 ms | p95 ms |")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import random
 import sys
 import time
@@ -78,7 +79,7 @@ def variants() -> list[Variant]:
         Variant("lexical alone", single="lexical"),
         Variant("graph alone (seeded by rrf)", single="graph"),
     ]
-    for wg in (0.0, 0.25, 0.5, 1.0):
+    for wg in (0.0, 0.05, 0.1, 0.25, 0.5, 1.0):
         name = "rrf v=1 l=1" + (f" + graph {wg:g}" if wg else " (no graph)")
         out.append(
             Variant(
@@ -95,6 +96,12 @@ def variants() -> list[Variant]:
                 expand=False,
             )
         )
+    out.append(
+        Variant(
+            "rrf v=0.8 l=1 + graph 0.1",
+            fusion=Fusion("rrf", {"vector": 0.8, "lexical": 1.0, "graph": 0.1}),
+        )
+    )
     for alpha in (0.3, 0.4, 0.5, 0.6, 0.7):
         out.append(
             Variant(
@@ -136,6 +143,21 @@ def variants() -> list[Variant]:
     return out
 
 
+REFERENCE = "rrf v=1 l=1 (no graph)"
+
+
+def per_query_recall(
+    qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """Recall@100 of each query."""
+    out = {}
+    for qid, judged in qrels.items():
+        ranked = sorted(run.get(qid, {}).items(), key=lambda kv: -kv[1])[:100]
+        relevant = {d for d, rel in judged.items() if rel > 0}
+        out[qid] = len(relevant & {d for d, _ in ranked}) / len(relevant) if relevant else 0.0
+    return out
+
+
 def paired_ci(
     a: Mapping[str, float], b: Mapping[str, float], rounds: int = 2000
 ) -> tuple[float, float, float]:
@@ -157,7 +179,19 @@ def main() -> None:
     parser.add_argument("--eval", default=str(EVAL))
     parser.add_argument("--limit", type=int, default=0, help="first N queries only")
     parser.add_argument("--json", help="also write the table as JSON here")
+    parser.add_argument(
+        "--cache", help="keep the query-stage lists here (a pickle) to re-score without re-running"
+    )
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="threads for the query embedding (1: steady on a shared machine)",
+    )
     args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
 
     queries = read_queries(Path(args.eval) / "queries.jsonl")
     qrels = read_qrels(Path(args.eval) / "qrels.tsv")
@@ -174,7 +208,17 @@ def main() -> None:
             file=sys.stderr,
         )
         t0 = time.perf_counter()
-        collected: Collected = collect(store, queries, filters=filters, progress=True)
+        cache = Path(args.cache) if args.cache else None
+        key = f"{store.content_root()}:{len(queries)}:{filters}"
+        cached = None
+        if cache is not None and cache.exists():
+            with cache.open("rb") as handle:
+                saved = pickle.load(handle)
+            cached = saved["lists"] if saved.get("key") == key else None
+        collected: Collected = collect(store, queries, filters=filters, progress=True, lists=cached)
+        if cache is not None and cached is None:
+            with cache.open("wb") as handle:
+                pickle.dump({"key": key, "lists": collected.lists}, handle)
         t1 = time.perf_counter()
         rows = []
         runs = {}
@@ -190,17 +234,27 @@ def main() -> None:
     )
     best_single = max(("vector alone", "lexical alone"), key=lambda n: scores[n]["ndcg@10"])
     single = per_query_ndcg(qrels, runs[best_single])
+    reference = per_query_ndcg(qrels, runs[REFERENCE])
+    ref_recall = per_query_recall(qrels, runs[REFERENCE])
     width = max(len(n) for n in runs)
-    print(f"\n{'variant':<{width}}  nDCG@10  R@100   MRR@10  Δ nDCG vs {best_single} [95% CI]")
+    print(
+        f"\n{'variant':<{width}}  nDCG@10  R@100   MRR@10  Δ nDCG vs {best_single:<17}"
+        f"  Δ nDCG vs {REFERENCE:<18}  Δ R@100 vs it  [95% bootstrap CIs]"
+    )
     for name, run in runs.items():
         m = scores[name]
-        if name == best_single or "alone" in name:
-            delta = ""
-        else:
-            mean, lo, hi = paired_ci(per_query_ndcg(qrels, run), single)
-            delta = f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        deltas = ["", "", ""]
+        if "alone" not in name:
+            per_query = per_query_ndcg(qrels, run)
+            deltas[0] = "{:+.4f} [{:+.4f}, {:+.4f}]".format(*paired_ci(per_query, single))
+            if name != REFERENCE:
+                deltas[1] = "{:+.4f} [{:+.4f}, {:+.4f}]".format(*paired_ci(per_query, reference))
+                deltas[2] = "{:+.4f} [{:+.4f}, {:+.4f}]".format(
+                    *paired_ci(per_query_recall(qrels, run), ref_recall)
+                )
         print(
-            f"{name:<{width}}  {m['ndcg@10']:.4f}   {m['recall@100']:.4f}  {m['mrr@10']:.4f}  {delta}"
+            f"{name:<{width}}  {m['ndcg@10']:.4f}   {m['recall@100']:.4f}  {m['mrr@10']:.4f}"
+            f"  {deltas[0]:<28} {deltas[1]:<28} {deltas[2]}"
         )
         rows.append({"variant": name, **m})
     print(

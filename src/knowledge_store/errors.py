@@ -20,7 +20,7 @@ line, field; what was expected) and structured ``details``. ``to_dict()`` gives
 the one JSON error shape used on every surface:
 ``{"error": {"code", "message", "details"}}``.
 
-Errors raised by sqlite3, tantivy, usearch, psycopg … are translated at the
+Errors raised by sqlite3, tantivy, faiss, psycopg … are translated at the
 engine boundary with ``raise StoreError(...) from exc``.
 """
 

@@ -10,6 +10,7 @@ run unchanged against both engines.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,12 +19,31 @@ import pytest
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
 from tests import graph_estate, postgres_support
+from tests.conformance import memo
 from tests.conftest import ESTATE
 from tests.fields_estate import RECORDS
 
 ENGINES = ("embedded", "postgres")
 
 OpenStore = Callable[[str], KnowledgeStore]
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The real model, memoised: both engines embed the same texts."""
+    return memo.shared()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _embedding_cache(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Vectors of the fixture texts, kept in pytest's cache directory between runs."""
+    cache = getattr(request.config, "cache", None)
+    path = None if cache is None else Path(cache.mkdir("ks-embeddings")) / "conformance.npz"
+    if path is not None:
+        memo.shared().load(path)
+    yield
+    if path is not None:
+        memo.shared().save(path)
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +123,31 @@ def estate(
     store = graph_estate.build(location, embedder)  # type: ignore[arg-type]
     yield store
     store.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Imported contract tests already run on the embedded engine in their own modules.
+
+    Here they run on PostgreSQL only (set KS_CONFORMANCE_ALL=1 to run them on both);
+    the tests written in this folder — cross-engine agreement, concurrency — run on both.
+    """
+    if os.environ.get("KS_CONFORMANCE_ALL"):
+        return
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        fn = getattr(item, "function", None)
+        module = getattr(item, "module", None)
+        callspec = getattr(item, "callspec", None)
+        imported = (
+            fn is not None
+            and module is not None
+            and module.__name__.startswith("tests.conformance.")
+            and getattr(fn, "__module__", module.__name__) != module.__name__
+        )
+        params = callspec.params if callspec is not None else {}
+        on_embedded = "embedded" in (params.get("engine_kind"), params.get("module_engine_kind"))
+        (dropped if imported and on_embedded else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

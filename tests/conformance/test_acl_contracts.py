@@ -7,10 +7,14 @@ plain-Python oracle and the same settings; only the store factory differs.
 
 from __future__ import annotations
 
-from knowledge_store.ingest.embedding import open_embedder
+import os
+
+from hypothesis import settings
+
 from knowledge_store.model import Filters
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support, test_acl
+from tests.conformance import memo
 from tests.conformance.contracts import contract_tests
 
 globals().update(
@@ -79,8 +83,13 @@ class PostgresAclMachine(test_acl.AclMachine):
         global _database
         if _database is None:
             _database = postgres_support.fresh_database("acl_machine")
-        return KnowledgeStore.open(postgres_support.store_url(_database), embedder=open_embedder())
+        return KnowledgeStore.open(postgres_support.store_url(_database), embedder=memo.shared())
 
 
-PostgresAclMachine.TestCase.settings = test_acl.AclMachine.TestCase.settings
+#: Fewer examples than the embedded run (each example opens a new schema); a long run:
+#: KS_ACL_EXAMPLES=200 pytest tests/conformance/test_acl_contracts.py -k machine
+PostgresAclMachine.TestCase.settings = settings(
+    test_acl.AclMachine.TestCase.settings,
+    max_examples=int(os.environ.get("KS_ACL_EXAMPLES", "6")),
+)
 test_acl_state_machine_postgres = PostgresAclMachine.TestCase

@@ -97,6 +97,11 @@ def test_small_visible_sets_are_scanned_exactly(index: DenseIndex) -> None:
     np.testing.assert_array_equal(ids, brute_force(QUERIES[0], allowed))
 
 
+def test_huge_k_returns_every_row(index: DenseIndex) -> None:
+    ids, _, _ = index.search(QUERIES[0], 10**12, allowed=IDS[:7])
+    assert sorted(ids.tolist()) == IDS[:7].tolist()
+
+
 def test_nothing_allowed_finds_nothing(index: DenseIndex) -> None:
     ids, scores, info = index.search(QUERIES[0], 10, allowed=np.empty(0, dtype=np.int64))
     assert len(ids) == 0 and len(scores) == 0 and info.scanned == 0
@@ -122,6 +127,16 @@ def test_filtered_search_never_returns_a_non_allowed_id(
     assert list(scores) == sorted(scores, reverse=True)
     if info.strategy == "exact":
         assert len(ids) == min(k, len(visible))
+
+
+def test_sparse_ids_map_through_binary_search(tmp_path: Path) -> None:
+    ix = DenseIndex(tmp_path / "d.bin", DIM)
+    sparse = np.arange(300, dtype=np.int64) * 10**9 + 7  # too sparse for a direct table
+    ix.add(sparse, VECTORS[:300])
+    allowed = np.concatenate([sparse[::3], [8, 10**15]])
+    ids, _, info = ix.search(VECTORS[3], 5, allowed=allowed)
+    assert info.strategy == "exact" and info.scanned == 100
+    assert ids[0] == sparse[3] and set(ids.tolist()) <= set(sparse[::3].tolist())
 
 
 def test_remove_and_replace(tmp_path: Path) -> None:

@@ -189,7 +189,7 @@ def test_rebuild_restores_a_lost_lexical_index(estate_store: KnowledgeStore) -> 
     path = engine.path
     estate_store.close()
     shutil.rmtree(path / "lexical")
-    (path / "dense.usearch").unlink(missing_ok=True)
+    (path / "dense.hnsw").unlink(missing_ok=True)
     with KnowledgeStore.open(path, embedder=estate_store.embedder) as reopened:
         assert _uids(reopened.lexical("vacuum")) == expected
         assert reopened.vector("vacuum dead tuples", k=1).hits[0].uid == "guide:vacuum"

@@ -160,8 +160,9 @@ def test_empty_or_stopword_query_returns_nothing(index: LexicalIndex, text: str)
     assert index.search(text, 10, acl_sets=None, filters=Filters()) == []
 
 
-def test_k_zero_returns_nothing(index: LexicalIndex) -> None:
+def test_k_zero_returns_nothing_and_a_huge_k_is_fine(index: LexicalIndex) -> None:
     assert index.search("common", 0, acl_sets=None, filters=Filters()) == []
+    assert len(index.search("common", 10**12, acl_sets=None, filters=Filters())) == 300
 
 
 # -- filters and ACL sets inside the query ------------------------------------

@@ -295,3 +295,19 @@ def test_the_time_guard_is_removed_after_each_query(estate: KnowledgeStore) -> N
     with catalog.write() as conn:  # and the authorizer is gone: the writer can write
         conn.execute("INSERT INTO meta(key, value) VALUES ('graph-test', 'x')")
         conn.execute("DELETE FROM meta WHERE key = 'graph-test'")
+
+
+# -- size -------------------------------------------------------------------------------------------------------
+
+
+def test_size_bounds() -> None:
+    deep = "MATCH (n) WHERE " + "(" * 200 + "n.uid = $p" + ")" * 200 + " RETURN n"
+    with pytest.raises(BoundExceeded, match="nests more than 32 levels"):
+        parse(deep)
+    with pytest.raises(BoundExceeded, match="nests more than 32 levels"):
+        parse("MATCH (n) WHERE " + "NOT " * 100 + "n.uid = $p RETURN n")
+    long_path = "MATCH " + "-->".join(["()"] * 40) + " RETURN count(*)"
+    with pytest.raises(BoundExceeded, match="the maximum is 32"):
+        parse(long_path)
+    with pytest.raises(BoundExceeded, match="the maximum is 10000"):
+        parse("MATCH (n) RETURN n //" + "x" * 10_000)

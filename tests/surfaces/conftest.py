@@ -12,14 +12,16 @@ from knowledge_store.store import KnowledgeStore
 from tests.surfaces.serve_estate import TOKENS, build
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Iterator[KnowledgeStore]:
-    """The serving estate, read-only for the tests that share it."""
+@pytest.fixture(scope="session")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
+) -> Iterator[KnowledgeStore]:
+    """The serving estate, built once; read-only for the tests that share it."""
     with KnowledgeStore.open(tmp_path_factory.mktemp("served") / "store", embedder=embedder) as s:
         yield build(s)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def app(served: KnowledgeStore) -> Any:
     from knowledge_store.surfaces.http import create_app
 

@@ -54,7 +54,9 @@ def _page(
     }
 
 
-def _sample(uid: str, page: str, title: str, lead: str, language: str, code: str, n: int) -> dict[str, Any]:
+def _sample(
+    uid: str, page: str, title: str, lead: str, language: str, code: str, n: int
+) -> dict[str, Any]:
     record = _page(
         uid,
         title,

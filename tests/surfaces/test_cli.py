@@ -176,9 +176,9 @@ def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     assert code == 0 and "user:olga" in granted["acl"]
     code, answer = ks(store, "lexical", "ERR-1042", "--as", "user:olga", "--json")
     assert [h["uid"] for h in answer["hits"]] == ["ticket:1042"]
-    code, err = ks(store, "principals", "add-member", "group:oncall", "group:sre", "--json")
-    assert code == 0
     code, err = ks(store, "principals", "add-member", "group:sre", "group:oncall", "--json")
+    assert code == 0  # already a member: idempotent
+    code, err = ks(store, "principals", "add-member", "group:oncall", "group:sre", "--json")
     assert code == 2 and "cycle" in err["error"]["message"]
 
 

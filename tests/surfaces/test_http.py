@@ -181,7 +181,9 @@ def test_tools_route_calls_a_listed_tool(app: Any) -> None:
     )
 
 
-def test_stats_global_for_admins_visible_slice_for_readers(app: Any, served: KnowledgeStore) -> None:
+def test_stats_global_for_admins_visible_slice_for_readers(
+    app: Any, served: KnowledgeStore
+) -> None:
     admin = call(app, "GET", "/v1/stats", headers=ROOT).json()
     assert admin["entities"] == served.stats().entities
     reader = call(app, "GET", "/v1/stats", headers=BOB).json()
@@ -241,7 +243,11 @@ def test_admin_ingest_acl_and_delete(store: KnowledgeStore) -> None:
     assert report["added"] == 2 and report["rejected"] == []
     _error(call(app, "GET", "/v1/content/n:0", headers=BOB), 404, "not_found")
     grant = call(
-        app, "POST", "/v1/admin/acl/grant", json={"uid": "n:0", "principal": "user:bob"}, headers=ROOT
+        app,
+        "POST",
+        "/v1/admin/acl/grant",
+        json={"uid": "n:0", "principal": "user:bob"},
+        headers=ROOT,
     )
     assert grant.json()["acl"] == ["group:ops", "user:bob"]
     assert call(app, "GET", "/v1/content/n:0", headers=BOB).status_code == 200
@@ -249,7 +255,15 @@ def test_admin_ingest_acl_and_delete(store: KnowledgeStore) -> None:
         app,
         "POST",
         "/v1/admin/ingest",
-        json=[{"uid": "n:9", "type": "note", "title": "x", "body": "y", "edges": [{"label": "mentions", "to": "n:0"}]}],
+        json=[
+            {
+                "uid": "n:9",
+                "type": "note",
+                "title": "x",
+                "body": "y",
+                "edges": [{"label": "mentions", "to": "n:0"}],
+            }
+        ],
         headers=ROOT,
     )
     assert _error(bad, 422, "invalid_record")["details"]["rejected"][0]["uid"] == "n:9"
@@ -267,7 +281,9 @@ def test_one_error_shape_for_validation_routes_methods_and_store_errors(app: Any
     assert "type, not_type" in _error(bad_filter, 400, "unknown_field")["message"]
     depth = call(app, "POST", "/v1/graph", json={"starts": ["a"], "depth": 4}, headers=BOB)
     assert "1–3" in _error(depth, 400, "bound_exceeded")["message"]
-    label = call(app, "POST", "/v1/graph", json={"starts": ["a"], "labels": ["mentions"]}, headers=BOB)
+    label = call(
+        app, "POST", "/v1/graph", json={"starts": ["a"], "labels": ["mentions"]}, headers=BOB
+    )
     _error(label, 400, "unknown_label")
     literal = call(
         app,
@@ -346,7 +362,10 @@ def test_token_file_formats(tmp_path: Path) -> None:
         ('{"token": "short", "identity": "user:a"}', "at least 8"),
         ('{"token": "aaaaaaaa1", "identity": "bob"}', "invalid principal"),
         ('{"token": "aaaaaaaa1", "identity": "user:a", "admin": "yes"}', "true or false"),
-        ('{"token": "aaaaaaaa1", "identity": "user:a"}\n{"token": "aaaaaaaa1", "identity": "user:b"}', "twice"),
+        (
+            '{"token": "aaaaaaaa1", "identity": "user:a"}\n{"token": "aaaaaaaa1", "identity": "user:b"}',
+            "twice",
+        ),
         ('{"token": "aaaaaaaa1"\n', "tokens.jsonl:1: not JSON"),
     ],
 )

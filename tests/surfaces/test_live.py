@@ -130,22 +130,41 @@ def test_mcp_http_tools_appear_and_disappear_with_the_first_and_last_chunk(
 
 
 def test_mcp_http_needs_a_token_and_binds_sessions_to_it(populated: LiveServer) -> None:
-    response = httpx.post(
-        f"{populated.url}/mcp",
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        headers={"Accept": "application/json, text/event-stream"},
+    url = f"{populated.url}/mcp"
+    accept = {"Accept": "application/json, text/event-stream"}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    refused = httpx.post(url, json=listing, headers=accept)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+
+    opened = httpx.post(
+        url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        },
+        headers={**accept, **ANN},
     )
-    assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthorized"
-
-    async def scenario() -> None:
-        async with _mcp(populated.url, ANN, mode="legacy") as client:
-            session_id = client.session._dispatcher  # the transport keeps the id; ask the server
-            del session_id
-            tools = await client.list_tools()
-            assert len(tools.tools) == len(KNOWLEDGE_TOOLS)
-
-    anyio.run(scenario)
+    assert opened.status_code == 200, opened.text
+    session = {
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    httpx.post(
+        url,
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers={**accept, **ANN, **session},
+    )
+    mine = httpx.post(url, json=listing, headers={**accept, **ANN, **session})
+    assert mine.status_code == 200 and "fetch_content" in mine.text
+    # another credential can't ride ann's session: it answers as if there were none
+    theirs = httpx.post(url, json=listing, headers={**accept, **BOB, **session})
+    assert theirs.status_code == 404
 
 
 def test_rest_and_graphql_over_the_socket(populated: LiveServer) -> None:
@@ -180,9 +199,7 @@ def test_search_page_in_headless_chromium(populated: LiveServer) -> None:
             external: list[str] = []
             page.on(
                 "request",
-                lambda r: external.append(r.url)
-                if not r.url.startswith(populated.url)
-                else None,
+                lambda r: external.append(r.url) if not r.url.startswith(populated.url) else None,
             )
             page.goto(f"{populated.url}/")
             assert page.locator("h1").inner_text() == "Sign in"  # no token, no anonymous
@@ -209,7 +226,9 @@ def test_search_page_in_headless_chromium(populated: LiveServer) -> None:
             page.locator("li.result h3 a", has_text="Reindexing Concurrently").first.click()
             page.wait_for_selector("article.entity")
             assert page.locator("h1").first.inner_text().startswith("Reindexing Concurrently")
-            assert page.locator("ol.path li.current").inner_text().strip() == "Reindexing Concurrently"
+            assert (
+                page.locator("ol.path li.current").inner_text().strip() == "Reindexing Concurrently"
+            )
             assert page.locator("text=Related").count() >= 1
             page.screenshot(path=str(ARTIFACTS / "entity-page.png"), full_page=True)
             assert external == []  # nothing outside the server was fetched

@@ -106,7 +106,10 @@ def _answers(store: KnowledgeStore) -> dict[str, Any]:
                 result = await client.call_tool(name, arguments)
                 text = [c.text for c in result.content if c.type == "text"]
                 structured = _without_root(result.structured_content)
-                out[f"mcp {name} {arguments}"] = (result.is_error, text if result.is_error else structured)
+                out[f"mcp {name} {arguments}"] = (
+                    result.is_error,
+                    text if result.is_error else structured,
+                )
 
     anyio.run(mcp_answers)
     return out
@@ -114,11 +117,15 @@ def _answers(store: KnowledgeStore) -> dict[str, Any]:
 
 def test_unreadable_answers_exactly_like_missing_on_every_surface(store: KnowledgeStore) -> None:
     store.ingest_records(RECORDS)
-    store.ingest_records([{"uid": "other:1", "type": "note", "title": "n", "body": "n", "acl": ["everyone"]}])
+    store.ingest_records(
+        [{"uid": "other:1", "type": "note", "title": "n", "body": "n", "acl": ["everyone"]}]
+    )
     hidden = _answers(store)
     assert hidden["rest GET /v1/content/sec:1 None"][0] == 404
     assert hidden["page /entity/sec:1"][0] == 404
-    assert hidden["mcp fetch_content {'uid': 'sec:1'}"][0] is True  # a tool error, not a protocol one
+    assert (
+        hidden["mcp fetch_content {'uid': 'sec:1'}"][0] is True
+    )  # a tool error, not a protocol one
 
     store.delete(["sec:1"])
     missing = _answers(store)

@@ -23,11 +23,14 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.graphquery import nodes as n
 from knowledge_store.graphquery.problems import QueryError, raise_errors
+from knowledge_store.graphquery.validator import validate
 
-__all__ = ["MAX_QUERY_CHARS", "parse", "parse_lenient", "syntax_errors"]
+__all__ = ["MAX_NESTING", "MAX_QUERY_CHARS", "parse", "parse_lenient", "syntax_errors"]
 
 #: Longer texts are refused before parsing (a query is a sentence, not a document).
 MAX_QUERY_CHARS = 10_000
+#: Nesting of WHERE expressions (parentheses, NOT) a query may have.
+MAX_NESTING = 32
 _MAX_SYNTAX_ERRORS = 20
 
 #: Words that would write or administer in Cypher/GQL: recognised, always refused.
@@ -270,8 +273,6 @@ def _dedupe(errors: list[QueryError]) -> list[QueryError]:
 
 def parse(text: str) -> n.Query:
     """Parse and validate ``text`` (without its parameters); raise the first problem."""
-    from knowledge_store.graphquery.validator import validate
-
     query, errors = _parse_only(text, strict=True)
     if query is None:
         raise_errors(errors, all_of_them=False)
@@ -286,8 +287,6 @@ def parse_lenient(text: str) -> tuple[n.Query | None, list[QueryError]]:
     The query is None when the text does not parse; when it parses, the
     validator's problems are all listed (the query is returned with them).
     """
-    from knowledge_store.graphquery.validator import validate
-
     query, errors = _parse_only(text, strict=False)
     if query is None:
         return None, errors
@@ -313,7 +312,19 @@ def _parse_only(text: str, *, strict: bool) -> tuple[n.Query | None, list[QueryE
         if maybe_tree is None or errors:
             return None, errors or [QueryError("invalid_request", "cannot parse the query")]
         tree = maybe_tree
-    return _Builder(text).query(tree), []
+    try:
+        return _Builder(text).query(tree), []
+    except _TooDeep as deep:
+        return None, [
+            QueryError(
+                "bound_exceeded",
+                f"the WHERE condition nests more than {MAX_NESTING} levels deep"
+                " (parentheses and NOT); write it flatter",
+                deep.pos.line,
+                deep.pos.column,
+                {"maximum": MAX_NESTING},
+            )
+        ]
 
 
 # -- tree → AST ------------------------------------------------------------------------------------
@@ -346,9 +357,15 @@ def _symbol(tree: Tree[Token]) -> str:
     return text[1:-1] if token.type == "QUOTED_NAME" else text
 
 
+class _TooDeep(Exception):
+    def __init__(self, pos: n.Pos) -> None:
+        self.pos = pos
+
+
 class _Builder:
     def __init__(self, text: str) -> None:
         self.text = text
+        self.depth = 0
 
     def query(self, tree: Tree[Token]) -> n.Query:
         if tree.data == "start":
@@ -453,6 +470,15 @@ class _Builder:
 
     # -- expressions ----------------------------------------------------------------------------
     def expr(self, tree: Tree[Token] | Token) -> n.Expr:
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING:
+                raise _TooDeep(_pos(tree))
+            return self._expr(tree)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, tree: Tree[Token] | Token) -> n.Expr:
         if isinstance(tree, Token):
             return self.operand(tree)
         kind = tree.data

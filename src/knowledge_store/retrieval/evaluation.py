@@ -147,24 +147,30 @@ def collect(
     retrievers: Sequence[str | Retriever] | None = None,
     depth: int = 1,
     progress: bool = False,
+    lists: Mapping[str, list[RankedList]] | None = None,
 ) -> Collected:
-    """Run the query-stage retrievers once per query; expand lazily (memoised by seeds)."""
+    """Run the query-stage retrievers once per query; expand lazily (memoised by seeds).
+
+    ``lists`` (a previous :attr:`Collected.lists`, e.g. from a cache) skips the
+    query stage for the queries it holds.
+    """
     who = identity or Identity()
     configured = make_retrievers(store.engine, lambda: store.embedder, retrievers)
     query_stage = [r for r in configured if r.stage == "query"]
     expanders = [r for r in configured if r.stage == "expand"]
     base = Request(None, filters or Filters(), k=candidates, depth=depth)
-    lists: dict[str, list[RankedList]] = {}
+    found: dict[str, list[RankedList]] = dict(lists or {})
+    todo = [(qid, text) for qid, text in queries if qid not in found]
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("retrieving", total=len(queries))
-        for qid, text in queries:
+        task = bar.add_task("retrieving", total=len(todo))
+        for qid, text in todo:
             request = replace(base, text=text)
             out = []
             for retriever in query_stage:
                 ranking = retriever.run(who, request)
                 if ranking.ran:
                     out.append(ranking.entity_list())
-            lists[qid] = out
+            found[qid] = out
             bar.advance(task)
 
     memo: dict[tuple[str, ...], list[RankedList]] = {}
@@ -176,15 +182,15 @@ def collect(
             return memo[seeds]
         calls["computed"] += 1
         seeded = replace(base, seeds=seeds)
-        found = []
+        out = []
         for retriever in expanders:
             ranking = retriever.run(who, seeded)
             if ranking.ran:
-                found.append(ranking.entity_list())
-        memo[seeds] = found
-        return found
+                out.append(ranking.entity_list())
+        memo[seeds] = out
+        return out
 
-    return Collected(list(queries), lists, expand, calls)
+    return Collected(list(queries), found, expand, calls)
 
 
 def run_variant(collected: Collected, variant: Variant, *, depth: int = CANDIDATES) -> Run:

@@ -13,7 +13,8 @@ the last chunk is deleted. Administration tools (``ingest_records``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.surfaces.knowledge_tools import ADMIN_TOOLS, DOCS_TOOLS
@@ -27,6 +28,7 @@ __all__ = [
     "ALL_TOOLS",
     "KNOWLEDGE_TOOLS",
     "ToolSpec",
+    "input_schema",
     "resolve_tool",
     "visible_tools",
 ]
@@ -65,3 +67,10 @@ def resolve_tool(store: KnowledgeStore, name: str, *, admin: bool = False) -> To
             f"unknown tool {name!r}; the tools are: {names}", tool=name, allowed=names.split(", ")
         )
     return tool
+
+
+@cache
+def input_schema(name: str) -> dict[str, Any] | None:
+    """A tool's JSON input schema, computed once (schemas don't change while serving)."""
+    tool = ALL_TOOLS.get(name)
+    return tool.input_schema if tool is not None else None

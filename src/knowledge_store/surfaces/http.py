@@ -74,11 +74,11 @@ def create_app(
     table = tokens if isinstance(tokens, TokenTable) else TokenTable.of(tokens)
     table.anonymous = table.anonymous or anonymous
     mcp_server = create_mcp_server(store)
-    mcp_asgi, sessions = mcp_http_app(mcp_server, table, allowed_hosts=allowed_hosts)
+    mcp_asgi, mcp_endpoint = mcp_http_app(mcp_server, table, allowed_hosts=allowed_hosts)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with sessions.run():
+        async with mcp_endpoint.running():
             yield
 
     app = FastAPI(

@@ -49,11 +49,13 @@ from knowledge_store.errors import KnowledgeStoreError, StoreError
 from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
-from knowledge_store.surfaces.harness import ADMIN_TOOLS, resolve_tool, visible_tools
+from knowledge_store.surfaces.harness import ADMIN_TOOLS, input_schema, resolve_tool, visible_tools
+from knowledge_store.surfaces.workers import run_store
 
 __all__ = [
     "CALLER_SCOPE_KEY",
     "KnowledgeMCPServer",
+    "McpHttpEndpoint",
     "ToolsWatcher",
     "create_mcp_server",
     "mcp_http_app",
@@ -78,7 +80,7 @@ _INSTRUCTIONS = (
 
 
 async def _in_thread(fn: Callable[[], T]) -> T:
-    return await anyio.to_thread.run_sync(fn)
+    return await run_store(fn)
 
 
 class ToolsWatcher:
@@ -105,7 +107,7 @@ class ToolsWatcher:
 
     async def check(self) -> bool:
         """Read ``is_empty``; on a flip notify everyone. True when it flipped."""
-        empty = await _in_thread(lambda: self.store.is_empty)
+        empty = await anyio.to_thread.run_sync(lambda: self.store.is_empty)  # never queued
         async with self._lock:
             if self._empty is None or empty == self._empty:
                 self._empty = empty
@@ -145,6 +147,7 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
             title="knowledge-store",
             instructions=_INSTRUCTIONS,
             lifespan=self._lifespan,
+            get_tool_input_schema=input_schema,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self.listen_handler,
@@ -193,7 +196,7 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
             key = _session_key(ctx)
             if key is not None:
                 self.watcher.track(key, ctx.session)
-        if ctx.method in ("tools/list", "tools/call"):
+        if ctx.method == "tools/list":  # calls check is_empty themselves (resolve_tool)
             try:
                 await self.watcher.check()
             except Exception:
@@ -212,7 +215,7 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
                     name=tool.name,
                     title=tool.name.replace("_", " "),
                     description=tool.description,
-                    input_schema=tool.input_schema,
+                    input_schema=input_schema(tool.name) or tool.input_schema,
                     annotations=types.ToolAnnotations(
                         read_only_hint=tool.name not in ADMIN_TOOLS,
                         destructive_hint=tool.name == "delete_entities",
@@ -337,15 +340,42 @@ class _Authenticate:
         await self.app(scope, receive, send)
 
 
+class McpHttpEndpoint:
+    """The streamable HTTP endpoint: auth, then the SDK's session manager.
+
+    An ASGI app; run :meth:`running` in the enclosing app's lifespan. Each
+    lifespan gets a fresh session manager (the SDK's runs once), so the app
+    can be started more than once (test clients do).
+    """
+
+    def __init__(self, server: KnowledgeMCPServer, security: TransportSecuritySettings | None):
+        self.server = server
+        self.security = security
+        self._transport = StreamableHTTPASGIApp(self._manager())
+
+    def _manager(self) -> StreamableHTTPSessionManager:
+        return StreamableHTTPSessionManager(app=self.server, security_settings=self.security)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        manager = self._manager()
+        self._transport.session_manager = manager
+        async with manager.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._transport(scope, receive, send)
+
+
 def mcp_http_app(
     server: KnowledgeMCPServer,
     tokens: TokenTable,
     *,
     allowed_hosts: Sequence[str] | None = None,
-) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
-    """The streamable HTTP endpoint (an ASGI app) and its session manager.
+) -> tuple[ASGIApp, McpHttpEndpoint]:
+    """The authenticated streamable HTTP endpoint (an ASGI app) and the endpoint to run.
 
-    Run ``session_manager.run()`` in the enclosing app's lifespan. With
+    Run ``endpoint.running()`` in the enclosing app's lifespan. With
     ``allowed_hosts`` (e.g. ``["127.0.0.1", "localhost"]``) the SDK's DNS
     rebinding protection checks Host and Origin.
     """
@@ -357,8 +387,8 @@ def mcp_http_app(
             allowed_hosts=hosts,
             allowed_origins=[f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")],
         )
-    manager = StreamableHTTPSessionManager(app=server, security_settings=security)
-    return _Authenticate(StreamableHTTPASGIApp(manager), tokens), manager
+    endpoint = McpHttpEndpoint(server, security)
+    return _Authenticate(endpoint, tokens), endpoint
 
 
 def run_blocking(fn: Callable[[], Awaitable[None]]) -> None:

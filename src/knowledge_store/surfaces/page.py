@@ -123,8 +123,11 @@ def _highlight(text: str, terms: list[str]) -> str:
     )
 
 
+_NOISE = re.compile(r"^\s*(#{1,6}\s.*|`{3,}.*|~{3,}.*)$", re.M)
+
+
 def _snippet(text: str, terms: list[str], width: int = 320) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(_NOISE.sub(" ", text).split()) or " ".join(text.split())
     lower = flat.lower()
     hits = [lower.find(t) for t in terms if t in lower]
     start = max(0, min(hits) - width // 3) if hits else 0
@@ -314,7 +317,11 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
         if successor
         else ""
     )
-    body_html = _MD.render(entity["body"])
+    body = entity["body"]
+    first_line, _, rest = body.lstrip().partition("\n")
+    if first_line.lstrip("#").strip() == entity["title"] and first_line.startswith("#"):
+        body = rest  # the page title is already the h1
+    body_html = _MD.render(body)
     related = docs_tools.get_related(store, uid, identity=who.identity, k=15)
     related_items = "".join(
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
@@ -330,11 +337,13 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     if path is not None and len(path.units) > 1:
         units = []
         for i, unit in enumerate(path.units):
-            current = ' class="current" aria-current="page"' if i == path.index else ""
-            units.append(
-                f'<li{current} data-depth="{unit.depth}">'
-                f"{'&nbsp;' * 2 * unit.depth}{_entity_link(unit.uid, unit.title)}</li>"
+            depth = f"depth-{min(unit.depth, 4)}"
+            attrs = (
+                f'class="{depth} current" aria-current="page"'
+                if i == path.index
+                else f'class="{depth}"'
             )
+            units.append(f"<li {attrs}>{_entity_link(unit.uid, unit.title)}</li>")
         step = ""
         if path.index is not None:
             before = path.units[path.index - 1] if path.index > 0 else None
@@ -358,7 +367,7 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     page = f"""<article class="entity"><p class="crumbs"><a href="/">search</a></p>
 <h1>{e(entity["title"])} <span class="type">{e(entity["type"])}</span></h1>{banner}
 <div class="columns"><section><div class="card body">{body_html}</div>
-<p class="muted">{len(content["chunks"])} chunks · content root <code>{e(content["content_root"][:12])}</code></p></section>
+<p class="muted">{len(content["chunks"])} chunk{"" if len(content["chunks"]) == 1 else "s"} · content root <code>{e(content["content_root"][:12])}</code></p></section>
 <aside><section class="card"><dl class="facts">{facts}</dl></section>{path_html}
 <section class="card"><h2>Related</h2><ul class="plain">{related_items or "<li class='muted'>none you can read</li>"}</ul></section>
 <section class="card"><h2>Links</h2><ul class="plain">{edges or "<li class='muted'>none</li>"}</ul></section>

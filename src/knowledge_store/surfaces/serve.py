@@ -90,7 +90,10 @@ def _serve_http(location: str | Path | None, host: str, port: int, table: object
     from knowledge_store.surfaces.http import create_app
 
     assert isinstance(table, TokenTable)
-    with KnowledgeStore.open(location) as store:
+    from knowledge_store.surfaces.workers import with_embedding_slots
+
+    with KnowledgeStore.open(location) as opened:
+        store = with_embedding_slots(opened)
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
         app = create_app(store, tokens=table, allowed_hosts=allowed)

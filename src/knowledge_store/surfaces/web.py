@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -22,6 +21,7 @@ from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable
 from knowledge_store.surfaces.mcp import KnowledgeMCPServer, ToolsWatcher
+from knowledge_store.surfaces.workers import run_store
 
 __all__ = [
     "AdminCaller",
@@ -55,8 +55,8 @@ class Service:
         return self.mcp.watcher
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking store call in the thread pool."""
-        return await run_in_threadpool(fn, *args, **kwargs)
+        """Run a blocking store call on the store's thread pool."""
+        return await run_store(fn, *args, **kwargs)
 
 
 def service(request: Request) -> Service:

@@ -104,7 +104,7 @@ class EmbeddedEngine:
             model = self.model()
             if model is None:
                 return None
-            self._dense = DenseIndex(self.path / "dense.usearch", model[1])
+            self._dense = DenseIndex(self.path / "dense.hnsw", model[1])
         return self._dense
 
     # -- the single writer ----------------------------------------------------------------

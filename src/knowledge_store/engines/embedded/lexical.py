@@ -23,9 +23,12 @@ title           the entity title                           English analyzer (boo
 ident           title + heading path + text                identifiers kept whole, lowercased
 ==============  =========================================  ==========================
 
-Queries are built programmatically from the analyzers' tokens — never parsed
-with Tantivy's query language — so ``field:x``, ``*``, ``OR``, quotes or NUL in
-the text are matched literally or dropped, and can't widen a query.
+A query is a disjunction of term queries (BM25, k1=1.2, b=0.75): every word on
+``body`` and ``title``, and every token that is not a plain word (``pg_hba.conf``,
+``err-1042``, ``$libdir``) on ``ident`` — ANDed with the ACL-set and filter
+clauses, which score 0. It is built programmatically from the analyzers' tokens,
+never parsed with Tantivy's query language, so ``field:x``, ``*``, ``OR``, quotes
+or NUL in the text are matched literally or dropped and can't widen a query.
 """
 
 from __future__ import annotations
@@ -56,8 +59,11 @@ SCHEMA_VERSION = 1
 SIDECAR = "ks-lexical.json"
 
 # Analyzer and scoring choices, measured with bench/tune_lexical.py on postgres-docs
-# (1500 queries, page-level nDCG@10: 0.801 with these, 0.769 with title 1.0 and every
-# token on the identifier field, 0.697 without the identifier field).
+# (1500 queries, page-level nDCG@10; bm25s baseline 0.740): 0.801 with these; 0.789
+# without the identifier field; 0.796 with every token on it; 0.776 with title boost
+# 1.0; 0.790 without the title field. Without stop words 0.803 (SQL keywords such as
+# IS, NOT, INTO count in that corpus) — within noise, so the stop list stays: a smaller
+# index, shorter posting lists, and a stop-word-only query finds nothing.
 USE_STOPWORDS = True
 #: Boost of the identifier field (0 leaves it out of the query).
 IDENTIFIER_BOOST = 1.0
@@ -444,7 +450,10 @@ class LexicalIndex:
 
         def run() -> list[tuple[int, str, float]]:
             searcher = self._index.searcher()
-            hits = searcher.search(query, limit=k, count=False).hits
+            limit = min(k, searcher.num_docs)  # Tantivy sizes its top-k heap by the limit
+            if limit <= 0:
+                return []
+            hits = searcher.search(query, limit=limit, count=False).hits
             out = []
             for score, address in hits:
                 doc = searcher.doc(address)

@@ -124,10 +124,14 @@ def statement_timeout_ms(seconds: float = TIME_LIMIT_S) -> int:
 
 
 def _edges(direction: str, labels: Sequence[str]) -> str:
-    """The edges as ``(a, label, b)`` rows oriented away from ``a`` (labels bound)."""
+    """The edges as ``(a, label, b, o)`` rows oriented away from ``a`` (labels bound).
+
+    ``o`` is the orientation (0 out, 1 in): ties between two edges to the same
+    entity break by it, then by label — the order the embedded engine meets them.
+    """
     cond = " WHERE label = ANY(%(labels)s::text[])" if labels else ""
-    out = f"SELECT src AS a, label, dst AS b FROM edges{cond}"
-    back = f"SELECT dst AS a, label, src AS b FROM edges{cond}"
+    out = f"SELECT src AS a, label, dst AS b, 0 AS o FROM edges{cond}"
+    back = f"SELECT dst AS a, label, src AS b, 1 AS o FROM edges{cond}"
     if direction == "out":
         return out
     if direction == "in":
@@ -149,7 +153,7 @@ def graph_statement(
     if not 1 <= depth <= 4:
         raise ValueError(f"depth must be 1..4, not {depth}")
     edges = _edges(direction, labels)
-    order = "fpos, updated_at DESC NULLS LAST, uid, label"
+    order = "fpos, updated_at DESC NULLS LAST, uid, o, label"
     ctes = [
         held_principals_cte(),
         "starts(pos, uid) AS (SELECT x.ord, x.uid FROM unnest(%(starts)s::text[])"
@@ -164,11 +168,11 @@ def graph_statement(
         seen = " UNION ALL ".join(f"SELECT uid FROM l{i}" for i in range(hop))
         ctes.append(
             f"e{hop} AS MATERIALIZED (SELECT f.pos AS fpos, f.paths AS fpaths, f.path AS fpath,"
-            " g.label, t.uid, t.title, t.type, t.href, t.updated_at"
+            " g.label, g.o, t.uid, t.title, t.type, t.href, t.updated_at"
             f" FROM l{hop - 1} AS f JOIN ({edges}) AS g ON g.a = f.uid"
             " JOIN entities AS t ON t.uid = g.b AND t.acl_set IN (SELECT acl_set FROM vis)"
             f" WHERE t.uid NOT IN ({seen})"
-            " ORDER BY f.pos, t.updated_at DESC NULLS LAST, t.uid, g.label"
+            " ORDER BY f.pos, t.updated_at DESC NULLS LAST, t.uid, g.o, g.label"
             " LIMIT %(fanout)s + 1)"
         )
         ctes.append(

@@ -1,0 +1,371 @@
+"""What only the PostgreSQL engine has, against a real PostgreSQL + pgvector (pgserver):
+migrations, the SQL BM25 against a reference, its statistics under change, the
+ts_rank_cd ranker, the vector fallback on pgvector 0.6, query_graph's time bound,
+the fan-out cap, and ``pg:DIR``'s server lifecycle."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+from knowledge_store.engines.base import PreparedEntity
+from knowledge_store.engines.postgres import lexical as lexical_sql
+from knowledge_store.engines.postgres import vector as vector_sql
+from knowledge_store.engines.postgres.engine import PostgresEngine
+from knowledge_store.engines.postgres.schema import MIGRATIONS, Migration
+from knowledge_store.errors import InvalidRequest, QueryTimeout, StoreError
+from knowledge_store.graphquery.traversal import FANOUT_CAP
+from knowledge_store.model import Edge, Entity, Filters, Identity
+from knowledge_store.store import KnowledgeStore
+from tests import postgres_support
+from tests.conformance import memo
+from tests.conftest import ESTATE
+
+FIXTURES = Path(__file__).parent / "fixtures"
+DOCS = [json.loads(line) for line in (FIXTURES / "pg-docs-sample.jsonl").open(encoding="utf-8")]
+
+
+@pytest.fixture(scope="module")
+def database() -> str:
+    return postgres_support.fresh_database("postgres_engine")
+
+
+@pytest.fixture(scope="module")
+def docs(database: str) -> Any:
+    store = KnowledgeStore.open(postgres_support.store_url(database), embedder=memo.shared())
+    store.ingest_records(DOCS[:30])
+    store.ingest_records(ESTATE)
+    store.add_member("group:sre", "user:sam")
+    yield store
+    store.close()
+
+
+def _engine(store: KnowledgeStore) -> PostgresEngine:
+    assert isinstance(store.engine, PostgresEngine)
+    return store.engine
+
+
+# -- schema and migrations -------------------------------------------------------------------------
+
+
+def test_a_store_of_a_newer_version_is_refused_with_what_to_do(database: str) -> None:
+    url = postgres_support.store_url(database, "newer")
+    PostgresEngine.open(url).close()
+    engine = PostgresEngine.open(url)
+    with engine.db.write() as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    engine.close()
+    with pytest.raises(StoreError, match=r"newer knowledge-store \(schema version 99.*upgrade"):
+        PostgresEngine.open(url)
+
+
+def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(database: str) -> None:
+    url = postgres_support.store_url(database, "older")
+    with KnowledgeStore(PostgresEngine.open(url, migrations=MIGRATIONS[:1])) as old:
+        old.engine.publish(
+            [PreparedEntity(Entity("a", "page", "Alpha", "alpha", acl=("everyone",)), (), np.zeros((0, 1), np.float32))],
+            [],
+            kind="ingest",
+        )
+    later = Migration(
+        MIGRATIONS[-1].version + 1,
+        "a test migration that changes text analysis",
+        ("ALTER TABLE entities ADD COLUMN IF NOT EXISTS note text",),
+        needs_rebuild=True,
+    )
+    engine = PostgresEngine.open(url, migrations=(*MIGRATIONS, later))
+    try:
+        assert engine.stats().to_dict()["needs_rebuild"] is True
+        with pytest.raises(StoreError, match="rebuild"):
+            engine.sql(Identity(), Filters())
+        engine.rebuild()
+        assert [h.uid for h in engine.sql(Identity(), Filters()).hits] == ["a"]
+    finally:
+        engine.close()
+    with pytest.raises(StoreError, match="newer"):
+        PostgresEngine.open(url)  # this build knows one version less
+
+
+def test_a_fresh_schema_opens_concurrently_once(database: str) -> None:
+    import threading
+
+    url = postgres_support.store_url(database, "racing")
+    errors: list[BaseException] = []
+
+    def open_close() -> None:
+        try:
+            PostgresEngine.open(url).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_close) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+
+
+def test_stats_report_the_engine_and_its_features(docs: KnowledgeStore) -> None:
+    stats = docs.stats().to_dict()
+    assert stats["engine"] == "postgres" and stats["lexical_ranker"] == "bm25"
+    assert stats["pgvector"].startswith("0.") and stats["iterative_scan"] is False
+    assert stats["bm25_extension"] is None  # pgserver ships none
+    assert stats["dimension"] == 384 and stats["chunks"] > 30 and not stats["is_empty"]
+    assert "***" in stats["url"] or "@" not in stats["url"].split("//", 1)[1].split("/")[0]
+
+
+# -- lexical -------------------------------------------------------------------------------------------
+
+
+def _reference_bm25(engine: PostgresEngine, text: str) -> dict[int, float]:
+    """BM25 in plain Python over every chunk, from the same analysis (the SQL functions)."""
+    conn = engine.db.conn()
+    docs = conn.execute(
+        "SELECT c.id, e.title, ks_context(e.title, c.heading, c.text) FROM chunks AS c"
+        " JOIN entities AS e ON e.id = c.entity"
+    ).fetchall()
+
+    def bag(function: str, value: str) -> Counter[str]:
+        return Counter(
+            {str(t): int(n) for t, n in conn.execute(f"SELECT * FROM {function}(%s)", (value,))}
+        )
+
+    def ident_length(value: str) -> int:
+        row = conn.execute("SELECT ks_ident_length(%s)", (value,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    fields: list[tuple[float, dict[int, Counter[str]], dict[int, int], set[str]]] = []
+    body = {int(i): bag("ks_words", ctx) for i, _, ctx in docs}
+    title = {int(i): bag("ks_words", t) for i, t, _ in docs}
+    ident = {int(i): bag("ks_idents", ctx) for i, _, ctx in docs}
+    q_words = set(bag("ks_words", text))
+    q_idents = set(bag("ks_idents", text))
+    fields.append((1.0, body, {i: sum(b.values()) for i, b in body.items()}, q_words))
+    fields.append(
+        (lexical_sql.TITLE_BOOST, title, {i: sum(b.values()) for i, b in title.items()}, q_words)
+    )
+    fields.append(
+        (lexical_sql.IDENT_BOOST, ident, {int(i): ident_length(ctx) for i, _, ctx in docs}, q_idents)
+    )
+    k1, b = lexical_sql.BM25_K1, lexical_sql.BM25_B
+    scores: dict[int, float] = {}
+    n = len(docs)
+    for boost, bags, lengths, terms in fields:
+        avgdl = sum(lengths.values()) / n
+        for term in terms:
+            df = sum(1 for bag_ in bags.values() if term in bag_)
+            if df == 0:
+                continue
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            for chunk, bag_ in bags.items():
+                tf = bag_.get(term, 0)
+                if tf:
+                    norm = tf + k1 * (1 - b + b * lengths[chunk] / avgdl)
+                    scores[chunk] = scores.get(chunk, 0.0) + boost * idf * tf * (k1 + 1) / norm
+    return scores
+
+
+@pytest.mark.parametrize(
+    "text", ["pg_stat_activity", "ALTER OPERATOR CLASS", "vacuum dead tuples", "ERR-1042 replica"]
+)
+def test_sql_bm25_equals_a_reference_implementation(docs: KnowledgeStore, text: str) -> None:
+    engine = _engine(docs)
+    reference = _reference_bm25(engine, text)
+    hits = engine.lexical(Identity("user:sam"), text, 20, Filters()).hits
+    assert hits, text
+    expected = sorted(reference.items(), key=lambda kv: (-kv[1], kv[0]))[: len(hits)]
+    assert [h.chunk_id for h in hits] == [c for c, _ in expected]
+    for hit, (_, score) in zip(hits, expected, strict=True):
+        assert hit.score == pytest.approx(score, rel=1e-9)
+
+
+def test_identifiers_stay_matchable(docs: KnowledgeStore) -> None:
+    for ranker in ("bm25", "ts_rank_cd"):
+        engine = PostgresEngine.open(_engine(docs).path, lexical_ranker=ranker)
+        try:
+            hits = engine.lexical(Identity(), "pg_stat_activity", 3, Filters()).hits
+            assert hits and hits[0].uid == "guide:monitoring", ranker
+            literal = engine.lexical(Identity(), "'; DROP TABLE chunks; --", 3, Filters()).hits
+            assert all("drop" in h.text.lower() or "table" in h.text.lower() for h in literal)
+            assert engine.stats().chunks > 0  # the words were searched for, nothing ran
+        finally:
+            engine.close()
+    with pytest.raises(InvalidRequest, match="ts_rank_cd"):
+        PostgresEngine.open(_engine(docs).path, lexical_ranker="tfidf")
+
+
+def _statistics(engine: PostgresEngine) -> tuple[Any, ...]:
+    conn = engine.db.conn()
+    return (
+        conn.execute("SELECT field, term, df FROM lexical_terms ORDER BY 1, 2").fetchall(),
+        conn.execute("SELECT * FROM lexical_fields ORDER BY 1").fetchall(),
+        conn.execute("SELECT field, term, chunk, tf, dl FROM lexical_postings ORDER BY 1, 2, 3").fetchall(),
+    )
+
+
+def test_bm25_statistics_stay_exact_through_updates_deletes_and_a_rebuild(database: str) -> None:
+    store = KnowledgeStore.open(postgres_support.store_url(database), embedder=memo.shared())
+    try:
+        store.ingest_records(DOCS[:6])
+        changed = [dict(DOCS[1], body=DOCS[1]["body"] + "\n\nA new paragraph about VACUUM.")]
+        store.ingest_records(changed)
+        store.delete([DOCS[2]["uid"]])
+        store.grant(DOCS[3]["uid"], "group:x")
+        engine = _engine(store)
+        kept = _statistics(engine)
+        before = [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits]
+        engine.rebuild()
+        assert _statistics(engine) == kept
+        assert [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits] == before
+        store.delete([d["uid"] for d in DOCS[:6] if d["uid"] != DOCS[2]["uid"]])
+        assert _statistics(engine) == ([], [(0, 0, 0), (1, 0, 0), (2, 0, 0)], [])
+        assert store.is_empty
+    finally:
+        store.close()
+
+
+# -- vector --------------------------------------------------------------------------------------------
+
+
+def test_filtered_vectors_fall_back_to_post_filtered_hnsw_on_pgvector_0_6(
+    docs: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine(docs)
+    assert not engine.features.iterative_scan
+    query = memo.shared().embed_query("how do I see which queries are running")
+    everyone = engine.vector(Identity(), query, 10, Filters())
+    assert everyone.vector is not None and everyone.vector.strategy == "exact"  # a small store
+    # pretend the store is big: the planner now post-filters HNSW candidates
+    monkeypatch.setattr(vector_sql, "EXACT_FLOOR", 0)
+    monkeypatch.setattr(vector_sql, "EXACT_SHARE", 0.0)
+    filtered = engine.vector(Identity(), query, 10, Filters.build(types=["section"]))
+    info = filtered.vector
+    assert info is not None and info.strategy == "hnsw-filtered" and not info.exhaustive
+    assert info.scanned == filtered.explain["plan"]["ef_search"]  # type: ignore[index]
+    assert all(h.type == "section" for h in filtered.hits) and filtered.hits
+    monkeypatch.undo()
+    exact = engine.vector(Identity(), query, 10, Filters.build(types=["section"]))
+    assert exact.vector is not None and exact.vector.exhaustive
+    got = {h.chunk_id for h in filtered.hits}
+    assert len(got & {h.chunk_id for h in exact.hits}) >= 0.8 * len(exact.hits)
+
+
+def test_a_vector_of_another_dimension_is_refused(docs: KnowledgeStore) -> None:
+    from knowledge_store.errors import ModelMismatch
+
+    with pytest.raises(ModelMismatch):
+        _engine(docs).vector(Identity(), np.ones(12, np.float32), 5, Filters())
+
+
+# -- graph -----------------------------------------------------------------------------------------------
+
+
+def _chunkless(entity: Entity) -> PreparedEntity:
+    return PreparedEntity(entity, (), np.zeros((0, 384), np.float32))
+
+
+def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
+    import random
+
+    rng = random.Random(3)
+    engine = PostgresEngine.open(postgres_support.store_url(database))
+    try:
+        nodes = 1500
+        engine.publish(
+            [
+                _chunkless(
+                    Entity(
+                        f"n:{i}",
+                        "page",
+                        f"node {i}",
+                        "",
+                        acl=("everyone",),
+                        edges=tuple(
+                            Edge(f"n:{i}", "xref", f"n:{t}") for t in rng.sample(range(nodes), 25) if t != i
+                        ),
+                    )
+                )
+                for i in range(nodes)
+            ],
+            [],
+            kind="ingest",
+        )
+        engine.db.conn().execute("ANALYZE")
+        started = time.perf_counter()
+        with pytest.raises(QueryTimeout, match="250 ms"):
+            engine.query_graph(Identity(), "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
+        assert time.perf_counter() - started < 2.0
+        answer = engine.query_graph(Identity(), "MATCH (a {uid: $u}) RETURN a.uid", {"u": "n:1"})
+        assert answer.rows == [["n:1"]]
+        # the primitive's fan-out cap: a hub with more than FANOUT_CAP neighbours
+        leaves = FANOUT_CAP + 5
+        engine.publish(
+            [
+                _chunkless(
+                    Entity(
+                        "hub",
+                        "page",
+                        "hub",
+                        "",
+                        acl=("everyone",),
+                        edges=tuple(Edge("hub", "xref", f"leaf:{i}") for i in range(leaves)),
+                    )
+                )
+            ]
+            + [_chunkless(Entity(f"leaf:{i}", "page", f"leaf {i}", "", acl=("everyone",))) for i in range(leaves)],
+            [],
+            kind="ingest",
+        )
+        hub = engine.graph(Identity(), ["hub"], k=1000)
+        assert hub.capped is True and len(hub.hits) == 1000
+        assert engine.graph(Identity(), ["leaf:1"]).capped is False
+    finally:
+        engine.close()
+
+
+# -- pg:DIR --------------------------------------------------------------------------------------------
+
+
+def _postgres_processes(pgdata: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if proc.info.get("name") == "postgres" and any(str(pgdata) in part for part in cmdline):
+            found.append(proc)
+    return found
+
+
+def test_pg_dir_starts_a_local_server_and_stops_it_at_exit(tmp_path: Path) -> None:
+    location = f"pg:{tmp_path / 'local'}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("KS_PG_KEEP_RUNNING", None)
+    ks = [sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", location]
+    added = subprocess.run(
+        [*ks, "principals", "add-member", "group:sre", "user:sam", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert added.returncode == 0, added.stderr
+    assert not _postgres_processes(tmp_path / "local" / "pgdata"), "the server was left running"
+    shown = subprocess.run(
+        [*ks, "stats", "--json"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    stats = json.loads(shown.stdout)
+    assert stats["engine"] == "postgres" and stats["is_empty"] is True
+    assert not _postgres_processes(tmp_path / "local" / "pgdata")

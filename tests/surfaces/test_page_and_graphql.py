@@ -1,0 +1,127 @@
+"""The search page (server-rendered, in-process) and GraphQL over the same service layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typer.testing import CliRunner
+
+from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.cli import app as cli
+from knowledge_store.surfaces.http import create_app
+from tests.surfaces.serve_estate import ANN, BOB, call
+
+
+# -- the page -----------------------------------------------------------------------------------------
+def test_search_page_shows_why_each_result_is_there(app: Any) -> None:
+    page = call(app, "GET", "/", params={"q": "reindex a bloated index"}, headers=BOB)
+    assert page.status_code == 200
+    html = page.text
+    assert "Reindexing Concurrently" in html and 'class="rank on"' in html
+    assert "superseded by" in html and "/entity/unit%3Areindex" in html
+    assert "Neighbours" in html and "by link" in html
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert "http://" not in html.split("<main>")[0]  # nothing external in the head
+
+
+def test_search_page_filters_and_escapes(app: Any) -> None:
+    page = call(
+        app,
+        "GET",
+        "/",
+        params={"q": "<script>alert(1)</script> vacuum", "type": "codeSample"},
+        headers=BOB,
+    )
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;" in page.text
+    results = page.text.split('<ol class="results">')[1].split("</ol>")[0]
+    assert results.count('class="result"') >= 1 and "codeSample" in results
+    assert '<span class="type">page</span>' not in results
+
+
+def test_entity_page_has_related_and_the_learning_path(app: Any) -> None:
+    page = call(app, "GET", "/entity/unit:analyze", headers=BOB)
+    assert page.status_code == 200
+    assert "Learning path" in page.text and "step 5 of 13" in page.text
+    assert 'class="depth-2 current" aria-current="page"' in page.text
+    assert "Related" in page.text and "Routine Vacuuming" in page.text
+
+
+def test_page_identity_token_cookie_and_sign_in(app: Any) -> None:
+    signin = call(app, "GET", "/")
+    assert signin.status_code == 401 and "Sign in" in signin.text
+    redirect = call(app, "GET", "/", params={"token": "tok-ann-0001", "q": "lag"})
+    assert redirect.status_code == 303 and redirect.headers["location"] == "/?q=lag"
+    cookie = redirect.headers["set-cookie"]
+    assert "ks_token=tok-ann-0001" in cookie and "HttpOnly" in cookie
+    page = call(app, "GET", "/?q=replica+lag", headers={"Cookie": "ks_token=tok-ann-0001"})
+    assert "as user:ann" in page.text and "Replica lag alert" in page.text
+    # the cookie is for pages only: the API still wants the bearer header
+    assert (
+        call(app, "GET", "/v1/stats", headers={"Cookie": "ks_token=tok-ann-0001"}).status_code
+        == 401
+    )
+    wrong = call(app, "GET", "/", params={"token": "nope-nope"})
+    assert wrong.status_code == 401 and "unknown token" in wrong.text
+
+
+def test_page_on_an_empty_store_says_so(store: KnowledgeStore) -> None:
+    page = call(create_app(store, anonymous=True), "GET", "/", params={"q": "x"})
+    assert page.status_code == 200 and "The store is empty" in page.text
+
+
+# -- GraphQL ------------------------------------------------------------------------------------------
+def _gql(app: Any, query: str, headers: dict[str, str], **variables: Any) -> dict[str, Any]:
+    response = call(
+        app, "POST", "/graphql", json={"query": query, "variables": variables}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def test_graphql_answers_like_rest(app: Any, served: KnowledgeStore) -> None:
+    query = """query ($q: String!) { search(query: $q, k: 3, filters: {notType: ["ticket"]}) {
+        contentRoot results { uid score ranks { vector lexical graph sql } supersededBy
+        evidence { heading start end } } } }"""
+    got = _gql(app, query, BOB, q="dead tuples")["data"]["search"]
+    want = served.search("dead tuples", identity="user:bob", k=3, filters={"not_type": ["ticket"]})
+    assert [r["uid"] for r in got["results"]] == [r.uid for r in want.results]
+    assert got["results"][0]["ranks"] == dict(want.results[0].ranks) | {
+        k: want.results[0].to_dict()["ranks"][k] for k in ("graph", "sql")
+    }
+    content = _gql(
+        app, '{ content(uid: "unit:vacuum") { title chunks { heading } incoming { uid } } }', ANN
+    )
+    assert "ticket:1043" in {e["uid"] for e in content["data"]["content"]["incoming"]}
+    caps = _gql(app, "{ capabilities { isEmpty identity tools { name } } }", BOB)
+    assert caps["data"]["capabilities"]["identity"] == "user:bob"
+    rows = _gql(
+        app,
+        'query ($p: JSON) { queryGraph(query: "MATCH (n {uid: $u}) RETURN n.title", params: $p) { rows truncated } }',
+        BOB,
+        p={"u": "doc:roles"},
+    )
+    assert rows["data"]["queryGraph"]["rows"] == [["Database Roles"]]
+
+
+def test_graphql_errors_carry_the_error_shape(app: Any) -> None:
+    bad = _gql(app, '{ graph(starts: ["unit:vacuum"], depth: 5) { capped } }', BOB)
+    extensions = bad["errors"][0]["extensions"]
+    assert extensions["code"] == "bound_exceeded" and set(extensions) == {
+        "code",
+        "message",
+        "details",
+    }
+    hidden = _gql(app, '{ content(uid: "ticket:2001") { uid } }', BOB)
+    assert hidden["errors"][0]["extensions"]["code"] == "not_found"
+
+
+# -- ks serve ------------------------------------------------------------------------------------------
+def test_ks_serve_refuses_a_server_nobody_could_call(tmp_path: Any) -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--store", str(tmp_path / "s"), "serve"])
+    assert result.exit_code == 2 and "--tokens FILE" in result.output + str(result.stderr_bytes)
+    result = runner.invoke(
+        cli, ["--store", str(tmp_path / "s"), "serve", "--anonymous", "--as", "user:a"]
+    )
+    assert result.exit_code == 2
