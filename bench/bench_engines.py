@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
+from common import (
     CACHE,
     EVAL,
     PG15_STORE,
@@ -50,14 +50,14 @@ from common import (  # noqa: E402
     table,
 )
 
-from knowledge_store.engines.base import PreparedEntity  # noqa: E402
-from knowledge_store.engines.embedded.engine import EmbeddedEngine  # noqa: E402
-from knowledge_store.engines.postgres.engine import PostgresEngine  # noqa: E402
-from knowledge_store.engines.postgres.server import local_server_url  # noqa: E402
-from knowledge_store.ingest.embedding import open_embedder  # noqa: E402
-from knowledge_store.model import Chunk, Edge, Entity, Filters, Identity  # noqa: E402
-from knowledge_store.retrieval.evaluation import evaluate  # noqa: E402
-from knowledge_store.store import KnowledgeStore  # noqa: E402
+from knowledge_store.engines.base import PreparedEntity
+from knowledge_store.engines.embedded.engine import EmbeddedEngine
+from knowledge_store.engines.postgres.engine import PostgresEngine
+from knowledge_store.engines.postgres.server import local_server_url
+from knowledge_store.ingest.embedding import open_embedder
+from knowledge_store.model import Chunk, Edge, Entity, Filters, Identity
+from knowledge_store.retrieval.evaluation import evaluate
+from knowledge_store.store import KnowledgeStore
 
 HERE = CACHE / "engines"
 RESULTS = ROOT / "bench" / "results" / "engines.json"
@@ -230,7 +230,9 @@ def publish_all(engine: Any, batches: Sequence[Sequence[PreparedEntity]]) -> flo
     return time.perf_counter() - started
 
 
-def ensure(engine: Any, batches: Sequence[Sequence[PreparedEntity]], marker: Path) -> dict[str, Any]:
+def ensure(
+    engine: Any, batches: Sequence[Sequence[PreparedEntity]], marker: Path
+) -> dict[str, Any]:
     """Load ``batches`` once (a marker keeps the figures); later runs reuse the store."""
     chunks = sum(len(p.chunks) for b in batches for p in b)
     if marker.exists():
@@ -316,11 +318,15 @@ def _ordinal(engine: Any, hit: Any) -> int:
     key = (id(engine), hit.chunk_id)
     if key not in _ORDINALS:
         if isinstance(engine, PostgresEngine):
-            row = engine.db.conn().execute(
-                "SELECT ordinal FROM chunks WHERE id = %s", (hit.chunk_id,)
-            ).fetchone()
+            row = (
+                engine.db.conn()
+                .execute("SELECT ordinal FROM chunks WHERE id = %s", (hit.chunk_id,))
+                .fetchone()
+            )
         else:
-            row = engine.catalog.execute("SELECT ordinal FROM chunks WHERE id = ?", (hit.chunk_id,))[0]
+            row = engine.catalog.execute(
+                "SELECT ordinal FROM chunks WHERE id = ?", (hit.chunk_id,)
+            )[0]
         _ORDINALS[key] = int(row[0])
     return _ORDINALS[key]
 
@@ -340,7 +346,9 @@ def run_eval(embedder: CachedEmbedder, results: dict[str, Any]) -> None:
     embedder.save()
     engine = open_pg("pg15")
     if engine.content_root() != root:
-        print("  publishing the eval store to PostgreSQL (one batch, as it was ingested)", flush=True)
+        print(
+            "  publishing the eval store to PostgreSQL (one batch, as it was ingested)", flush=True
+        )
         ensure(engine, [catalog_entities(PG15_STORE)], HERE / "pg15.json")
     assert engine.content_root() == root, "the same entities must publish the same root"
     engine.close()

@@ -50,7 +50,7 @@ STAGES = (
 SIGMA = 0.015
 
 
-def replicate(source: Path, target: Path, chunks_wanted: int, *, batch: int = 400) -> None:
+def replicate(source: Path, target: Path, chunks_wanted: int, *, batch: int = 5000) -> None:
     """Build ``target`` from ``source``: copies of every entity until ``chunks_wanted`` chunks."""
     src = EmbeddedEngine(source)
     model = src.model()
@@ -153,6 +153,7 @@ def main() -> None:
     parser.add_argument("--replicate-to", help="build (once) and bench a replicated store here")
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--only-replicated", action="store_true", help="skip the eval-size store")
     parser.add_argument(
         "--torch-threads",
         type=int,
@@ -165,7 +166,7 @@ def main() -> None:
     torch.set_num_threads(args.torch_threads)
     docs = Filters(not_types=("codeSample",))
     results: dict[str, Any] = {}
-    if not args.replicate_to or not Path(args.replicate_to).exists():
+    if not args.only_replicated:
         results["eval"] = bench(args.store, args.queries, Filters(), f"{args.store}, no filter")
         results["eval_docs"] = bench(
             args.store, args.queries, docs, f"{args.store}, --not-type codeSample"

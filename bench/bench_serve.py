@@ -124,6 +124,12 @@ class Server:
             self.proc.kill()
             self.proc.wait(timeout=5)
 
+    def problems(self) -> list[str]:
+        """The server log's warnings and errors (first 10)."""
+        self.log.seek(0)
+        lines = self.log.read().splitlines()
+        return [x for x in lines if any(w in x for w in ("ERROR", "WARNING", "Traceback"))][:10]
+
 
 class Tally:
     def __init__(self) -> None:
@@ -187,7 +193,9 @@ async def run_rest(
     import httpx
 
     tally = Tally()
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    limits = httpx.Limits(
+        max_connections=clients, max_keepalive_connections=clients, keepalive_expiry=4.0
+    )
     async with httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60, limits=limits
     ) as http:
@@ -275,17 +283,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tokens = Path(tmp) / "tokens.jsonl"
         tokens.write_text(json.dumps({"token": TOKEN, "identity": "everyone"}) + "\n")
+        out: dict[str, Any] = {
+            "store": str(args.store),
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg()[0],
+            "mix": "search 40% · graph 20% · sql 20% · content 20%",
+        }
         server = Server(args.store, _free_port(), tokens)
         try:
             server.wait_ready()
-            out: dict[str, Any] = {
-                "store": str(args.store),
-                "clients": args.clients,
-                "seconds": args.seconds,
-                "cpus": os.cpu_count(),
-                "load_average_at_start": os.getloadavg()[0],
-                "mix": "search 40% · graph 20% · sql 20% · content 20%",
-            }
             runners = {"rest": run_rest, "mcp": run_mcp}
             for surface in args.surfaces.split(","):
                 server.reset_peak()
@@ -311,6 +319,9 @@ def main() -> None:
                     print(f"    error: {sample}")
         finally:
             server.stop()
+            out["server_log_problems"] = server.problems()
+            for line in out["server_log_problems"]:
+                print(f"  server: {line}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

@@ -299,7 +299,9 @@ class KnowledgeStore:
         Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
         """
         if not isinstance(uid, str) or not uid or len(uid) > 4096 or "\x00" in uid:
-            raise InvalidRequest("a uid is a non-empty string of at most 4096 characters", field="uid")
+            raise InvalidRequest(
+                "a uid is a non-empty string of at most 4096 characters", field="uid"
+            )
         found = self.engine.content(_identity(identity), uid)
         if found is None:
             raise NotFound(f"no entity with uid {uid!r}", uid=uid)

@@ -74,9 +74,7 @@ def module_engine_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def open_store(
-    engine_kind: str, tmp_path: Path, pg_database: str, embedder: Embedder
-) -> OpenStore:
+def open_store(engine_kind: str, tmp_path: Path, pg_database: str, embedder: Embedder) -> OpenStore:
     """Opens a new, empty store of this test's engine."""
     return _opener(engine_kind, tmp_path, pg_database, embedder)
 

@@ -44,13 +44,17 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
     root = store.grant("ticket:2001", "user:pat")
     assert root == store.content_root()
     assert "ticket:2001" in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
-    assert "ticket:2001" in {h.uid for h in store.vector("payroll salary", identity="user:pat").hits}
+    assert "ticket:2001" in {
+        h.uid for h in store.vector("payroll salary", identity="user:pat").hits
+    }
     # an ACL change re-points the entity; its chunks and every other entity stay as they were
     assert _chunk_ids(store, "user:fin") == before
     assert store.engine.content_hashes(list(hashes)) == hashes
     store.revoke("ticket:2001", "user:pat")
     assert "ticket:2001" not in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
-    assert "ticket:2001" not in {r.uid for r in store.search("payroll", identity="user:pat").results}
+    assert "ticket:2001" not in {
+        r.uid for r in store.search("payroll", identity="user:pat").results
+    }
     assert store.acl_show("ticket:2001") == ("group:finance",)
     assert store.grant("ticket:2001", "group:finance") == store.content_root()  # no change
 
@@ -58,7 +62,9 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
 def test_filters_only_narrow_what_the_acl_allows(estate_store: KnowledgeStore) -> None:
     store = estate_store
     for who in ("everyone", "user:sam", "user:nobody"):
-        allowed = {h.uid for h in store.lexical("the a replica payroll vacuum", identity=who, k=100).hits}
+        allowed = {
+            h.uid for h in store.lexical("the a replica payroll vacuum", identity=who, k=100).hits
+        }
         for filters in (
             Filters.build(types=["ticket"]),
             Filters.build(uids=["ticket:2001", "ticket:1042"]),

@@ -138,7 +138,9 @@ def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
 
     # no lost update
     acl = set(store.acl_show(shared))
-    assert {f"user:w{n}-{i}" for n in range(WRITERS) for i in range(3, PUBLISHES_PER_WRITER, 4)} <= acl
+    assert {
+        f"user:w{n}-{i}" for n in range(WRITERS) for i in range(3, PUBLISHES_PER_WRITER, 4)
+    } <= acl
     final = {h.uid for h in store.engine.sql(Identity(), Filters(), k=1000).hits}
     assert final == set(expected[chain[-1]])
 

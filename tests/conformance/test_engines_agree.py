@@ -36,14 +36,12 @@ from knowledge_store.model import LABELS, Filters, Identity
 from knowledge_store.retrieval.aggregates import DIMENSIONS, METRICS
 from knowledge_store.store import KnowledgeStore
 from tests import fields_estate, graph_estate, postgres_support
-from tests.conftest import ESTATE
 from tests.conformance import memo
+from tests.conftest import ESTATE
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOCS = [json.loads(line) for line in (FIXTURES / "pg-docs-sample.jsonl").open(encoding="utf-8")]
-QUERIES = [
-    json.loads(line) for line in (FIXTURES / "pg-docs-queries.jsonl").open(encoding="utf-8")
-]
+QUERIES = [json.loads(line) for line in (FIXTURES / "pg-docs-queries.jsonl").open(encoding="utf-8")]
 MEMBERSHIPS = [
     ("group:sre", "user:sam"),
     ("group:finance", "user:fay"),

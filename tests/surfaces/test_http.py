@@ -374,3 +374,11 @@ def test_token_file_errors_say_where_and_what(tmp_path: Path, text: str, message
     file.write_text(text)
     with pytest.raises(InvalidRequest, match=message):
         TokenTable.load(file)
+
+
+def test_loopback_servers_answer_only_to_loopback_names(served: KnowledgeStore) -> None:
+    app = create_app(served, tokens=TOKENS, allowed_hosts=["127.0.0.1", "localhost", "::1"])
+    for host in ("localhost:8000", "127.0.0.1:8000", "[::1]:8000"):
+        assert call(app, "GET", "/healthz", headers={"Host": host}).status_code == 200, host
+    rebound = call(app, "GET", "/v1/stats", headers={**BOB, "Host": "attacker.example:8000"})
+    assert "does not answer to host" in _error(rebound, 400, "invalid_request")["message"]

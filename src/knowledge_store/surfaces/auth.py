@@ -93,6 +93,12 @@ class TokenTable:
     def __len__(self) -> int:
         return len(self._by_digest)
 
+    def allowing_anonymous(self, anonymous: bool = True) -> TokenTable:
+        """The same tokens, with callers without a token let in as ``everyone`` (or not)."""
+        table = TokenTable({}, anonymous=anonymous)
+        table._by_digest = dict(self._by_digest)
+        return table
+
     @classmethod
     def of(
         cls, tokens: Mapping[str, str | tuple[str, bool]] | None = None, *, anonymous: bool = False

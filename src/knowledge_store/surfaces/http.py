@@ -72,7 +72,8 @@ def create_app(
     from knowledge_store.surfaces.graphql import graphql_router
 
     table = tokens if isinstance(tokens, TokenTable) else TokenTable.of(tokens)
-    table.anonymous = table.anonymous or anonymous
+    if anonymous and not table.anonymous:
+        table = table.allowing_anonymous()
     mcp_server = create_mcp_server(store)
     mcp_asgi, mcp_endpoint = mcp_http_app(mcp_server, table, allowed_hosts=allowed_hosts)
 
@@ -200,7 +201,10 @@ class _HostCheck:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             host = Headers(scope=scope).get("host", "").lower()
-            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if host.startswith("["):  # [::1]:8000
+                name = host[1 : host.find("]")] if "]" in host else host
+            else:
+                name = host.rsplit(":", 1)[0]
             if name not in self.allowed:
                 body = InvalidRequest(
                     f"this server does not answer to host {host!r}", host=host

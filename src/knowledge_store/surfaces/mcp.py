@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -90,9 +91,9 @@ class ToolsWatcher:
         self.store = store
         self.interval = interval
         self.bus = InMemorySubscriptionBus()
-        self._empty: bool | None = None
+        self._empty: bool | None = store.is_empty  # the baseline: flips are counted from here
         self._sessions: OrderedDict[str, ServerSession] = OrderedDict()
-        self._lock = anyio.Lock()
+        self._lock = threading.Lock()  # no await inside: safe from any event loop
         self.flips = 0
 
     def track(self, key: str, session: ServerSession) -> None:
@@ -102,13 +103,10 @@ class ToolsWatcher:
         while len(self._sessions) > _MAX_TRACKED_SESSIONS:
             self._sessions.popitem(last=False)
 
-    def forget(self, key: str) -> None:
-        self._sessions.pop(key, None)
-
     async def check(self) -> bool:
         """Read ``is_empty``; on a flip notify everyone. True when it flipped."""
         empty = await anyio.to_thread.run_sync(lambda: self.store.is_empty)  # never queued
-        async with self._lock:
+        with self._lock:
             if self._empty is None or empty == self._empty:
                 self._empty = empty
                 return False
@@ -381,7 +379,8 @@ def mcp_http_app(
     """
     security = None
     if allowed_hosts:
-        hosts = [h for host in allowed_hosts for h in (host, f"{host}:*")]
+        names = [f"[{h}]" if ":" in h and not h.startswith("[") else h for h in allowed_hosts]
+        hosts = [h for host in names for h in (host, f"{host}:*")]
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=hosts,

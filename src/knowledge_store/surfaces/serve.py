@@ -23,6 +23,7 @@ __all__ = ["LOOPBACK", "banner", "serve"]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GRACEFUL_SHUTDOWN_S = 3
+KEEP_ALIVE_S = 30
 
 
 def _warm(store: KnowledgeStore) -> None:
@@ -103,6 +104,9 @@ def _serve_http(location: str | Path | None, host: str, port: int, table: object
             host=host,
             port=port,
             log_level="info",
+            # longer than clients' usual keep-alive (httpx: 5 s), so a client never reuses a
+            # connection the server is closing at that very moment
+            timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         )
         uvicorn.Server(config).run()

@@ -71,10 +71,13 @@ class PublishOp:
     op: str
 
 
+# CROSS JOIN keeps chunks the outer loop (SQLite never reorders it): the callers
+# pick chunks by id, and a plain JOIN let the planner walk every entity of the
+# visible ACL sets instead — 39 ms against 0.9 ms for 110 ids at 100k chunks.
 _CHUNK_SELECT = """
 SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
        e.acl_set, e.source, e.status, e.created_at, e.updated_at
-FROM chunks AS c JOIN entities AS e ON e.id = c.entity
+FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity
 """
 
 

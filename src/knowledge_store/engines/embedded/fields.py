@@ -32,6 +32,19 @@ _VISIBLE = (
     " WHERE a.principal IN (SELECT p FROM held))"
 )
 
+
+def _visible(filters: Filters, alias: str = "e", *, by_key: bool = False) -> str:
+    """The ACL condition on ``alias``.
+
+    With uids given (or ``by_key``: rows reached by key), the unary ``+`` keeps
+    SQLite off the ACL-set index so that it looks rows up by key (18 ms → 0.15 ms
+    for 100 uids at 29k entities); otherwise the planner walks every entity of
+    the visible ACL sets.
+    """
+    condition = _VISIBLE.replace("e.acl_set", f"{alias}.acl_set")
+    return "+" + condition if filters.uids or by_key else condition
+
+
 _METRIC_SQL = {
     "count": "count(*)",
     "count_distinct:source": "count(DISTINCT e.source)",
@@ -72,7 +85,7 @@ def sql_hits(
     statement = (
         HELD_PRINCIPALS
         + "SELECT e.uid, e.title, e.type, e.source, e.status, e.created_at, e.updated_at, e.href"
-        f" FROM entities AS e WHERE {_VISIBLE} AND {where}"
+        f" FROM entities AS e WHERE {_visible(filters)} AND {where}"
         f" ORDER BY e.{order.field} IS NULL, e.{order.field} {direction}, e.uid"
         " LIMIT :k"
     )
@@ -114,7 +127,7 @@ def aggregate(
         key = _bucket_sql(spec.field, spec.granularity)
     statement = (
         HELD_PRINCIPALS + f"SELECT {key} AS bucket, {metric} FROM entities AS e"
-        f" WHERE {_VISIBLE} AND {where} GROUP BY bucket"
+        f" WHERE {_visible(filters)} AND {where} GROUP BY bucket"
     )
     try:
         with catalog.read() as conn:
@@ -154,7 +167,7 @@ def visible_successors(
         " JOIN entities AS e ON e.uid = ed.dst"
         " JOIN entities AS o ON o.uid = ed.src"
         f" WHERE ed.label = 'supersededBy' AND ed.src IN ({marks}) AND ed.src <> ed.dst"
-        f" AND {_VISIBLE} AND {_VISIBLE.replace('e.acl_set', 'o.acl_set')} AND {where}"
+        f" AND {_visible(filters, by_key=True)} AND {_visible(filters, 'o', by_key=True)} AND {where}"
         " ORDER BY ed.src, e.updated_at IS NULL, e.updated_at DESC, e.uid"
     )
     out: dict[str, str] = {}

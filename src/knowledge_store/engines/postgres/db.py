@@ -11,6 +11,7 @@ errors here, at the engine boundary.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Iterator
@@ -103,10 +104,8 @@ class Database:
         with self._all_lock:
             conns, self._all = self._all, []
         for conn in conns:
-            try:
+            with contextlib.suppress(psycopg.Error):  # closing a dead connection
                 conn.close()
-            except psycopg.Error:  # pragma: no cover - closing a dead connection
-                pass
         self._local = threading.local()
 
     # -- transactions ---------------------------------------------------------------------------------
@@ -155,11 +154,9 @@ class Database:
 
 
 def _rollback(conn: Connection) -> None:
-    try:
+    with contextlib.suppress(psycopg.Error):  # a dead connection: the server rolled back
         if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             conn.execute("ROLLBACK")
-    except psycopg.Error:  # the connection died: the server rolled back
-        pass
 
 
 def _redacted(url: str) -> str:

@@ -553,7 +553,9 @@ class PostgresEngine:
                 )
                 rows = conn.execute(statement, params).fetchall()
         hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
-        scanned = plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
+        scanned = (
+            plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
+        )
         info = VectorInfo(plan.strategy, scanned, plan.exhaustive)
         explain = {
             "identity": identity.principal,
@@ -569,7 +571,9 @@ class PostgresEngine:
         self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
     ) -> SqlHits:
         _check_k(k)
-        statement, params = field_sql.sql_statement(identity.principal, filters, parse_order(order), k)
+        statement, params = field_sql.sql_statement(
+            identity.principal, filters, parse_order(order), k
+        )
         with self.db.read() as conn, translate("the sql primitive"):
             _, root, _ = self._snapshot(conn)
             rows = conn.execute(statement, params).fetchall()

@@ -189,7 +189,9 @@ def graph_statement(
         f"SELECT {hop} AS hops, uid, paths, path, title, type, href, updated_at FROM l{hop}"
         for hop in range(1, depth + 1)
     )
-    capped = " OR ".join(f"(SELECT count(*) > %(fanout)s FROM e{hop})" for hop in range(1, depth + 1))
+    capped = " OR ".join(
+        f"(SELECT count(*) > %(fanout)s FROM e{hop})" for hop in range(1, depth + 1)
+    )
     sql = (
         "WITH RECURSIVE "
         + ",\n".join(ctes)

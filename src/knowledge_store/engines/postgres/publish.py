@@ -249,10 +249,21 @@ def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -
             acl_ids[acl] = acl_set_id(conn, acl)
     columns: dict[str, list[object]] = {
         name: []
-        for name in (
-            "uid type title body source status created_at updated_at href attributes acl_set"
-            " content_hash chunk_count"
-        ).split()
+        for name in [
+            "uid",
+            "type",
+            "title",
+            "body",
+            "source",
+            "status",
+            "created_at",
+            "updated_at",
+            "href",
+            "attributes",
+            "acl_set",
+            "content_hash",
+            "chunk_count",
+        ]
     }
     for prepared in upserts:
         e = prepared.entity
@@ -304,9 +315,7 @@ def _insert_chunks(
                         entity,
                         chunk.ordinal,
                         chunk.text.replace("\x00", " "),
-                        json.dumps(list(chunk.heading), ensure_ascii=False).replace(
-                            "\\u0000", " "
-                        ),
+                        json.dumps(list(chunk.heading), ensure_ascii=False).replace("\\u0000", " "),
                         chunk.start,
                         chunk.end,
                         vector,

@@ -293,7 +293,7 @@ def held_cte(placeholder: str = "%(principal)s") -> str:
     (``UNION`` stops on revisits). Expanded live in every statement, never cached.
     """
     return (
-        f'held(p) AS (VALUES ({placeholder}::text COLLATE "C"), (\'everyone\')'
+        f"held(p) AS (VALUES ({placeholder}::text COLLATE \"C\"), ('everyone')"
         " UNION SELECT m.grp FROM memberships AS m JOIN held ON m.member = held.p)"
     )
 

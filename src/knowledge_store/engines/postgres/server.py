@@ -27,7 +27,7 @@ def local_server_url(directory: str | Path) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR at import
         try:
-            import pgserver
+            from pgserver.postgres_server import get_server
         except ImportError as exc:  # pragma: no cover - the extra is installed in dev
             raise StoreError(
                 "pg:DIR needs pgserver; install the postgres extra:"
@@ -39,7 +39,7 @@ def local_server_url(directory: str | Path) -> str:
         keep = os.environ.get(KEEP_RUNNING_ENV, "") not in ("", "0")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            server = pgserver.get_server(root / "pgdata", cleanup_mode=None if keep else "stop")
+            server = get_server(root / "pgdata", cleanup_mode=None if keep else "stop")
         return str(server.get_uri())
     except Exception as exc:  # pgserver raises bare subprocess/OS errors
         raise StoreError(

@@ -95,7 +95,9 @@ def plan_vector(visible: int, total: int, k: int, features: Features) -> VectorP
     if visible <= EXACT_FLOOR or share < EXACT_SHARE:
         return VectorPlan("exact", visible, total, 0, False)
     if features.iterative_scan:
-        return VectorPlan("hnsw-filtered", visible, total, min(EF_MAX, max(EF_SEARCH, wanted)), True)
+        return VectorPlan(
+            "hnsw-filtered", visible, total, min(EF_MAX, max(EF_SEARCH, wanted)), True
+        )
     ef = min(EF_MAX, max(EF_SEARCH, math.ceil(OVERSAMPLE * wanted / share)))
     return VectorPlan("hnsw-filtered", visible, total, ef, False)
 
