@@ -341,7 +341,7 @@ def run_eval(embedder: CachedEmbedder, results: dict[str, Any]) -> None:
         root = emb.content_root()
         started = time.perf_counter()
         got = evaluate(emb, qpath, rpath, filters=DOCS_ONLY)
-        rows.append({"engine": "embedded (tantivy bm25)", **_flat(got)})
+        rows.append({"engine": "embedded (tantivy bm25)", **_flat(got), **planner_fused(emb)})
         print(f"  embedded: {time.perf_counter() - started:.0f} s", flush=True)
     embedder.save()
     engine = open_pg("pg15")
@@ -356,10 +356,30 @@ def run_eval(embedder: CachedEmbedder, results: dict[str, Any]) -> None:
         with KnowledgeStore(open_pg("pg15", lexical_ranker=ranker), embedder=embedder) as pg:
             started = time.perf_counter()
             got = evaluate(pg, qpath, rpath, filters=DOCS_ONLY)
-            rows.append({"engine": f"postgres ({ranker})", **_flat(got)})
+            rows.append({"engine": f"postgres ({ranker})", **_flat(got), **planner_fused(pg)})
             print(f"  postgres {ranker}: {time.perf_counter() - started:.0f} s", flush=True)
     results["quality"] = rows
     table(rows, "nDCG@10 / Recall@100 / MRR@10 on postgres-docs (1500 queries, pages only)")
+
+
+def planner_fused(store: KnowledgeStore) -> dict[str, float]:
+    """nDCG@10 / Recall@100 of ``store.search`` itself (the planner, as surfaces call it)."""
+    from knowledge_store.retrieval.evaluation import read_qrels, read_queries
+
+    qrels = read_qrels(EVAL / "qrels.tsv")
+    todo = [(q, t) for q, t in read_queries(EVAL / "queries.jsonl") if q in qrels]
+    ndcg = recall = 0.0
+    for qid, text in todo:
+        relevant = {d for d, v in qrels[qid].items() if v > 0}
+        ranked = [r.uid for r in store.search(text, k=100, filters=DOCS_ONLY).results]
+        gain = sum(1 / np.log2(i + 2) for i, u in enumerate(ranked[:10]) if u in relevant)
+        ideal = sum(1 / np.log2(i + 2) for i in range(min(10, len(relevant))))
+        ndcg += gain / ideal
+        recall += len(relevant & set(ranked)) / len(relevant)
+    return {
+        "planner fused ndcg@10": round(ndcg / len(todo), 4),
+        "planner fused recall@100": round(recall / len(todo), 4),
+    }
 
 
 def _flat(got: dict[str, Any]) -> dict[str, float]:

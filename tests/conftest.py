@@ -12,8 +12,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from knowledge_store.ingest.embedding import Embedder, open_embedder  # noqa: E402
-from knowledge_store.store import KnowledgeStore  # noqa: E402
+from knowledge_store.ingest.embedding import Embedder, open_embedder
+from knowledge_store.store import KnowledgeStore
 
 ESTATE: list[dict[str, Any]] = [
     {

@@ -16,6 +16,6 @@ def test_no_public_name_is_left_out() -> None:
     public = {
         name
         for name, value in vars(knowledge_store).items()
-        if not name.startswith("_") and not type(value).__name__ == "module"
+        if not name.startswith("_") and type(value).__name__ != "module"
     }
     assert public <= set(knowledge_store.__all__)

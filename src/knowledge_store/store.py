@@ -15,7 +15,6 @@ import numpy as np
 from knowledge_store.engines.base import AclExplanation, Engine, PrincipalInfo, StoreStats
 from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
 from knowledge_store.ingest.embedding import Embedder, open_embedder
-
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from knowledge_store.store import KnowledgeStore
 from tests.conformance.contracts import contract_tests
 from tests.engines import test_graph
-from tests.graphquery import test_bounds, test_golden
+from tests.graphquery import test_bounds, test_fuzz, test_golden
 from tests.retrieval import test_docs_tools
 
 globals().update(
@@ -22,3 +28,19 @@ globals().update(
     )
 )
 globals().update(contract_tests(test_docs_tools))
+
+
+# query_graph fuzzing: the suite's hypothesis tests, with an engine-neutral guard
+# (their own reads SQLite's data_version); PostgreSQL runs every query read-only.
+@pytest.fixture(scope="module")
+def guard(estate: KnowledgeStore) -> Iterator[KnowledgeStore]:
+    def state() -> tuple[Any, ...]:
+        stats = estate.stats()
+        return estate.content_root(), stats.entities, stats.chunks, dict(stats.edges)
+
+    before = state()
+    yield estate
+    assert state() == before, "a query changed the store"
+
+
+globals().update(contract_tests(test_fuzz, fixtures=["guard"], skip=["guard"]))

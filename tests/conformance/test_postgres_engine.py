@@ -384,3 +384,45 @@ def test_pg_dir_starts_a_local_server_and_stops_it_at_exit(tmp_path: Path) -> No
     with KnowledgeStore.open(location) as store:
         assert store.principal_show("user:sam").direct_groups == ("group:sre",)
         assert store.stats().to_dict()["engine"] == "postgres"
+
+
+# -- values are bound, never spliced ---------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for a connection: records each statement's text, then runs it."""
+
+    def __init__(self, conn: Any, seen: list[str]) -> None:
+        self._conn = conn
+        self._seen = seen
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        self._seen.append(query if isinstance(query, str) else repr(query))
+        return self._conn.execute(query, params, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def test_no_input_value_reaches_the_sql_text(
+    docs: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine(docs)
+    seen: list[str] = []
+    real = engine.db.conn
+    monkeypatch.setattr(engine.db, "conn", lambda: _Recorder(real(), seen))
+    mark = "zqx9"
+    who = Identity(f"user:{mark}'--")
+    filters = Filters.build(types=[f"{mark}'"], sources=[mark], uids=[f"{mark};"])
+    engine.lexical(who, f"{mark} ' OR 1=1 pg_stat_{mark}", 5, filters)
+    engine.vector(who, memo.shared().embed_query("anything"), 5, filters)
+    engine.sql(who, filters, order="title", k=5)
+    engine.aggregate(who, "count", "created_at:week", filters)
+    engine.successors(who, [mark], filters)
+    engine.graph(who, [f"{mark}'"], depth=3, labels=["xref"], direction="both")
+    engine.query_graph(who, "MATCH (a {uid: $u})-[:xref*1..2]-(b) RETURN b.uid", {"u": mark})
+    engine.content(who, mark)
+    engine.acl_explain(who.principal, "guide:monitoring")
+    assert len(seen) > 10
+    for statement in seen:
+        assert mark not in statement, statement

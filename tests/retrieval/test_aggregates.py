@@ -74,7 +74,7 @@ def test_sql_bucket_expression_matches_python(day: date) -> None:
     for gran in ("day", "week", "month"):
         sql = _bucket_sql("created_at", gran)
         (got,) = conn.execute(f"SELECT {sql} FROM e AS e").fetchone()
-        assert got == bucket_key(stamp, gran)  # type: ignore[arg-type]
+        assert got == bucket_key(stamp, gran)
     iso = day.isocalendar()
     assert bucket_key(stamp, "week") == f"{iso.year:04d}-W{iso.week:02d}"
 
@@ -84,14 +84,14 @@ def test_sql_bucket_expression_matches_python(day: date) -> None:
 def test_bucket_keys_are_every_bucket_once_in_order(first: date, span: int) -> None:
     last = first + timedelta(days=span)
     for gran in ("day", "week", "month"):
-        lo = bucket_key(first.isoformat(), gran)  # type: ignore[arg-type]
-        hi = bucket_key(last.isoformat(), gran)  # type: ignore[arg-type]
-        keys = list(bucket_keys(lo, hi, gran))  # type: ignore[arg-type]
+        lo = bucket_key(first.isoformat(), gran)
+        hi = bucket_key(last.isoformat(), gran)
+        keys = list(bucket_keys(lo, hi, gran))
         # independent: walk day by day and keep each new key
         walked: list[str] = []
         d = first
         while d <= last:
-            key = bucket_key(d.isoformat(), gran)  # type: ignore[arg-type]
+            key = bucket_key(d.isoformat(), gran)
             if not walked or walked[-1] != key:
                 walked.append(key)
             d += timedelta(days=1)

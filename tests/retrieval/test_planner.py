@@ -15,9 +15,11 @@ from knowledge_store.retrieval.fusion import RankedList
 from knowledge_store.retrieval.retrievers import (
     BUILT_IN,
     Candidate,
+    Granularity,
     Ranking,
     Request,
     Retriever,
+    Stage,
     register_retriever,
     unregister_retriever,
 )
@@ -214,8 +216,8 @@ class TitlePrefixRetriever:
     """A test retriever: entities whose title starts with the query text (through sql)."""
 
     name = "title_prefix"
-    granularity = "entity"
-    stage = "query"
+    granularity: Granularity = "entity"
+    stage: Stage = "query"
 
     def __init__(self, engine: Engine, embedder: Any = None) -> None:
         self.engine = engine

@@ -41,6 +41,7 @@ from knowledge_store.retrieval.fusion import RankedList, fold_chunks
 __all__ = [
     "BUILT_IN",
     "Candidate",
+    "Granularity",
     "GraphRetriever",
     "LexicalRetriever",
     "Ranking",
@@ -48,6 +49,7 @@ __all__ = [
     "Retriever",
     "RetrieverFactory",
     "SqlRetriever",
+    "Stage",
     "VectorRetriever",
     "make_retrievers",
     "register_retriever",

@@ -91,7 +91,7 @@ q(field, term, boost) AS (
     (SELECT {FIELD_IDENT}::smallint, i.term, %(ident_boost)s::float8 FROM ks_idents(%(text)s) AS i
      LIMIT {MAX_QUERY_TERMS})
 ),
-w AS (
+w AS MATERIALIZED (
     SELECT q.field, q.term,
            q.boost * ln(1.0 + (f.docs - t.df + 0.5) / (t.df + 0.5)) AS idf,
            greatest(f.total_len::float8 / greatest(f.docs, 1), 1e-9) AS avgdl

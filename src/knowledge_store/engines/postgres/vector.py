@@ -134,12 +134,20 @@ def vector_statement(
     head = "WITH RECURSIVE " + held_principals_cte()
     visible = f"e.acl_set IN (SELECT acl_set FROM vis) AND {where}"
     if plan.strategy == "exact":
+        # Drive from the visible entities (few, by the plan) into their chunks: the
+        # LATERAL subquery with OFFSET 0 keeps the planner from flattening it into a
+        # scan of every chunk, and "+ 0" keeps the HNSW index out — the scan is exact.
         sql = (
-            f"{head}\nSELECT {_ROW}, 1.0 - (c.embedding <=> %(q)s) AS score, %(scanned)s AS scanned"
-            "\nFROM chunks AS c JOIN entities AS e ON e.id = c.entity"
-            f"\nWHERE {visible}"
-            # "+ 0": an expression the HNSW index can't serve, so the scan is exact.
-            "\nORDER BY (c.embedding <=> %(q)s) + 0, c.id\nLIMIT %(k)s"
+            f"{head},\nvisible AS MATERIALIZED ("
+            "\n  SELECT e.id, e.uid, e.title, e.type, e.href FROM entities AS e"
+            f"\n  WHERE {visible})"
+            '\nSELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",'
+            " 1.0 - c.distance AS score, %(scanned)s AS scanned"
+            "\nFROM visible AS e CROSS JOIN LATERAL ("
+            '\n  SELECT c.id, c.text, c.heading, c.start, c."end",'
+            " (c.embedding <=> %(q)s) + 0 AS distance"
+            "\n  FROM chunks AS c WHERE c.entity = e.id OFFSET 0) AS c"
+            "\nORDER BY c.distance, c.id\nLIMIT %(k)s"
         )
         params["scanned"] = plan.visible
         return sql, params
