@@ -23,6 +23,7 @@ from knowledge_store.errors import (
 from knowledge_store.model import (
     EVERYONE,
     LABELS,
+    AggregateAnswer,
     Chunk,
     ChunkHit,
     ChunkHits,
@@ -30,12 +31,25 @@ from knowledge_store.model import (
     Entity,
     Evidence,
     Filters,
+    GraphHit,
+    GraphHits,
     Identity,
     IngestReport,
+    PathStep,
+    QueryAnswer,
     Result,
     SearchAnswer,
+    SqlHit,
+    SqlHits,
     VectorInfo,
 )
+from knowledge_store.retrieval.docs_tools import (
+    get_learning_path,
+    get_related,
+    graph_facets,
+    resolve_xref,
+)
+from knowledge_store.retrieval.retrievers import Retriever, register_retriever
 from knowledge_store.store import KnowledgeStore
 
 __version__ = "0.1.0"
@@ -43,6 +57,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EVERYONE",
     "LABELS",
+    "AggregateAnswer",
     "BatchRejected",
     "BoundExceeded",
     "Chunk",
@@ -52,6 +67,8 @@ __all__ = [
     "Entity",
     "Evidence",
     "Filters",
+    "GraphHit",
+    "GraphHits",
     "Identity",
     "IngestReport",
     "InputError",
@@ -61,13 +78,23 @@ __all__ = [
     "KnowledgeStoreError",
     "ModelMismatch",
     "NotFound",
+    "PathStep",
+    "QueryAnswer",
     "QueryTimeout",
     "Rejection",
     "Result",
+    "Retriever",
     "SearchAnswer",
+    "SqlHit",
+    "SqlHits",
     "StoreError",
     "UnknownField",
     "UnknownLabel",
     "VectorInfo",
     "__version__",
+    "get_learning_path",
+    "get_related",
+    "graph_facets",
+    "register_retriever",
+    "resolve_xref",
 ]

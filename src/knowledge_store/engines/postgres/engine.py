@@ -702,8 +702,9 @@ class PostgresEngine:
         with self.db.read() as conn, translate(f"reading entity {uid!r}"):
             _, root, _ = self._snapshot(conn)
             row = conn.execute(
-                head + "SELECT e.id, e.uid, e.type, e.title, e.body, e.source, e.status,"
-                " e.created_at, e.updated_at, e.href, e.attributes FROM entities AS e"
+                head + "SELECT e.id, e.uid, e.type, e.title, b.body, e.source, e.status,"
+                " e.created_at, e.updated_at, e.href, b.attributes FROM entities AS e"
+                " JOIN entity_bodies AS b ON b.entity = e.id"
                 " WHERE e.uid = %(uid)s AND e.acl_set IN (SELECT acl_set FROM vis)",
                 who,
             ).fetchone()

@@ -100,14 +100,16 @@ w AS MATERIALIZED (
     JOIN lexical_fields AS f ON f.field = q.field
     WHERE q.boost > 0
 ),
+visible AS MATERIALIZED (
+    SELECT e.id FROM entities AS e WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+),
 scored AS (
     SELECT p.chunk,
            sum(w.idf * p.tf * (%(k1)s + 1.0)
                / (p.tf + %(k1)s * (1.0 - %(b)s + %(b)s * p.dl / w.avgdl))) AS score
     FROM w
     JOIN lexical_postings AS p ON p.field = w.field AND p.term = w.term
-    JOIN entities AS e ON e.id = p.entity
-    WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+    JOIN visible AS v ON v.id = p.entity
     GROUP BY p.chunk
     ORDER BY score DESC, p.chunk
     LIMIT %(k)s

@@ -117,23 +117,31 @@ WHERE f.field = d.field
 """
 
 _UPSERT_ENTITIES = """
-INSERT INTO entities (uid, type, title, body, source, status, created_at, updated_at, href,
-                      attributes, acl_set, content_hash, publish, chunk_count)
-SELECT u.uid, u.type, u.title, u.body, u.source, u.status, u.created_at, u.updated_at, u.href,
-       u.attributes::json, u.acl_set, u.content_hash, %(publish)s, u.chunk_count
-FROM unnest(%(uid)s::text[], %(type)s::text[], %(title)s::text[], %(body)s::text[],
+INSERT INTO entities (uid, type, title, source, status, created_at, updated_at, href,
+                      acl_set, content_hash, publish, chunk_count)
+SELECT u.uid, u.type, u.title, u.source, u.status, u.created_at, u.updated_at, u.href,
+       u.acl_set, u.content_hash, %(publish)s, u.chunk_count
+FROM unnest(%(uid)s::text[], %(type)s::text[], %(title)s::text[],
             %(source)s::text[], %(status)s::text[], %(created_at)s::text[],
-            %(updated_at)s::text[], %(href)s::text[], %(attributes)s::text[],
+            %(updated_at)s::text[], %(href)s::text[],
             %(acl_set)s::bigint[], %(content_hash)s::text[], %(chunk_count)s::integer[])
-     AS u(uid, type, title, body, source, status, created_at, updated_at, href, attributes,
+     AS u(uid, type, title, source, status, created_at, updated_at, href,
           acl_set, content_hash, chunk_count)
 ON CONFLICT (uid) DO UPDATE SET
-    type = excluded.type, title = excluded.title, body = excluded.body,
+    type = excluded.type, title = excluded.title,
     source = excluded.source, status = excluded.status, created_at = excluded.created_at,
-    updated_at = excluded.updated_at, href = excluded.href, attributes = excluded.attributes,
+    updated_at = excluded.updated_at, href = excluded.href,
     acl_set = excluded.acl_set, content_hash = excluded.content_hash,
     publish = excluded.publish, chunk_count = excluded.chunk_count
 RETURNING uid, id
+"""
+
+_UPSERT_BODIES = """
+INSERT INTO entity_bodies (entity, body, attributes)
+SELECT e.id, u.body, u.attributes::json
+FROM unnest(%(uid)s::text[], %(body)s::text[], %(attributes)s::text[]) AS u(uid, body, attributes)
+JOIN entities AS e ON e.uid = u.uid
+ON CONFLICT (entity) DO UPDATE SET body = excluded.body, attributes = excluded.attributes
 """
 
 
@@ -173,10 +181,10 @@ def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
 def load_entity(conn: Connection, uid: str) -> Entity | None:
     """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
     row = conn.execute(
-        "SELECT e.uid, e.type, e.title, e.body, e.source, e.status, e.created_at, e.updated_at,"
-        " e.href, e.attributes, ARRAY(SELECT a.principal FROM acl_set_principals AS a"
+        "SELECT e.uid, e.type, e.title, b.body, e.source, e.status, e.created_at, e.updated_at,"
+        " e.href, b.attributes, ARRAY(SELECT a.principal FROM acl_set_principals AS a"
         " WHERE a.acl_set = e.acl_set ORDER BY a.principal)"
-        " FROM entities AS e WHERE e.uid = %s",
+        " FROM entities AS e JOIN entity_bodies AS b ON b.entity = e.id WHERE e.uid = %s",
         (uid,),
     ).fetchone()
     if row is None:
@@ -282,7 +290,9 @@ def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -
         columns["acl_set"].append(acl_ids[tuple(sorted(set(e.acl)))])
         columns["content_hash"].append(e.content_hash)
         columns["chunk_count"].append(len(prepared.chunks))
+    bodies = {name: columns.pop(name) for name in ("body", "attributes")}
     rows = conn.execute(_UPSERT_ENTITIES, {"publish": publish, **columns}).fetchall()
+    conn.execute(_UPSERT_BODIES, {"uid": columns["uid"], **bodies})
     return {str(uid): int(row_id) for uid, row_id in rows}
 
 
