@@ -23,9 +23,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg import sql
 
 from knowledge_store.engines.base import (
     AclExplanation,
@@ -36,20 +33,19 @@ from knowledge_store.engines.base import (
 )
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
 from knowledge_store.engines.embedded.graph import check_graph_request
+from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import fields as field_sql
 from knowledge_store.engines.postgres import graph as graph_sql
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.db import Connection, Database, translate
+from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.schema import (
-    ADVISORY_LOCK_MIGRATE,
     MIGRATIONS,
     SCHEMA_VERSION,
     Features,
     Migration,
-    detect_features,
-    held_principals_cte,
     vector_ddl,
 )
 from knowledge_store.errors import (
@@ -95,11 +91,6 @@ _SNAPSHOT = (
     " (SELECT value FROM meta WHERE key = 'membership_version'),"
     " (SELECT value FROM meta WHERE key = 'needs_rebuild')"
 )
-_BUMP_MEMBERSHIPS = (
-    "INSERT INTO meta (key, value) VALUES ('membership_version', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text"
-)
-_CHUNK_ROW_WIDTH = 9
 
 
 def split_location(text: str) -> tuple[str, str | None]:
@@ -142,17 +133,6 @@ def _chunk_hit(row: Sequence[Any], rank: int) -> ChunkHit:
         score=float(row[9]),
         rank=rank,
     )
-
-
-def _check_membership(group: str, member: str) -> None:
-    check_principal(group)
-    check_principal(member)
-    if not group.startswith("group:"):
-        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
-    if member == EVERYONE:
-        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
-    if group == member:
-        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
 
 
 class PostgresEngine:
@@ -205,88 +185,18 @@ class PostgresEngine:
         engine.path = text
         return engine
 
-    # -- opening: extension, schema, migrations -------------------------------------------------
+    # -- opening ---------------------------------------------------------------------------------------
     def _open(self, migrations: Sequence[Migration]) -> Features:
+        """pgvector, the schema, migrations (under an advisory lock); the search path."""
         conn = self.db.connect(register=False)
         try:
-            installed = self._ensure_pgvector(conn)
-            with translate("opening the store"):
-                conn.execute("BEGIN")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (ADVISORY_LOCK_MIGRATE,))
-                row = conn.execute(
-                    "SELECT n.nspname FROM pg_extension AS x"
-                    " JOIN pg_namespace AS n ON n.oid = x.extnamespace WHERE x.extname = 'vector'"
-                ).fetchone()
-                assert row is not None
-                schema = sql.Identifier(self.db.schema)
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-                path = f"{schema.as_string(conn)}, {sql.Identifier(str(row[0])).as_string(conn)}"
-                conn.execute("SELECT set_config('search_path', %s, true)", (path,))
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)"
-                )
-                self._migrate(conn, migrations)
-                features = detect_features(installed)
-                if features.bm25_extension is not None:
-                    conn.execute(lexical_sql.EXTENSION_INDEX[features.bm25_extension])
-                conn.execute("COMMIT")
-            self.db.search_path = path
-            return features
+            path, features = open_schema(
+                conn, self.db.schema, migrations, lexical_sql.EXTENSION_INDEX
+            )
         finally:
             conn.close()
-
-    def _ensure_pgvector(self, conn: Connection) -> list[tuple[str, str]]:
-        def installed() -> list[tuple[str, str]]:
-            return [
-                (str(n), str(v))
-                for n, v in conn.execute("SELECT extname, extversion FROM pg_extension")
-            ]
-
-        with translate("reading the installed extensions"):
-            found = installed()
-        if any(name == "vector" for name, _ in found):
-            return found
-        try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        except pg_errors.UniqueViolation:  # another process created it just now
-            pass
-        except psycopg.Error as exc:
-            raise StoreError(
-                "pgvector is not available in this database, and this role cannot create it"
-                f" ({str(exc).strip()}); install pgvector on the server and run"
-                " `CREATE EXTENSION vector;` as a superuser in this database, then retry"
-            ) from exc
-        with translate("reading the installed extensions"):
-            return installed()
-
-    def _migrate(self, conn: Connection, migrations: Sequence[Migration]) -> None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        current = 0 if row is None else int(row[0])
-        latest = migrations[-1].version
-        if current > latest:
-            raise StoreError(
-                f"the store in schema {self.db.schema!r} was written by a newer knowledge-store"
-                f" (schema version {current}; this one knows up to {latest}); upgrade"
-                " knowledge-store to open it",
-                schema_version=current,
-                supported=latest,
-            )
-        for migration in migrations:
-            if migration.version <= current:
-                continue
-            for statement in migration.statements:
-                conn.execute(statement)
-            if migration.needs_rebuild and current > 0:
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('needs_rebuild', %s)"
-                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(migration.version),),
-                )
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', %s)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(migration.version),),
-            )
+        self.db.search_path = path
+        return features
 
     # -- snapshot helpers ---------------------------------------------------------------------------
     def _snapshot(self, conn: Connection) -> tuple[int, str, str | None]:
@@ -695,72 +605,11 @@ class PostgresEngine:
         """One entity with its chunks and its edges to visible entities, or None.
 
         None both when ``uid`` does not exist and when ``identity`` may not read it.
-        The entity statement carries the ACL join, and so does each edge list.
         """
-        head = "WITH RECURSIVE " + held_principals_cte() + " "
-        who = {"principal": identity.principal, "uid": uid}
         with self.db.read() as conn, translate(f"reading entity {uid!r}"):
             _, root, _ = self._snapshot(conn)
-            row = conn.execute(
-                head + "SELECT e.id, e.uid, e.type, e.title, b.body, e.source, e.status,"
-                " e.created_at, e.updated_at, e.href, b.attributes FROM entities AS e"
-                " JOIN entity_bodies AS b ON b.entity = e.id"
-                " WHERE e.uid = %(uid)s AND e.acl_set IN (SELECT acl_set FROM vis)",
-                who,
-            ).fetchone()
-            if row is None:
-                return None
-            chunks = [
-                {
-                    "chunk_id": int(c[0]),
-                    "ordinal": int(c[1]),
-                    "text": c[2],
-                    "heading": list(c[3]),
-                    "start": int(c[4]),
-                    "end": int(c[5]),
-                }
-                for c in conn.execute(
-                    'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
-                    " WHERE entity = %s ORDER BY ordinal",
-                    (row[0],),
-                )
-            ]
-            edges: dict[str, list[dict[str, Any]]] = {}
-            for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
-                edges[direction] = [
-                    {
-                        "label": e[0],
-                        "uid": e[1],
-                        "position": e[2],
-                        "title": e[3],
-                        "type": e[4],
-                        "href": e[5],
-                    }
-                    for e in conn.execute(
-                        head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-                        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
-                        f" WHERE g.{near} = %(uid)s AND o.acl_set IN (SELECT acl_set FROM vis)"
-                        f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
-                        who,
-                    )
-                ]
-        return {
-            "content_root": root,
-            "entity": {
-                "uid": row[1],
-                "type": row[2],
-                "title": row[3],
-                "body": row[4],
-                "source": row[5],
-                "status": row[6],
-                "created_at": row[7],
-                "updated_at": row[8],
-                "href": row[9],
-                "attributes": row[10],
-            },
-            "chunks": chunks,
-            "edges": edges,
-        }
+            found = field_sql.content(conn, identity.principal, uid)
+        return None if found is None else {"content_root": root, **found}
 
     # -- ACL administration ----------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -793,143 +642,28 @@ class PostgresEngine:
             raise NotFound(f"no entity with uid {uid!r}", uid=uid)
         return entity.acl
 
-    def _held(self, conn: Connection, principal: str) -> list[str]:
-        return [
-            str(p)
-            for (p,) in conn.execute(
-                "WITH RECURSIVE " + held_principals_cte() + " SELECT p FROM held ORDER BY p",
-                {"principal": principal},
-            )
-        ]
-
-    def _memberships_of(self, conn: Connection, members: Sequence[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for member, grp in conn.execute(
-            "SELECT member, grp FROM memberships WHERE member = ANY(%s::text[])"
-            " ORDER BY member, grp",
-            (list(members),),
-        ):
-            out.setdefault(str(member), []).append(str(grp))
-        return out
-
-    def _path_between(self, conn: Connection, start: str, goal: str) -> list[str] | None:
-        """A membership chain ``start → … → goal`` (breadth-first, one query per level)."""
-        if start == goal:
-            return [start]
-        parents: dict[str, str] = {}
-        frontier = [start]
-        seen = {start}
-        while frontier:
-            groups = self._memberships_of(conn, frontier)
-            nxt: list[str] = []
-            for p in frontier:
-                for g in groups.get(p, []):
-                    if g in seen:
-                        continue
-                    seen.add(g)
-                    parents[g] = p
-                    if g == goal:
-                        chain = [g]
-                        while chain[-1] != start:
-                            chain.append(parents[chain[-1]])
-                        return chain[::-1]
-                    nxt.append(g)
-            frontier = nxt
-        return None
-
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         check_principal(principal)
         with self.db.read() as conn, translate("explaining an ACL"):
-            entity = writes.load_entity(conn, uid)
-            if entity is None:
-                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-            held = self._held(conn, principal)
-            for entry in entity.acl:
-                if entry not in held:
-                    continue
-                if entry == EVERYONE:
-                    chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
-                    reason = f"{uid} is readable by everyone"
-                else:
-                    chain = self._path_between(conn, principal, entry) or [principal]
-                    reason = (
-                        f"{principal} is listed in the ACL of {uid}"
-                        if len(chain) == 1
-                        else f"{principal} reaches {entry} through " + " → ".join(chain)
-                    )
-                return AclExplanation(principal, uid, True, tuple(chain), reason)
-        acl = ", ".join(entity.acl) or "nobody (empty ACL: default deny)"
-        return AclExplanation(
-            principal,
-            uid,
-            False,
-            (),
-            f"{principal} holds {', '.join(held)}; the ACL of {uid} is {acl}; none of them matches",
-        )
+            return acl.explain(conn, principal, uid)
 
     def add_member(self, group: str, member: str) -> None:
-        _check_membership(group, member)
+        acl.check_membership(group, member)
         with self.db.write() as conn, translate("adding a member"):
-            chain = self._path_between(conn, group, member)
-            if chain is not None:
-                cycle = [member, *chain]
-                raise InvalidRequest(
-                    f"adding {member} to {group} would make a membership cycle:"
-                    f" {' → '.join(cycle)}",
-                    cycle=cycle,
-                )
-            conn.execute(
-                "INSERT INTO memberships (grp, member) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (group, member),
-            )
-            conn.execute(_BUMP_MEMBERSHIPS)
+            acl.add_member(conn, group, member)
 
     def remove_member(self, group: str, member: str) -> None:
-        _check_membership(group, member)
+        acl.check_membership(group, member)
         with self.db.write() as conn, translate("removing a member"):
-            cur = conn.execute(
-                "DELETE FROM memberships WHERE grp = %s AND member = %s", (group, member)
-            )
-            if cur.rowcount == 0:
-                raise NotFound(f"{member} is not a direct member of {group}", group=group)
-            conn.execute(_BUMP_MEMBERSHIPS)
+            acl.remove_member(conn, group, member)
 
     def principal_show(self, principal: str) -> PrincipalInfo:
         check_principal(principal)
         with self.db.read() as conn, translate("reading a principal"):
-            direct = self._memberships_of(conn, [principal]).get(principal, [])
-            held = self._held(conn, principal)
-            members = [
-                str(m)
-                for (m,) in conn.execute(
-                    "SELECT member FROM memberships WHERE grp = %s ORDER BY member", (principal,)
-                )
-            ]
-        inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
-        return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+            return acl.principal_info(conn, principal)
 
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
         for group, member in pairs:
-            _check_membership(group, member)
-        groups = sorted({g for g, _ in pairs})
-        unique = sorted(set(pairs))
+            acl.check_membership(group, member)
         with self.db.write() as conn, translate("loading memberships"):
-            conn.execute("DELETE FROM memberships WHERE grp = ANY(%s::text[])", (groups,))
-            conn.execute(
-                "INSERT INTO memberships (grp, member)"
-                " SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
-                ([g for g, _ in unique], [m for _, m in unique]),
-            )
-            for group, member in pairs:
-                if member.startswith("group:"):
-                    chain = self._path_between(conn, group, member)
-                    if chain:
-                        cycle = [member, *chain]
-                        raise InvalidRequest(
-                            "the memberships would make a cycle: "
-                            + " → ".join(cycle)
-                            + "; nothing was loaded",
-                            cycle=cycle,
-                        )
-            conn.execute(_BUMP_MEMBERSHIPS)
-        return {"groups": len(groups), "memberships": len(unique)}
+            return acl.load_memberships(conn, pairs)

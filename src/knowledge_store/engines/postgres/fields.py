@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import held_principals_cte
 from knowledge_store.engines.sqlfilters import filter_clause, pyformat
 from knowledge_store.errors import InvalidRequest
@@ -20,7 +21,7 @@ from knowledge_store.model import Filters
 from knowledge_store.retrieval.aggregates import AggregateSpec
 from knowledge_store.retrieval.filters import ORDER_FIELDS, Order
 
-__all__ = ["aggregate_statement", "sql_statement", "successors_statement"]
+__all__ = ["aggregate_statement", "content", "sql_statement", "successors_statement"]
 
 _VISIBLE = "e.acl_set IN (SELECT acl_set FROM vis)"
 
@@ -94,3 +95,71 @@ def successors_statement(
         " ORDER BY ed.src, e.updated_at IS NULL, e.updated_at DESC, e.uid"
     )
     return sql, {**params, "principal": principal, "starts": list(uids)}
+
+
+def content(conn: Connection, principal: str, uid: str) -> dict[str, Any] | None:
+    """The entity, its chunks and its edges to visible entities (the ACL join in each)."""
+    head = _head()
+    who = {"principal": principal, "uid": uid}
+    row = conn.execute(
+        head + "SELECT e.id, e.uid, e.type, e.title, b.body, e.source, e.status,"
+        " e.created_at, e.updated_at, e.href, b.attributes FROM entities AS e"
+        " JOIN entity_bodies AS b ON b.entity = e.id"
+        f" WHERE e.uid = %(uid)s AND {_VISIBLE}",
+        who,
+    ).fetchone()
+    if row is None:
+        return None
+    chunks = [
+        {
+            "chunk_id": int(c[0]),
+            "ordinal": int(c[1]),
+            "text": c[2],
+            "heading": list(c[3]),
+            "start": int(c[4]),
+            "end": int(c[5]),
+        }
+        for c in conn.execute(
+            'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
+            " WHERE entity = %s ORDER BY ordinal",
+            (row[0],),
+        )
+    ]
+    edges: dict[str, list[dict[str, Any]]] = {}
+    for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
+        edges[direction] = [
+            {
+                "label": e[0],
+                "uid": e[1],
+                "position": e[2],
+                "title": e[3],
+                "type": e[4],
+                "href": e[5],
+            }
+            for e in conn.execute(
+                head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+                f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+                f" WHERE g.{near} = %(uid)s AND o.acl_set IN (SELECT acl_set FROM vis)"
+                f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
+                who,
+            )
+        ]
+    entity = dict(
+        zip(
+            (
+                "uid",
+                "type",
+                "title",
+                "body",
+                "source",
+                "status",
+                "created_at",
+                "updated_at",
+                "href",
+                "attributes",
+            ),
+            row[1:],
+            strict=True,
+        )
+    )
+    return {"entity": entity, "chunks": chunks, "edges": edges}

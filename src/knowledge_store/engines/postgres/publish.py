@@ -53,7 +53,7 @@ SELECT s.id, s.entity, s.ordinal, s.text, s.heading::jsonb, s.start, s."end", s.
 FROM ks_stage AS s
 JOIN entities AS e ON e.id = s.entity
 CROSS JOIN LATERAL (SELECT ks_context(e.title, s.heading::jsonb, s.text) AS ctx) AS c
-CROSS JOIN LATERAL (SELECT c.ctx, to_tsvector('english'::regconfig, c.ctx) AS tsv) AS x
+CROSS JOIN LATERAL (SELECT c.ctx, ks_tsv(c.ctx) AS tsv) AS x
 """
 
 #: ``{source}``: the chunks to index, as a FROM item with alias ``c`` (the stage, or all).
@@ -84,7 +84,7 @@ ON CONFLICT (field, term) DO UPDATE SET df = lexical_terms.df + excluded.df
 REBUILD_LEXICAL: tuple[str, ...] = (
     "TRUNCATE lexical_postings, lexical_terms",
     """UPDATE chunks AS c
-    SET tsv = to_tsvector('english'::regconfig, ks_context(e.title, c.heading, c.text)),
+    SET tsv = ks_tsv(ks_context(e.title, c.heading, c.text)),
         len_title = (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
         len_ident = ks_ident_length(ks_context(e.title, c.heading, c.text))
     FROM entities AS e WHERE e.id = c.entity""",

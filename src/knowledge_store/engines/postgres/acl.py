@@ -1,0 +1,182 @@
+"""Principals and memberships on PostgreSQL: expansion, chains, cycles, explanations.
+
+The same rules and sentences as the embedded engine: a membership that would
+close a cycle is refused naming the cycle; ``acl explain`` finds the ACL entry
+the principal holds and the breadth-first membership chain that reaches it.
+Every function runs inside the caller's transaction (``conn``); every change
+bumps ``meta.membership_version``, which keys the vector planner's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from knowledge_store.engines.base import AclExplanation, PrincipalInfo
+from knowledge_store.engines.postgres.db import Connection
+from knowledge_store.engines.postgres.publish import load_entity
+from knowledge_store.engines.postgres.schema import held_principals_cte
+from knowledge_store.errors import InvalidRequest, NotFound
+from knowledge_store.model import EVERYONE, check_principal
+
+__all__ = [
+    "add_member",
+    "check_membership",
+    "explain",
+    "held_principals",
+    "load_memberships",
+    "path_between",
+    "principal_info",
+    "remove_member",
+]
+
+_BUMP = (
+    "INSERT INTO meta (key, value) VALUES ('membership_version', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text"
+)
+
+
+def check_membership(group: str, member: str) -> None:
+    check_principal(group)
+    check_principal(member)
+    if not group.startswith("group:"):
+        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
+    if member == EVERYONE:
+        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
+    if group == member:
+        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
+
+
+def held_principals(conn: Connection, principal: str) -> list[str]:
+    """What ``principal`` holds: itself, ``everyone``, every group reached (sorted)."""
+    return [
+        str(p)
+        for (p,) in conn.execute(
+            "WITH RECURSIVE " + held_principals_cte() + " SELECT p FROM held ORDER BY p",
+            {"principal": principal},
+        )
+    ]
+
+
+def _groups_of(conn: Connection, members: Sequence[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for member, grp in conn.execute(
+        "SELECT member, grp FROM memberships WHERE member = ANY(%s::text[]) ORDER BY member, grp",
+        (list(members),),
+    ):
+        out.setdefault(str(member), []).append(str(grp))
+    return out
+
+
+def path_between(conn: Connection, start: str, goal: str) -> list[str] | None:
+    """A membership chain ``start → … → goal`` (breadth-first, one query per level)."""
+    if start == goal:
+        return [start]
+    parents: dict[str, str] = {}
+    frontier = [start]
+    seen = {start}
+    while frontier:
+        groups = _groups_of(conn, frontier)
+        nxt: list[str] = []
+        for p in frontier:
+            for g in groups.get(p, []):
+                if g in seen:
+                    continue
+                seen.add(g)
+                parents[g] = p
+                if g == goal:
+                    chain = [g]
+                    while chain[-1] != start:
+                        chain.append(parents[chain[-1]])
+                    return chain[::-1]
+                nxt.append(g)
+        frontier = nxt
+    return None
+
+
+def explain(conn: Connection, principal: str, uid: str) -> AclExplanation:
+    entity = load_entity(conn, uid)
+    if entity is None:
+        raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+    held = held_principals(conn, principal)
+    for entry in entity.acl:
+        if entry not in held:
+            continue
+        if entry == EVERYONE:
+            chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
+            reason = f"{uid} is readable by everyone"
+        else:
+            chain = path_between(conn, principal, entry) or [principal]
+            reason = (
+                f"{principal} is listed in the ACL of {uid}"
+                if len(chain) == 1
+                else f"{principal} reaches {entry} through " + " → ".join(chain)
+            )
+        return AclExplanation(principal, uid, True, tuple(chain), reason)
+    acl = ", ".join(entity.acl) or "nobody (empty ACL: default deny)"
+    return AclExplanation(
+        principal,
+        uid,
+        False,
+        (),
+        f"{principal} holds {', '.join(held)}; the ACL of {uid} is {acl}; none of them matches",
+    )
+
+
+def add_member(conn: Connection, group: str, member: str) -> None:
+    chain = path_between(conn, group, member)
+    if chain is not None:
+        cycle = [member, *chain]
+        raise InvalidRequest(
+            f"adding {member} to {group} would make a membership cycle: {' → '.join(cycle)}",
+            cycle=cycle,
+        )
+    conn.execute(
+        "INSERT INTO memberships (grp, member) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (group, member),
+    )
+    conn.execute(_BUMP)
+
+
+def remove_member(conn: Connection, group: str, member: str) -> None:
+    cur = conn.execute("DELETE FROM memberships WHERE grp = %s AND member = %s", (group, member))
+    if cur.rowcount == 0:
+        raise NotFound(f"{member} is not a direct member of {group}", group=group)
+    conn.execute(_BUMP)
+
+
+def principal_info(conn: Connection, principal: str) -> PrincipalInfo:
+    direct = _groups_of(conn, [principal]).get(principal, [])
+    held = held_principals(conn, principal)
+    members = [
+        str(m)
+        for (m,) in conn.execute(
+            "SELECT member FROM memberships WHERE grp = %s ORDER BY member", (principal,)
+        )
+    ]
+    inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
+    return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+
+
+def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+    """Replace the memberships of the groups ``pairs`` names; a cycle loads nothing."""
+    groups = sorted({g for g, _ in pairs})
+    unique = sorted(set(pairs))
+    conn.execute("DELETE FROM memberships WHERE grp = ANY(%s::text[])", (groups,))
+    conn.execute(
+        "INSERT INTO memberships (grp, member)"
+        " SELECT * FROM unnest(%s::text[], %s::text[]) ON CONFLICT DO NOTHING",
+        ([g for g, _ in unique], [m for _, m in unique]),
+    )
+    for group, member in pairs:
+        if member.startswith("group:"):
+            chain = path_between(conn, group, member)
+            if chain:
+                cycle = [member, *chain]
+                raise InvalidRequest(
+                    "the memberships would make a cycle: "
+                    + " → ".join(cycle)
+                    + "; nothing was loaded",
+                    cycle=cycle,
+                )
+    conn.execute(_BUMP)
+    return {"groups": len(groups), "memberships": len(unique)}
