@@ -14,10 +14,11 @@ parser, both English Snowball stems; the vector indexes differ: faiss HNSW vs
 pgvector):
 
 =======================  ======================================================
-lexical                  top-1 agreement ≥ 0.70, mean Jaccard@10 ≥ 0.60,
-                         |nDCG@10 difference| ≤ 0.10 on the 77 doc queries
-vector                   top-1 agreement ≥ 0.95, mean Jaccard@10 ≥ 0.90
-fused search             top-1 agreement ≥ 0.70, mean Jaccard@10 ≥ 0.60
+lexical                  top-1 agreement ≥ 0.85, mean Jaccard@10 ≥ 0.80,
+                         |mean nDCG@10 difference| ≤ 0.05 on the 77 doc queries
+                         (measured: 0.96, 0.97, 0.005)
+vector                   top-1 agreement ≥ 0.95, mean Jaccard@10 ≥ 0.90 (1.0, 1.0)
+fused search             top-1 agreement ≥ 0.85, mean Jaccard@10 ≥ 0.80 (0.99, 0.97)
 =======================  ======================================================
 """
 
@@ -221,8 +222,8 @@ def _agreement(pair: Pair, call: str) -> tuple[float, float, list[float]]:
 
 def test_lexical_rankings_agree_within_bounds(pair: Pair) -> None:
     top1, jaccard, gaps = _agreement(pair, "lexical")
-    assert top1 >= 0.70 and jaccard >= 0.60, (top1, jaccard)
-    assert abs(sum(gaps) / len(gaps)) <= 0.10, sum(gaps) / len(gaps)
+    assert top1 >= 0.85 and jaccard >= 0.80, (top1, jaccard)
+    assert abs(sum(gaps) / len(gaps)) <= 0.05, sum(gaps) / len(gaps)
 
 
 def test_vector_rankings_agree_within_bounds(pair: Pair) -> None:
@@ -232,7 +233,7 @@ def test_vector_rankings_agree_within_bounds(pair: Pair) -> None:
 
 def test_fused_search_agrees_within_bounds(pair: Pair) -> None:
     top1, jaccard, _ = _agreement(pair, "search")
-    assert top1 >= 0.70 and jaccard >= 0.60, (top1, jaccard)
+    assert top1 >= 0.85 and jaccard >= 0.80, (top1, jaccard)
 
 
 def test_labels_vocabulary_is_shared(pair: Pair) -> None:

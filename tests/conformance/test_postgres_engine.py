@@ -381,9 +381,15 @@ def test_pg_dir_starts_a_local_server_and_stops_it_at_exit(tmp_path: Path) -> No
     assert added.returncode == 0, added.stderr
     assert not _postgres_processes(tmp_path / "local" / "pgdata"), "the server was left running"
     # the data stays: the next opener (here, in-process) starts the server again
-    with KnowledgeStore.open(location) as store:
-        assert store.principal_show("user:sam").direct_groups == ("group:sre",)
-        assert store.stats().to_dict()["engine"] == "postgres"
+    try:
+        with KnowledgeStore.open(location) as store:
+            assert store.principal_show("user:sam").direct_groups == ("group:sre",)
+            assert store.stats().to_dict()["engine"] == "postgres"
+    finally:  # this process is its last user: stop it now, not at interpreter exit
+        from pgserver.postgres_server import get_server
+
+        get_server(tmp_path / "local" / "pgdata").cleanup()
+    assert not _postgres_processes(tmp_path / "local" / "pgdata")
 
 
 # -- values are bound, never spliced ---------------------------------------------------------------

@@ -484,7 +484,7 @@ def stats(as_json: JsonOpt = False) -> None:
 
 @app.command()
 def rebuild(as_json: JsonOpt = False) -> None:
-    """Rebuild the derived indexes (Tantivy, HNSW) from the catalog."""
+    """Rebuild the derived indexes from the source of truth (embedded: Tantivy + HNSW; postgres: text index, BM25 statistics, HNSW)."""
 
     def action() -> Any:
         with _store() as store:
