@@ -20,6 +20,7 @@ from knowledge_store.errors import InvalidRequest, UnknownLabel
 __all__ = [
     "EVERYONE",
     "LABELS",
+    "MAX_K",
     "AggregateAnswer",
     "Chunk",
     "ChunkHit",
@@ -39,7 +40,9 @@ __all__ = [
     "SqlHit",
     "SqlHits",
     "VectorInfo",
+    "check_k",
     "check_label",
+    "check_membership",
     "check_principal",
     "compose_context",
     "normalize_timestamp",
@@ -84,6 +87,29 @@ def check_principal(principal: str) -> str:
             principal=shown[:256],
         )
     return principal
+
+
+#: The most results any primitive returns in one answer.
+MAX_K = 1000
+
+
+def check_k(k: int) -> int:
+    """Return ``k`` if it is an int in 1..MAX_K, else raise ``InvalidRequest``."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
+    return k
+
+
+def check_membership(group: str, member: str) -> None:
+    """A membership ``member ∈ group`` must name a group and may not be trivially cyclic."""
+    check_principal(group)
+    check_principal(member)
+    if not group.startswith("group:"):
+        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
+    if member == EVERYONE:
+        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
+    if group == member:
+        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
 
 
 def normalize_timestamp(value: str, *, end_of_day: bool = False) -> str:

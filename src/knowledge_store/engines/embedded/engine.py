@@ -48,6 +48,8 @@ from knowledge_store.model import (
     QueryAnswer,
     SqlHits,
     VectorInfo,
+    check_k,
+    check_membership,
     check_principal,
 )
 from knowledge_store.retrieval.aggregates import check_aggregate
@@ -321,7 +323,7 @@ class EmbeddedEngine:
 
     # -- primitives ---------------------------------------------------------------------------------
     def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits:
-        _check_k(k)
+        check_k(k)
         self._refresh()
         started = time.perf_counter()
         with self.catalog.read() as conn:
@@ -346,7 +348,7 @@ class EmbeddedEngine:
         return ChunkHits(content_root=root, hits=hits, explain=explain)
 
     def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits:
-        _check_k(k)
+        check_k(k)
         self._refresh()
         started = time.perf_counter()
         dense = self.dense
@@ -576,7 +578,7 @@ class EmbeddedEngine:
         )
 
     def add_member(self, group: str, member: str) -> None:
-        _check_membership(group, member)
+        check_membership(group, member)
         with self._writer(), self.catalog.write() as conn:
             chain = self.catalog.path_between(conn, group, member)
             if chain is not None:
@@ -590,7 +592,7 @@ class EmbeddedEngine:
             )
 
     def remove_member(self, group: str, member: str) -> None:
-        _check_membership(group, member)
+        check_membership(group, member)
         with self._writer(), self.catalog.write() as conn:
             cur = conn.execute(
                 "DELETE FROM memberships WHERE grp = ? AND member = ?", (group, member)
@@ -609,7 +611,7 @@ class EmbeddedEngine:
 
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
         for group, member in pairs:
-            _check_membership(group, member)
+            check_membership(group, member)
         groups = sorted({g for g, _ in pairs})
         with self._writer(), self.catalog.write() as conn:
             conn.executemany("DELETE FROM memberships WHERE grp = ?", ((g,) for g in groups))
@@ -636,22 +638,6 @@ def _flock(fd: int, timeout: float) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
-
-
-def _check_membership(group: str, member: str) -> None:
-    check_principal(group)
-    check_principal(member)
-    if not group.startswith("group:"):
-        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
-    if member == EVERYONE:
-        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
-    if group == member:
-        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
-
-
-def _check_k(k: int) -> None:
-    if not 1 <= k <= 1000:
-        raise InvalidRequest(f"k must be between 1 and 1000, not {k}", field="k")
 
 
 def _lexical_doc(row: ChunkRow) -> LexicalDoc:

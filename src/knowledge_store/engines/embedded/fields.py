@@ -18,13 +18,20 @@ from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import InvalidRequest, StoreError
-from knowledge_store.model import AggregateAnswer, Filters, Identity, SqlHit, SqlHits
+from knowledge_store.model import (
+    MAX_K,
+    AggregateAnswer,
+    Filters,
+    Identity,
+    SqlHit,
+    SqlHits,
+    check_k,
+)
 from knowledge_store.retrieval.aggregates import AggregateSpec, shape_rows
 from knowledge_store.retrieval.filters import ORDER_FIELDS, Order
 
 __all__ = ["MAX_K", "aggregate", "sql_hits", "visible_successors"]
 
-MAX_K = 1000
 
 #: The caller may read entity ``e`` (prefix the statement with HELD_PRINCIPALS).
 _VISIBLE = (
@@ -68,16 +75,11 @@ def _bucket_sql(column: str, granularity: str) -> str:
     )
 
 
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
-
-
 def sql_hits(
     catalog: Catalog, identity: Identity, filters: Filters, order: Order, k: int
 ) -> SqlHits:
     """Visible entities passing ``filters``, ordered by ``order`` then uid; the first ``k``."""
-    _check_k(k)
+    check_k(k)
     if order.field not in ORDER_FIELDS:  # Order is built by parse_order; belt and braces
         raise InvalidRequest(f"cannot order by {order.field!r}")
     where, params = filter_clause(filters)

@@ -16,7 +16,7 @@ from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.publish import load_entity
 from knowledge_store.engines.postgres.schema import held_principals_cte
 from knowledge_store.errors import InvalidRequest, NotFound
-from knowledge_store.model import EVERYONE, check_principal
+from knowledge_store.model import EVERYONE, check_membership
 
 __all__ = [
     "add_member",
@@ -33,17 +33,6 @@ _BUMP = (
     "INSERT INTO meta (key, value) VALUES ('membership_version', '1')"
     " ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text"
 )
-
-
-def check_membership(group: str, member: str) -> None:
-    check_principal(group)
-    check_principal(member)
-    if not group.startswith("group:"):
-        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
-    if member == EVERYONE:
-        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
-    if group == member:
-        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
 
 
 def held_principals(conn: Connection, principal: str) -> list[str]:

@@ -70,6 +70,7 @@ from knowledge_store.model import (
     SqlHit,
     SqlHits,
     VectorInfo,
+    check_k,
     check_principal,
 )
 from knowledge_store.retrieval.aggregates import check_aggregate, shape_rows
@@ -80,7 +81,6 @@ __all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
 DEFAULT_SCHEMA = "ks"
 #: Overrides the lexical ranker (``bm25``, ``ts_rank_cd``, ``pg_search``, ``pg_textsearch``).
 LEXICAL_ENV = "KS_PG_LEXICAL"
-MAX_K = 1000
 #: ANALYZE after a publish that changed at least this many chunks (fresh planner statistics).
 _ANALYZE_AFTER = 2_000
 _PLAN_CACHE = 256
@@ -112,11 +112,6 @@ def _with_schema(url: str, schema: str) -> str:
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
-
-
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
 
 
 def _chunk_hit(row: Sequence[Any], rank: int) -> ChunkHit:
@@ -401,7 +396,7 @@ class PostgresEngine:
 
     # -- primitives ------------------------------------------------------------------------------------
     def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits:
-        _check_k(k)
+        check_k(k)
         statement = lexical_sql.lexical_statement(
             self.lexical_ranker, identity.principal, text, k, filters
         )
@@ -437,7 +432,7 @@ class PostgresEngine:
         return counts
 
     def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits:
-        _check_k(k)
+        check_k(k)
         expected = self.model()
         started = time.perf_counter()
         with self.db.read() as conn, translate("vector search"):
@@ -480,7 +475,7 @@ class PostgresEngine:
     def sql(
         self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
     ) -> SqlHits:
-        _check_k(k)
+        check_k(k)
         statement, params = field_sql.sql_statement(
             identity.principal, filters, parse_order(order), k
         )
