@@ -46,7 +46,7 @@ from common import (
     percentiles,
     pg15_store,
     queries,
-    source_chunks,
+    replicated_batches,
     table,
 )
 
@@ -143,55 +143,6 @@ def catalog_entities(store: Path) -> list[PreparedEntity]:
         ).astype(np.float32)
         out.append(PreparedEntity(entity, tuple(c for c, _ in mine), vectors))
     conn.close()
-    return out
-
-
-def replicated_batches(
-    target_chunks: int,
-    acl: Callable[[int, int], Sequence[str]],
-    *,
-    noise: float = 0.015,
-    seed: int = 7,
-    batch: int = 5000,
-) -> list[list[PreparedEntity]]:
-    """The batches ``common.build_replicated_store`` publishes (same order, noise and seed)."""
-    src = source_chunks(pg15_store(progress=False))
-    rng = np.random.default_rng(seed)
-    made = copy = 0
-    out: list[list[PreparedEntity]] = []
-    pending: list[PreparedEntity] = []
-    while made < target_chunks:
-        for i, ent in enumerate(src):
-            if made >= target_chunks:
-                break
-            chunks = tuple(
-                Chunk(ordinal=o, text=t, heading=h, start=s, end=e)
-                for o, t, h, s, e, _ in ent["chunks"]
-            )
-            vectors = np.stack([v for *_, v in ent["chunks"]]).astype(np.float32)
-            if copy:
-                vectors = vectors + rng.normal(0, noise, vectors.shape).astype(np.float32)
-                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            entity = Entity(
-                uid=ent["uid"] if copy == 0 else f"{ent['uid']}~{copy}",
-                type=ent["type"],
-                title=ent["title"],
-                body=ent["body"],
-                source=ent["source"],
-                status=ent["status"],
-                created_at=ent["created_at"],
-                updated_at=ent["updated_at"],
-                href=ent["href"],
-                acl=tuple(sorted(set(acl(copy, i)))),
-            )
-            pending.append(PreparedEntity(entity, chunks, vectors))
-            made += len(chunks)
-            if len(pending) >= batch:
-                out.append(pending)
-                pending = []
-        copy += 1
-    if pending:
-        out.append(pending)
     return out
 
 

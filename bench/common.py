@@ -116,33 +116,27 @@ def source_chunks(store_path: Path) -> list[dict[str, Any]]:
     return [e for e in entities.values() if e["chunks"]]
 
 
-def build_replicated_store(
-    dst: Path,
+def replicated_batches(
     target_chunks: int,
+    acl: Callable[[int, int], Sequence[str]] = lambda copy, i: ("everyone",),
     *,
     noise: float = 0.015,
-    acl: Callable[[int, int], Sequence[str]] = lambda copy, i: ("everyone",),
     seed: int = 7,
     batch: int = 5000,
-) -> Path:
-    """A store of ~``target_chunks`` real chunks: the eval store replicated (see module doc)."""
+) -> list[list[Any]]:
+    """The eval store's entities replicated to ~``target_chunks`` chunks, in publish batches.
+
+    Copy 0 keeps the real uids and vectors; later copies get ``uid~N`` and their vectors
+    plus Gaussian noise (renormalised). Deterministic for a seed.
+    """
     from knowledge_store.engines.base import PreparedEntity
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine
     from knowledge_store.model import Chunk, Entity
 
-    marker = dst / "bench-built.json"
-    if marker.exists() and json.loads(marker.read_text())["target_chunks"] == target_chunks:
-        return dst
-    src = source_chunks(pg15_store())
+    src = source_chunks(pg15_store(progress=False))
     rng = np.random.default_rng(seed)
-    engine = EmbeddedEngine(dst)
-    model = EmbeddedEngine(PG15_STORE).model()
-    assert model is not None
-    engine.set_model(model[0], model[1], "default")
-    made = 0
-    copy = 0
-    pending: list[PreparedEntity] = []
-    started = time.perf_counter()
+    made = copy = 0
+    out: list[list[Any]] = []
+    pending: list[Any] = []
     while made < target_chunks:
         for i, ent in enumerate(src):
             if made >= target_chunks:
@@ -170,12 +164,40 @@ def build_replicated_store(
             pending.append(PreparedEntity(entity, chunks, vectors))
             made += len(chunks)
             if len(pending) >= batch:
-                engine.publish(pending, [], kind="ingest")
+                out.append(pending)
                 pending = []
-                print(f"  {made:,} chunks ({time.perf_counter() - started:.0f} s)", flush=True)
         copy += 1
     if pending:
+        out.append(pending)
+    return out
+
+
+def build_replicated_store(
+    dst: Path,
+    target_chunks: int,
+    *,
+    noise: float = 0.015,
+    acl: Callable[[int, int], Sequence[str]] = lambda copy, i: ("everyone",),
+    seed: int = 7,
+    batch: int = 5000,
+) -> Path:
+    """A store of ~``target_chunks`` real chunks: the eval store replicated (see module doc)."""
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+
+    marker = dst / "bench-built.json"
+    if marker.exists() and json.loads(marker.read_text())["target_chunks"] == target_chunks:
+        return dst
+    batches = replicated_batches(target_chunks, acl, noise=noise, seed=seed, batch=batch)
+    engine = EmbeddedEngine(dst)
+    model = EmbeddedEngine(PG15_STORE).model()
+    assert model is not None
+    engine.set_model(model[0], model[1], "default")
+    started = time.perf_counter()
+    made = 0
+    for pending in batches:
         engine.publish(pending, [], kind="ingest")
+        made += sum(len(p.chunks) for p in pending)
+        print(f"  {made:,} chunks ({time.perf_counter() - started:.0f} s)", flush=True)
     engine.close()
     marker.write_text(json.dumps({"target_chunks": target_chunks, "chunks": made}))
     return dst
