@@ -179,7 +179,7 @@ def run_variant(
                 LexicalDoc(
                     chunk_id=c.chunk_id,
                     uid=c.uid,
-                    acl_set=1,
+                    acl=("everyone",),
                     type="section",
                     source="postgresql-docs",
                     status="published",
@@ -196,7 +196,7 @@ def run_variant(
             runs: dict[str, list[str]] = {}
             t0 = time.perf_counter()
             for qid, text in queries:
-                hits = index.search(text, 100, acl_sets=[1], filters=Filters())
+                hits = index.search(text, 100, principals=["everyone"], filters=Filters())
                 runs[qid] = fold([(uid, s) for _, uid, s in hits])
             per_query = (time.perf_counter() - t0) / len(queries) * 1000
             index.close()

@@ -258,3 +258,32 @@ def test_unsaveable_path_is_a_store_error(tmp_path: Path) -> None:
     ix.add(IDS[:3], VECTORS[:3])
     with pytest.raises(StoreError):
         ix.save(1)
+
+
+@pytest.mark.usefixtures("planner_floor")
+def test_a_reused_visible_set_follows_adds_removes_and_compaction(tmp_path: Path) -> None:
+    """The prepared selection of one ``allowed`` array is dropped when the rows change."""
+    ix = DenseIndex(tmp_path / "d.bin", DIM)
+    ix.add(IDS, VECTORS)
+    allowed = IDS[::2].copy()  # half visible: filtered HNSW with a cached bitmap
+    q = VECTORS[0]  # IDS[0] is visible and is its own nearest neighbour
+    ids, _, info = ix.search(q, 5, allowed=allowed)
+    assert info.strategy == "hnsw-filtered" and ids[0] == IDS[0]
+    assert ix.search(q, 5, allowed=allowed)[0].tolist() == ids.tolist()  # from the cache
+
+    ix.remove([int(IDS[0])])
+    ids, _, _ = ix.search(q, 5, allowed=allowed)
+    assert int(IDS[0]) not in ids.tolist() and set(ids.tolist()) <= set(allowed.tolist())
+
+    ix.add(IDS[:1], VECTORS[:1])  # back, at a new row
+    ix.add(IDS[1:2], VECTORS[0:1])  # an invisible id with the very same vector
+    ids, _, _ = ix.search(q, 5, allowed=allowed)
+    assert ids[0] == IDS[0] and int(IDS[1]) not in ids.tolist()
+
+    ix.compact()
+    ids, _, _ = ix.search(q, 5, allowed=allowed)
+    assert ids[0] == IDS[0] and set(ids.tolist()) <= set(allowed.tolist())
+
+    # Another array with the same ids is an equal selection, not a stale one.
+    again = allowed.copy()
+    assert ix.search(q, 5, allowed=again)[0].tolist() == ids.tolist()

@@ -17,6 +17,16 @@ from knowledge_store.model import Filters
 
 TYPES = ("section", "chapter", "codeSample", "ticket")
 SOURCES = ("docs", "jira", "wiki")
+PRINCIPALS = ("everyone", "group:a", "group:b", "user:u")
+#: ACLs of the corpus: one principal, two, none (default deny), or a principal no caller holds.
+ACLS = (
+    ("group:a",),
+    ("group:b", "user:u"),
+    (),
+    ("group:a", "group:b"),
+    ("group:x",),
+    ("everyone",),
+)
 STATUSES = ("published", "draft")
 DATES = [f"2024-0{m}-1{d}T12:00:00Z" for m in range(1, 7) for d in range(3)]
 IDENTIFIER_TEXTS = {
@@ -33,7 +43,7 @@ def make_doc(chunk_id: int, **fields: object) -> LexicalDoc:
     values: dict[str, object] = {
         "chunk_id": chunk_id,
         "uid": f"e{chunk_id}",
-        "acl_set": 1,
+        "acl": ("everyone",),
         "type": "section",
         "source": "docs",
         "status": "published",
@@ -55,7 +65,7 @@ def corpus() -> list[LexicalDoc]:
             make_doc(
                 i,
                 uid=f"e{(i + 1) // 2}",  # two chunks per entity
-                acl_set=rng.choice((1, 2, 3, 4)),
+                acl=rng.choice(ACLS),
                 type=rng.choice(TYPES),
                 source=rng.choice(SOURCES),
                 status=rng.choice(STATUSES),
@@ -93,13 +103,13 @@ def chunks(hits: list[tuple[int, str, float]]) -> set[int]:
     return {c for c, _, _ in hits}
 
 
-def expected(acl_sets: set[int] | None, f: Filters) -> set[int]:
+def expected(held: set[str] | None, f: Filters) -> set[int]:
     """The Python reference for which "common" docs a filter keeps."""
     out = set()
     for d in DOCS:
         if "common" not in d.text:
             continue
-        if acl_sets is not None and d.acl_set not in acl_sets:
+        if held is not None and not held & set(d.acl):
             continue
         if f.types and d.type not in f.types:
             continue
@@ -130,24 +140,24 @@ def expected(acl_sets: set[int] | None, f: Filters) -> set[int]:
 
 @pytest.mark.parametrize("identifier", sorted(IDENTIFIER_TEXTS))
 def test_identifier_found_first_as_written(index: LexicalIndex, identifier: str) -> None:
-    hits = index.search(identifier, 5, acl_sets=None, filters=Filters())
+    hits = index.search(identifier, 5, principals=None, filters=Filters())
     assert hits, identifier
     assert BY_CHUNK[hits[0][0]].text == IDENTIFIER_TEXTS[identifier]
 
 
 def test_identifier_does_not_match_its_words_apart(index: LexicalIndex) -> None:
-    hits = index.search("pg_stat_activity", 50, acl_sets=None, filters=Filters())
+    hits = index.search("pg_stat_activity", 50, principals=None, filters=Filters())
     texts = [BY_CHUNK[c].text for c, _, _ in hits]
     assert texts == [IDENTIFIER_TEXTS["pg_stat_activity"]]
 
 
 def test_words_are_stemmed(index: LexicalIndex) -> None:
-    hits = index.search("indexing a table", 1000, acl_sets=None, filters=Filters())
+    hits = index.search("indexing a table", 1000, principals=None, filters=Filters())
     assert chunks(hits) == expected(None, Filters())  # "indexes", "tables" match
 
 
 def test_hits_are_best_first_with_uid_and_limited_to_k(index: LexicalIndex) -> None:
-    hits = index.search("common number 42 tables", 10, acl_sets=None, filters=Filters())
+    hits = index.search("common number 42 tables", 10, principals=None, filters=Filters())
     assert len(hits) == 10
     scores = [s for _, _, s in hits]
     assert scores == sorted(scores, reverse=True)
@@ -157,12 +167,12 @@ def test_hits_are_best_first_with_uid_and_limited_to_k(index: LexicalIndex) -> N
 
 @pytest.mark.parametrize("text", ["", "   ", "the and of", "*", "--", "\x00", "!!! ???"])
 def test_empty_or_stopword_query_returns_nothing(index: LexicalIndex, text: str) -> None:
-    assert index.search(text, 10, acl_sets=None, filters=Filters()) == []
+    assert index.search(text, 10, principals=None, filters=Filters()) == []
 
 
 def test_k_zero_returns_nothing_and_a_huge_k_is_fine(index: LexicalIndex) -> None:
-    assert index.search("common", 0, acl_sets=None, filters=Filters()) == []
-    assert len(index.search("common", 10**12, acl_sets=None, filters=Filters())) == 300
+    assert index.search("common", 0, principals=None, filters=Filters()) == []
+    assert len(index.search("common", 10**12, principals=None, filters=Filters())) == 300
 
 
 # -- filters and ACL sets inside the query ------------------------------------
@@ -187,7 +197,7 @@ def test_k_zero_returns_nothing_and_a_huge_k_is_fine(index: LexicalIndex) -> Non
     ids=repr,
 )
 def test_filters_restrict_inside_the_query(index: LexicalIndex, filters: Filters) -> None:
-    hits = index.search("common", 1000, acl_sets=None, filters=filters)
+    hits = index.search("common", 1000, principals=None, filters=filters)
     assert chunks(hits) == expected(None, filters)
     assert hits  # every case keeps something
 
@@ -195,20 +205,25 @@ def test_filters_restrict_inside_the_query(index: LexicalIndex, filters: Filters
 def test_range_bounds_are_inclusive(index: LexicalIndex) -> None:
     day = DATES[4]
     hits = index.search(
-        "common", 1000, acl_sets=None, filters=Filters(created_from=day, created_to=day)
+        "common", 1000, principals=None, filters=Filters(created_from=day, created_to=day)
     )
     assert hits and all(BY_CHUNK[c].created_at == day for c, _, _ in hits)
 
 
-def test_acl_sets_term_filter(index: LexicalIndex) -> None:
-    for sets in ({1}, {2, 4}, {1, 2, 3, 4}, {99}):
-        hits = index.search("common", 1000, acl_sets=sets, filters=Filters())
-        assert chunks(hits) == expected(sets, Filters())
+def test_acl_is_a_term_set_of_held_principals(index: LexicalIndex) -> None:
+    for held in ({"group:a"}, {"group:b", "user:u"}, set(PRINCIPALS), {"group:nobody"}):
+        hits = index.search("common", 1000, principals=held, filters=Filters())
+        assert chunks(hits) == expected(held, Filters())
+    # an empty ACL is default deny: even a caller holding every principal misses it
+    denied = {d.chunk_id for d in DOCS if not d.acl and "common" in d.text}
+    assert denied
+    everything = index.search("common", 1000, principals=PRINCIPALS, filters=Filters())
+    assert not denied & chunks(everything)
 
 
-def test_empty_acl_sets_see_nothing(index: LexicalIndex) -> None:
-    assert index.search("common", 1000, acl_sets=set(), filters=Filters()) == []
-    assert index.search("pg_stat_activity", 10, acl_sets=[], filters=Filters()) == []
+def test_no_principals_see_nothing(index: LexicalIndex) -> None:
+    assert index.search("common", 1000, principals=set(), filters=Filters()) == []
+    assert index.search("pg_stat_activity", 10, principals=[], filters=Filters()) == []
 
 
 filter_values = st.builds(
@@ -228,21 +243,21 @@ filter_values = st.builds(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     filters=filter_values,
-    acl_sets=st.none() | st.sets(st.integers(min_value=0, max_value=5), max_size=4),
+    held=st.none() | st.sets(st.sampled_from([*PRINCIPALS, "group:other"]), max_size=4),
 )
-def test_filters_and_acl_sets_match_the_reference(
-    index: LexicalIndex, filters: Filters, acl_sets: set[int] | None
+def test_filters_and_acl_match_the_reference(
+    index: LexicalIndex, filters: Filters, held: set[str] | None
 ) -> None:
-    hits = index.search("common", 1000, acl_sets=acl_sets, filters=filters)
-    assert chunks(hits) == expected(acl_sets, filters)
+    hits = index.search("common", 1000, principals=held, filters=filters)
+    assert chunks(hits) == expected(held, filters)
 
 
 # -- injection ----------------------------------------------------------------
 
 INJECTIONS = [
     "field:foo",
-    "uid:e1 OR acl_set:2",
-    "acl_set:[0 TO 9]",
+    "uid:e1 OR acl:everyone",
+    "acl:[a TO z]",
     "* OR *",
     "common OR -common",
     '"common words" AND NOT x',
@@ -259,12 +274,12 @@ INJECTIONS = [
 @pytest.mark.parametrize("text", INJECTIONS, ids=lambda t: repr(t[:30]))
 def test_injection_strings_never_widen(index: LexicalIndex, text: str) -> None:
     f = Filters(types=("chapter",))
-    hits = index.search(text, 1000, acl_sets={2}, filters=f)
-    assert chunks(hits) <= expected({2}, f)
+    hits = index.search(text, 1000, principals={"group:b"}, filters=f)
+    assert chunks(hits) <= expected({"group:b"}, f)
 
 
 def test_query_syntax_is_matched_literally(index: LexicalIndex) -> None:
-    hits = index.search("field:foo", 3, acl_sets=None, filters=Filters())
+    hits = index.search("field:foo", 3, principals=None, filters=Filters())
     assert "field:foo" in BY_CHUNK[hits[0][0]].text
 
 
@@ -277,9 +292,9 @@ def test_query_syntax_is_matched_literally(index: LexicalIndex) -> None:
 )
 def test_arbitrary_text_never_crashes_or_widens(index: LexicalIndex, text: str) -> None:
     f = Filters(not_types=("section",), statuses=("draft",))
-    hits = index.search(text, 50, acl_sets={3, 4}, filters=f)
+    hits = index.search(text, 50, principals={"user:u"}, filters=f)
     assert len(hits) <= 50
-    allowed = {d.chunk_id for d in DOCS if d.acl_set in {3, 4} and d.type != "section"}
+    allowed = {d.chunk_id for d in DOCS if "user:u" in d.acl and d.type != "section"}
     allowed &= {d.chunk_id for d in DOCS if d.status == "draft"}
     assert chunks(hits) <= allowed
 
@@ -290,16 +305,16 @@ def test_arbitrary_text_never_crashes_or_widens(index: LexicalIndex, text: str) 
 def test_new_index_is_empty_with_watermark_zero(tmp_path: Path) -> None:
     ix = LexicalIndex(tmp_path / "lex")
     assert ix.watermark == 0 and ix.num_docs() == 0
-    assert ix.search("anything", 10, acl_sets=None, filters=Filters()) == []
+    assert ix.search("anything", 10, principals=None, filters=Filters()) == []
     ix.close()
 
 
 def test_changes_are_invisible_until_commit(tmp_path: Path) -> None:
     ix = LexicalIndex(tmp_path / "lex")
     ix.add([make_doc(1, text="alpha")])
-    assert ix.search("alpha", 10, acl_sets=None, filters=Filters()) == []
+    assert ix.search("alpha", 10, principals=None, filters=Filters()) == []
     ix.commit(1)
-    assert chunks(ix.search("alpha", 10, acl_sets=None, filters=Filters())) == {1}
+    assert chunks(ix.search("alpha", 10, principals=None, filters=Filters())) == {1}
     ix.add([make_doc(2, text="alpha")])
     ix.rollback()
     ix.commit(2)
@@ -314,7 +329,7 @@ def test_delete_entities_and_chunks(tmp_path: Path) -> None:
     ix.delete_entities(["u1", "missing"])
     ix.delete_chunks([3, 6, 12345])
     ix.commit(2)
-    left = chunks(ix.search("alpha", 100, acl_sets=None, filters=Filters()))
+    left = chunks(ix.search("alpha", 100, principals=None, filters=Filters()))
     assert left == {2, 5, 8, 9}  # u1 gone; chunks 3 and 6 of u0 gone, 9 kept
     assert ix.num_docs() == 4
     ix.close()
@@ -330,8 +345,8 @@ def test_re_adding_a_chunk_replaces_it_and_replaying_is_idempotent(tmp_path: Pat
         ix.delete_chunks([7])
         ix.commit(watermark)
     assert ix.num_docs() == 2
-    assert ix.search("old", 10, acl_sets=None, filters=Filters()) == []
-    assert chunks(ix.search("new", 10, acl_sets=None, filters=Filters())) == {1, 2}
+    assert ix.search("old", 10, principals=None, filters=Filters()) == []
+    assert chunks(ix.search("new", 10, principals=None, filters=Filters())) == {1, 2}
     ix.close()
 
 
@@ -343,7 +358,7 @@ def test_commit_and_watermark_survive_reopen(tmp_path: Path) -> None:
     ix.close()
     again = LexicalIndex(path)
     assert again.watermark == 41
-    assert chunks(again.search("durable", 10, acl_sets=None, filters=Filters())) == {1}
+    assert chunks(again.search("durable", 10, principals=None, filters=Filters())) == {1}
     assert again.num_segments() >= 1
     sidecar = json.loads((path / SIDECAR).read_text())
     assert sidecar["watermark"] == 41
@@ -361,11 +376,11 @@ def test_reload_sees_another_instances_commit(tmp_path: Path) -> None:
     writer, reader = LexicalIndex(path), LexicalIndex(path)
     writer.add([make_doc(1, text="fresh")])
     # A reader searches while another instance holds the writer.
-    assert reader.search("fresh", 10, acl_sets=None, filters=Filters()) == []
+    assert reader.search("fresh", 10, principals=None, filters=Filters()) == []
     writer.commit(3)
     reader.reload()
     assert reader.watermark == 3
-    assert chunks(reader.search("fresh", 10, acl_sets=None, filters=Filters())) == {1}
+    assert chunks(reader.search("fresh", 10, principals=None, filters=Filters())) == {1}
     writer.close()
     reader.close()
 
@@ -393,7 +408,7 @@ def test_clear_drops_everything(tmp_path: Path) -> None:
     assert ix.num_docs() == 0 and ix.watermark == 0
     ix.add([make_doc(1, text="rebuilt")])
     ix.commit(6)
-    assert chunks(ix.search("rebuilt", 10, acl_sets=None, filters=Filters())) == {1}
+    assert chunks(ix.search("rebuilt", 10, principals=None, filters=Filters())) == {1}
     ix.close()
 
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -26,7 +26,7 @@ from knowledge_store.engines.embedded.schema import (
     HELD_PRINCIPALS,
     SCHEMA,
     SCHEMA_VERSION,
-    VISIBLE_ACL_SETS,
+    visible,
 )
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import StoreError
@@ -259,13 +259,22 @@ class Catalog:
         )
 
     def acl_principals(self, conn: sqlite3.Connection, acl_set: int) -> tuple[str, ...]:
-        return tuple(
-            p
-            for (p,) in conn.execute(
-                "SELECT principal FROM acl_set_principals WHERE acl_set = ? ORDER BY principal",
-                (acl_set,),
-            )
-        )
+        return self.acl_sets_principals(conn, [acl_set]).get(acl_set, ())
+
+    def acl_sets_principals(
+        self, conn: sqlite3.Connection, acl_sets: Iterable[int]
+    ) -> dict[int, tuple[str, ...]]:
+        """The principals of each of ``acl_sets``, sorted (an empty set maps to nothing)."""
+        out: dict[int, list[str]] = {}
+        ids = sorted({int(a) for a in acl_sets})
+        for i in range(0, len(ids), _CHUNK_BATCH):
+            marks = ",".join(str(a) for a in ids[i : i + _CHUNK_BATCH])
+            for acl_set, principal in conn.execute(
+                "SELECT acl_set, principal FROM acl_set_principals"
+                f" WHERE acl_set IN ({marks}) ORDER BY acl_set, principal"
+            ):
+                out.setdefault(int(acl_set), []).append(str(principal))
+        return {a: tuple(p) for a, p in out.items()}
 
     def acl_set_id(self, conn: sqlite3.Connection, principals: Sequence[str]) -> int:
         """The id of the deduplicated ACL set holding exactly ``principals`` (made if new)."""
@@ -429,11 +438,8 @@ class Catalog:
         return replace(entity, acl=tuple(sorted(acl)))
 
     # -- identity and visibility ----------------------------------------------------------
-    def visible_acl_sets(self, conn: sqlite3.Connection, principal: str) -> list[int]:
-        """The ACL sets ``principal`` may read — expanded live, never cached."""
-        return [int(a) for (a,) in conn.execute(VISIBLE_ACL_SETS, {"principal": principal})]
-
     def held_principals(self, conn: sqlite3.Connection, principal: str) -> list[str]:
+        """What ``principal`` holds: itself, ``everyone`` and its groups — expanded live."""
         return [
             str(p)
             for (p,) in conn.execute(
@@ -442,15 +448,14 @@ class Catalog:
         ]
 
     def visible_chunk_ids(
-        self, conn: sqlite3.Connection, acl_sets: Sequence[int], filters: Filters
+        self, conn: sqlite3.Connection, principal: str, filters: Filters
     ) -> np.ndarray:
-        """Sorted ids of the chunks in ``acl_sets`` that pass ``filters``."""
+        """Sorted ids of the chunks ``principal`` may read that pass ``filters``."""
         where, params = filter_clause(filters)
-        marks = ",".join(str(int(a)) for a in acl_sets) or "NULL"
         rows = conn.execute(
-            "SELECT c.id FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
-            f" WHERE e.acl_set IN ({marks}) AND {where} ORDER BY c.id",
-            params,
+            HELD_PRINCIPALS + "SELECT c.id FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+            f" WHERE {visible()} AND {where} ORDER BY c.id",
+            {"principal": principal, **params},
         ).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
@@ -461,30 +466,29 @@ class Catalog:
         self,
         conn: sqlite3.Connection,
         chunk_ids: Sequence[int],
-        acl_sets: Sequence[int] | None,
+        principal: str | None,
         filters: Filters,
     ) -> dict[int, ChunkRow]:
-        """The final check: rows of ``chunk_ids`` that exist, are visible and pass filters."""
-        out: dict[int, ChunkRow] = {}
+        """The final check: rows of ``chunk_ids`` that exist, pass filters and ``principal`` may read.
+
+        The identity is expanded again inside the statement, in the caller's
+        snapshot; ``principal=None`` skips the ACL (the derived indexes' own reads).
+        """
         where, params = filter_clause(filters)
-        acl = (
-            "1=1"
-            if acl_sets is None
-            else f"e.acl_set IN ({','.join(str(int(a)) for a in acl_sets) or 'NULL'})"
+        prefix, acl = ("", "1=1") if principal is None else (HELD_PRINCIPALS, visible(by_key=True))
+        # The ids go in as one JSON parameter: the statement's text stays the same from
+        # query to query, so it is prepared once (0.10 → 0.07 ms for 20 ids at 100k).
+        statement = (
+            prefix
+            + _CHUNK_SELECT
+            + f" WHERE c.id IN (SELECT value FROM json_each(:ids)) AND {acl} AND {where}"
         )
-        ids = [int(c) for c in chunk_ids]
-        for i in range(0, len(ids), _CHUNK_BATCH):
-            part = ids[i : i + _CHUNK_BATCH]
-            marks = ",".join(str(c) for c in part)
-            for r in conn.execute(
-                _CHUNK_SELECT + f" WHERE c.id IN ({marks}) AND {acl} AND {where}", params
-            ):
-                row = _chunk_row(r)
-                out[row.chunk_id] = row
-        return out
+        ids = json.dumps([int(c) for c in chunk_ids])
+        rows = conn.execute(statement, {"principal": principal, "ids": ids, **params})
+        return {r[0]: _chunk_row(r) for r in rows}
 
     def chunk_rows(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[ChunkRow]:
-        """Rows for the derived indexes (no ACL check: they store the ACL set id)."""
+        """Rows for the derived indexes (no ACL check: they store the ACL's principals)."""
         return list(self.checked_chunks(conn, chunk_ids, None, Filters()).values())
 
     def chunk_vectors(

@@ -36,6 +36,7 @@ from knowledge_store.engines.embedded import graph as graphs
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
+from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
 from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound, StoreError
 from knowledge_store.model import (
     EVERYONE,
@@ -169,9 +170,15 @@ class EmbeddedEngine:
         if touched:
             self.lexical_index.delete_chunks(touched)
         with self.catalog.read() as conn:
-            rows = self.catalog.chunk_rows(conn, readd)
-        self.lexical_index.add(_lexical_doc(r) for r in rows)
+            docs = self._lexical_docs(conn, readd)
+        self.lexical_index.add(docs)
         self.lexical_index.commit(latest)
+
+    def _lexical_docs(self, conn: Any, chunk_ids: Sequence[int]) -> list[LexicalDoc]:
+        """The lexical index's documents for ``chunk_ids``, each with its ACL's principals."""
+        rows = self.catalog.chunk_rows(conn, chunk_ids)
+        acls = self.catalog.acl_sets_principals(conn, {r.acl_set for r in rows})
+        return [_lexical_doc(r, acls.get(r.acl_set, ())) for r in rows]
 
     def _apply_dense(self, dense: DenseIndex, since: int, latest: int, *, persist: bool) -> None:
         ops = self.catalog.ops_since(since)
@@ -304,9 +311,9 @@ class EmbeddedEngine:
                 for i in range(0, len(ids), _REBUILD_BATCH):
                     part = ids[i : i + _REBUILD_BATCH]
                     with self.catalog.read() as conn:
-                        rows = self.catalog.chunk_rows(conn, part)
+                        docs = self._lexical_docs(conn, part)
                         vids, vectors = self.catalog.chunk_vectors(conn, part)
-                    self.lexical_index.add(_lexical_doc(r) for r in rows)
+                    self.lexical_index.add(docs)
                     if dense is not None and len(vids):
                         dense.add(vids, vectors)
                     bar.advance(task, len(part))
@@ -328,15 +335,17 @@ class EmbeddedEngine:
         started = time.perf_counter()
         with self.catalog.read() as conn:
             _, root = self.catalog.latest_publish(conn)
-            acl_sets = self.catalog.visible_acl_sets(conn, identity.principal)
+            held = self.catalog.held_principals(conn, identity.principal)
             t_acl = time.perf_counter()
-            found = self.lexical_index.search(text, k + 10, acl_sets=acl_sets, filters=filters)
+            found = self.lexical_index.search(text, k + 10, principals=held, filters=filters)
             t_index = time.perf_counter()
-            rows = self.catalog.checked_chunks(conn, [c for c, _, _ in found], acl_sets, filters)
+            rows = self.catalog.checked_chunks(
+                conn, [c for c, _, _ in found], identity.principal, filters
+            )
         hits = _hits(((c, s) for c, _, s in found), rows, k)
         explain = {
             "identity": identity.principal,
-            "visible_acl_sets": len(acl_sets),
+            "held_principals": len(held),
             "index_hits": len(found),
             "dropped_by_final_check": len(found) - len(rows),
             "ms": {
@@ -354,7 +363,7 @@ class EmbeddedEngine:
         dense = self.dense
         with self.catalog.read() as conn:
             publish, root = self.catalog.latest_publish(conn)
-            acl_sets = self.catalog.visible_acl_sets(conn, identity.principal)
+            held = self.catalog.held_principals(conn, identity.principal)
             if dense is None or len(dense) == 0:
                 return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
             expected = self.model()
@@ -363,15 +372,17 @@ class EmbeddedEngine:
                     f"the query vector has {vector.shape[-1]} dimensions; this store's model"
                     f" {expected[0]} has {expected[1]}",
                 )
-            allowed = self._allowed(conn, publish, acl_sets, filters)
+            allowed = self._allowed(conn, publish, identity.principal, held, filters)
             t_acl = time.perf_counter()
             ids, scores, info = dense.search(vector, k + 10, allowed=allowed)
             t_index = time.perf_counter()
-            rows = self.catalog.checked_chunks(conn, [int(i) for i in ids], acl_sets, filters)
+            rows = self.catalog.checked_chunks(
+                conn, [int(i) for i in ids], identity.principal, filters
+            )
         hits = _hits(zip((int(i) for i in ids), (float(s) for s in scores), strict=True), rows, k)
         explain = {
             "identity": identity.principal,
-            "visible_acl_sets": len(acl_sets),
+            "held_principals": len(held),
             "visible_chunks": None if allowed is None else len(allowed),
             "index_hits": len(ids),
             "dropped_by_final_check": len(ids) - len(rows),
@@ -384,18 +395,19 @@ class EmbeddedEngine:
         return ChunkHits(content_root=root, hits=hits, vector=info, explain=explain)
 
     def _allowed(
-        self, conn: Any, publish: int, acl_sets: Sequence[int], filters: Filters
+        self, conn: Any, publish: int, principal: str, held: Sequence[str], filters: Filters
     ) -> np.ndarray | None:
         """Visible chunk ids for the dense pre-filter (None: everything is visible).
 
-        Cached per (publish, visible ACL sets, filters): the ACL sets themselves are
-        expanded live on every query, so a membership change is seen at once.
+        Cached per (publish, held principals, filters). Entity ACLs change only by
+        a publish and the held principals are expanded live on every query, so a
+        membership change or a revocation gets a new key at once.
         """
-        key = (publish, tuple(acl_sets), filters)
+        key = (publish, tuple(held), filters)
         if key in self._allowed_cache:
             self._allowed_cache.move_to_end(key)
             return self._allowed_cache[key]
-        ids = self.catalog.visible_chunk_ids(conn, acl_sets, filters)
+        ids = self.catalog.visible_chunk_ids(conn, principal, filters)
         allowed = None if len(ids) == self.catalog.count_chunks(conn) else ids
         self._allowed_cache[key] = allowed
         while len(self._allowed_cache) > 64:
@@ -451,19 +463,19 @@ class EmbeddedEngine:
         """One entity with its chunks and its edges to visible entities, or None.
 
         None both when ``uid`` does not exist and when ``identity`` may not read
-        it: the caller can't tell the two apart. The ACL check is the same
-        visible-ACL-set test every primitive applies.
+        it: the caller can't tell the two apart. The ACL check is the catalog's
+        one condition (``schema.visible``), as in every primitive.
         """
         try:
             with self.catalog.read() as conn:
                 _, root = self.catalog.latest_publish(conn)
-                visible = self.catalog.visible_acl_sets(conn, identity.principal)
                 row = conn.execute(
-                    "SELECT id, uid, type, title, body, source, status, created_at, updated_at,"
-                    " href, attributes, acl_set FROM entities WHERE uid = ?",
-                    (uid,),
+                    HELD_PRINCIPALS + "SELECT e.id, e.uid, e.type, e.title, e.body, e.source,"
+                    " e.status, e.created_at, e.updated_at, e.href, e.attributes"
+                    f" FROM entities AS e WHERE e.uid = :uid AND {visible(by_key=True)}",
+                    {"principal": identity.principal, "uid": uid},
                 ).fetchone()
-                if row is None or int(row[11]) not in set(visible):
+                if row is None:
                     return None
                 chunks = [
                     {
@@ -480,7 +492,6 @@ class EmbeddedEngine:
                         (row[0],),
                     )
                 ]
-                sets = ",".join(str(int(a)) for a in visible) or "NULL"
                 edges: dict[str, list[dict[str, Any]]] = {}
                 for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
                     edges[direction] = [
@@ -493,11 +504,12 @@ class EmbeddedEngine:
                             "href": e[5],
                         }
                         for e in conn.execute(
-                            f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+                            HELD_PRINCIPALS
+                            + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
                             f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
-                            f" WHERE g.{near} = ? AND o.acl_set IN ({sets})"
+                            f" WHERE g.{near} = :uid AND {visible('o', by_key=True)}"
                             " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
-                            (uid,),
+                            {"principal": identity.principal, "uid": uid},
                         )
                     ]
         except sqlite3.Error as exc:
@@ -640,11 +652,11 @@ def _flock(fd: int, timeout: float) -> bool:
             time.sleep(0.05)
 
 
-def _lexical_doc(row: ChunkRow) -> LexicalDoc:
+def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
     return LexicalDoc(
         chunk_id=row.chunk_id,
         uid=row.uid,
-        acl_set=row.acl_set,
+        acl=acl,
         type=row.type,
         source=row.source,
         status=row.status,
