@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,7 @@ class AclMachine(RuleBasedStateMachine):
         self.members: set[tuple[str, str]] = set()  # (group, member)
         self.acl: dict[str, set[str]] = {}  # uid → principals
         self.types: dict[str, str] = {}
+        self.links: dict[str, set[str]] = {}  # uid → dependsOn targets (may dangle)
 
     def open_store(self) -> KnowledgeStore:
         """The store under test (tests/conformance runs this machine on every engine)."""
@@ -245,6 +247,24 @@ class AclMachine(RuleBasedStateMachine):
         held = self.held(principal)
         return {uid for uid, acl in self.acl.items() if acl & held}
 
+    def reachable(self, who: str, start: str, depth: int) -> set[str]:
+        """Entities within ``depth`` hops of ``start`` (either direction), only through visible ones."""
+        visible = self.visible(who)
+        if start not in visible:
+            return set()
+        frontier, seen = {start}, {start}
+        for _ in range(depth):
+            step = set()
+            for src, targets in self.links.items():
+                for dst in targets:
+                    if src in frontier and dst in visible:
+                        step.add(dst)
+                    if dst in frontier and src in visible:
+                        step.add(src)
+            frontier = step - seen
+            seen |= step
+        return seen - {start}
+
     def reaches(self, start: str, goal: str) -> bool:
         return goal in self.held(start) and goal != "everyone"
 
@@ -254,13 +274,26 @@ class AclMachine(RuleBasedStateMachine):
         body=st.sampled_from(BODIES),
         acl=st.sets(st.sampled_from(ACL_CHOICES), max_size=2),
         kind=st.sampled_from(["page", "ticket"]),
+        links=st.sets(st.sampled_from(UIDS), max_size=2),
     )
-    def ingest(self, uid: str, body: str, acl: set[str], kind: str) -> None:
+    def ingest(self, uid: str, body: str, acl: set[str], kind: str, links: set[str]) -> None:
+        links.discard(uid)
+        edges = [{"label": "dependsOn", "to": to} for to in sorted(links)]
         self.store.ingest_records(
-            [{"uid": uid, "type": kind, "title": uid, "body": body, "acl": sorted(acl)}]
+            [
+                {
+                    "uid": uid,
+                    "type": kind,
+                    "title": uid,
+                    "body": body,
+                    "acl": sorted(acl),
+                    "edges": edges,
+                }
+            ]
         )
         self.acl[uid] = set(acl)
         self.types[uid] = kind
+        self.links[uid] = set(links)
 
     @rule(group=st.sampled_from(GROUPS), member=st.sampled_from(PRINCIPALS))
     def add_member(self, group: str, member: str) -> None:
@@ -297,6 +330,7 @@ class AclMachine(RuleBasedStateMachine):
         self.store.delete([uid])
         del self.acl[uid]
         del self.types[uid]
+        del self.links[uid]
 
     # checks after every step -----------------------------------------------------
     @invariant()
@@ -316,6 +350,38 @@ class AclMachine(RuleBasedStateMachine):
             for uid in self.acl:
                 explained = self.store.acl_explain(who, uid)
                 assert explained.allowed == (uid in visible)
+            self.check_fields_and_graph(who, visible)
+
+    def check_fields_and_graph(self, who: str, visible: set[str]) -> None:
+        """sql, aggregate, graph, query_graph and content equal the oracle exactly."""
+        assert {h.uid for h in self.store.sql(identity=who, k=100).hits} == visible
+        tickets = {h.uid for h in self.store.sql({"type": ["ticket"]}, identity=who, k=100).hits}
+        assert tickets == {u for u in visible if self.types[u] == "ticket"}
+        by_type = self.store.aggregate("count", "type", identity=who).rows
+        expect_types = Counter(self.types[u] for u in visible)
+        assert {key: n for key, n in by_type if n} == dict(expect_types), (who, by_type)
+        assert self.store.aggregate("count", identity=who).rows == [(None, len(visible))]
+        for uid in UIDS:
+            for depth in (1, 2):
+                reached = self.store.graph([uid], identity=who, depth=depth, k=100)
+                assert {h.uid for h in reached.hits} == self.reachable(who, uid, depth), (
+                    who,
+                    uid,
+                    depth,
+                )
+            rows = self.store.query_graph(
+                "MATCH (a {uid: $u})-[:dependsOn]->(b) RETURN b.uid", {"u": uid}, identity=who
+            ).rows
+            targets = self.links.get(uid, set()) & visible if uid in visible else set()
+            assert sorted(r[0] for r in rows) == sorted(targets)
+            if uid not in visible:
+                with pytest.raises(NotFound):
+                    self.store.content(uid, identity=who)
+                continue
+            edges = self.store.content(uid, identity=who)["edges"]
+            assert {e["uid"] for e in edges["out"]} == targets
+            sources = {src for src, to in self.links.items() if uid in to and src in visible}
+            assert {e["uid"] for e in edges["in"]} == sources
 
 
 AclMachine.TestCase.settings = settings(
