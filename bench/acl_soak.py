@@ -25,7 +25,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--per-example", type=int, default=50)
     args = parser.parse_args()
-    examples = max(1, args.steps // args.per_example)
     steps = 0
     original = AclMachine.check_invariants
 
@@ -39,20 +38,34 @@ def main() -> None:
                 flush=True,
             )
 
+    runs = 0
+    original_teardown = AclMachine.teardown
+
+    def teardown(self: AclMachine) -> None:
+        nonlocal runs
+        runs += 1
+        original_teardown(self)
+
     AclMachine.check_invariants = counting  # type: ignore[method-assign]
+    AclMachine.teardown = teardown  # type: ignore[method-assign]
     started = time.perf_counter()
-    run_state_machine_as_test(
-        AclMachine,
-        settings=settings(
-            max_examples=examples,
-            stateful_step_count=args.per_example,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        ),
-    )
+    # Hypothesis ends some examples before ``per_example`` steps: run more until the
+    # target number of checked steps is reached.
+    while steps < args.steps:
+        remaining = args.steps - steps
+        examples = max(1, -(-remaining // args.per_example))
+        run_state_machine_as_test(
+            AclMachine,
+            settings=settings(
+                max_examples=examples,
+                stateful_step_count=args.per_example,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
     elapsed = time.perf_counter() - started
-    print(f"{steps} checked steps in {examples} runs, {elapsed:.0f} s, no leak found")
+    print(f"{steps} checked steps in {runs} runs, {elapsed:.0f} s, no leak found")
 
 
 if __name__ == "__main__":
