@@ -34,7 +34,7 @@ entities = st.lists(st.tuples(bodies, st.sampled_from(KINDS)), min_size=1, max_s
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return memo.shared()  # type: ignore[return-value]
+    return memo.shared()
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from knowledge_store.errors import InvalidRequest, UnknownLabel
 
 __all__ = [
+    "ENTITY_FIELDS",
     "EVERYONE",
     "LABELS",
     "MAX_K",
@@ -142,6 +143,21 @@ class Edge:
 
     def to_dict(self) -> dict[str, Any]:
         return {"src": self.src, "label": self.label, "dst": self.dst, "position": self.position}
+
+
+#: An entity's own fields, in record order (without its edges and ACL).
+ENTITY_FIELDS: tuple[str, ...] = (
+    "uid",
+    "type",
+    "title",
+    "body",
+    "source",
+    "status",
+    "created_at",
+    "updated_at",
+    "href",
+    "attributes",
+)
 
 
 @dataclass(frozen=True)

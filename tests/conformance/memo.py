@@ -8,30 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-from knowledge_store.ingest.embedding import Embedder, open_embedder
+from knowledge_store.ingest.embedding import DelegatingEmbedder, Embedder, open_embedder
 
 _shared: MemoEmbedder | None = None
 
 
-class MemoEmbedder:
+class MemoEmbedder(DelegatingEmbedder):
     """Delegates to a real :class:`Embedder`; each distinct text is embedded once."""
 
     def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._texts: dict[str, np.ndarray] = {}
         self._queries: dict[str, np.ndarray] = {}
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self.inner.dimension
-
-    @property
-    def max_tokens(self) -> int:
-        return self.inner.max_tokens
 
     def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._texts]

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODEL_ID",
     "EMBEDDER_SPECS",
+    "DelegatingEmbedder",
     "Embedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
@@ -89,6 +90,35 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> Vectors:
         """``(dimension,)`` float32, L2-normalised."""
         ...
+
+
+class DelegatingEmbedder:
+    """An :class:`Embedder` wrapping another: the same model, its calls passed on.
+
+    Subclasses change how ``embed``/``embed_query`` reach ``inner`` (a slot
+    limit, a memo) and keep its identity.
+    """
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    @property
+    def max_tokens(self) -> int:
+        return self.inner.max_tokens
+
+    def embed(self, texts: Sequence[str], *, progress: bool = False) -> Vectors:
+        return self.inner.embed(texts, progress=progress)
+
+    def embed_query(self, text: str) -> Vectors:
+        return self.inner.embed_query(text)
 
 
 def embedding_key(model_id: str, text: str) -> str:

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from knowledge_store.errors import InputError, InvalidRecord, Rejection
-from knowledge_store.model import LABELS, Edge, Entity, check_principal, normalize_timestamp
+from knowledge_store.model import (
+    ENTITY_FIELDS,
+    LABELS,
+    Edge,
+    Entity,
+    check_principal,
+    normalize_timestamp,
+)
 
 __all__ = [
     "EDGE_KEYS",
@@ -26,20 +33,7 @@ __all__ = [
 
 MAX_BODY_CHARS = 1_000_000
 MAX_UID_CHARS = 512
-RECORD_KEYS: tuple[str, ...] = (
-    "uid",
-    "type",
-    "title",
-    "body",
-    "source",
-    "status",
-    "created_at",
-    "updated_at",
-    "href",
-    "attributes",
-    "edges",
-    "acl",
-)
+RECORD_KEYS: tuple[str, ...] = (*ENTITY_FIELDS, "edges", "acl")
 EDGE_KEYS: tuple[str, ...] = ("label", "to", "position")
 _RECORD_KEY_SET = frozenset(RECORD_KEYS)
 _LABEL_SET = frozenset(LABELS)

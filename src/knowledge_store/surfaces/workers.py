@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from knowledge_store.ingest.embedding import Embedder, Vectors
+from knowledge_store.ingest.embedding import DelegatingEmbedder, Embedder, Vectors
 from knowledge_store.store import KnowledgeStore
 
 __all__ = ["EMBED_SLOTS", "THREADS", "SlotEmbedder", "run_store", "with_embedding_slots"]
@@ -47,24 +47,12 @@ async def run_store(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await loop.run_in_executor(_POOL, partial(fn, *args, **kwargs))
 
 
-class SlotEmbedder:
+class SlotEmbedder(DelegatingEmbedder):
     """An :class:`Embedder` that lets at most ``slots`` embeddings run at once."""
 
     def __init__(self, inner: Embedder, slots: int = EMBED_SLOTS) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._slots = threading.BoundedSemaphore(slots)
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dimension(self) -> int:
-        return self.inner.dimension
-
-    @property
-    def max_tokens(self) -> int:
-        return self.inner.max_tokens
 
     def embed(self, texts: Sequence[str], *, progress: bool = False) -> Vectors:
         with self._slots:

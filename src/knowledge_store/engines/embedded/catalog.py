@@ -28,6 +28,7 @@ from knowledge_store.engines.embedded.schema import (
     SCHEMA_VERSION,
     visible,
 )
+from knowledge_store.engines.shared import membership_path
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Edge, Entity, Filters
@@ -546,27 +547,9 @@ class Catalog:
 
     def path_between(self, conn: sqlite3.Connection, start: str, goal: str) -> list[str] | None:
         """A membership chain ``start → … → goal`` (breadth-first), or None."""
-        if start == goal:
-            return [start]
-        parents: dict[str, str] = {}
-        frontier = [start]
-        seen = {start}
-        while frontier:
-            nxt: list[str] = []
-            for p in frontier:
-                for g in self.memberships_of(conn, p):
-                    if g in seen:
-                        continue
-                    seen.add(g)
-                    parents[g] = p
-                    if g == goal:
-                        chain = [g]
-                        while chain[-1] != start:
-                            chain.append(parents[chain[-1]])
-                        return chain[::-1]
-                    nxt.append(g)
-            frontier = nxt
-        return None
+        return membership_path(
+            start, goal, lambda members: {m: self.memberships_of(conn, m) for m in members}
+        )
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
         return self._conn().execute(sql, params).fetchall()

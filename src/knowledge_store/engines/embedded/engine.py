@@ -37,9 +37,15 @@ from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
 from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
-from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound, StoreError
+from knowledge_store.engines.shared import (
+    EDGE_DIRECTIONS,
+    content_answer,
+    cycle_error,
+    explain_access,
+    principal_info,
+)
+from knowledge_store.errors import ModelMismatch, NotFound, StoreError
 from knowledge_store.model import (
-    EVERYONE,
     AggregateAnswer,
     ChunkHit,
     ChunkHits,
@@ -478,59 +484,28 @@ class EmbeddedEngine:
                 if row is None:
                     return None
                 chunks = [
-                    {
-                        "chunk_id": int(c[0]),
-                        "ordinal": int(c[1]),
-                        "text": c[2],
-                        "heading": json.loads(c[3]),
-                        "start": int(c[4]),
-                        "end": int(c[5]),
-                    }
+                    (*c[:3], json.loads(c[3]), *c[4:])
                     for c in conn.execute(
                         'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
                         " WHERE entity = ? ORDER BY ordinal",
                         (row[0],),
                     )
                 ]
-                edges: dict[str, list[dict[str, Any]]] = {}
-                for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
-                    edges[direction] = [
-                        {
-                            "label": e[0],
-                            "uid": e[1],
-                            "position": e[2],
-                            "title": e[3],
-                            "type": e[4],
-                            "href": e[5],
-                        }
-                        for e in conn.execute(
-                            HELD_PRINCIPALS
-                            + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-                            f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
-                            f" WHERE g.{near} = :uid AND {visible('o', by_key=True)}"
-                            " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
-                            {"principal": identity.principal, "uid": uid},
-                        )
-                    ]
+                edges = {
+                    direction: conn.execute(
+                        HELD_PRINCIPALS
+                        + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+                        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+                        f" WHERE g.{near} = :uid AND {visible('o', by_key=True)}"
+                        " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
+                        {"principal": identity.principal, "uid": uid},
+                    ).fetchall()
+                    for direction, near, far in EDGE_DIRECTIONS
+                }
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
-        return {
-            "content_root": root,
-            "entity": {
-                "uid": row[1],
-                "type": row[2],
-                "title": row[3],
-                "body": row[4],
-                "source": row[5],
-                "status": row[6],
-                "created_at": row[7],
-                "updated_at": row[8],
-                "href": row[9],
-                "attributes": json.loads(row[10]),
-            },
-            "chunks": chunks,
-            "edges": edges,
-        }
+        entity = (*row[1:10], json.loads(row[10]))
+        return {"content_root": root, **content_answer(entity, chunks, edges)}
 
     # -- ACL administration -------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -566,39 +541,20 @@ class EmbeddedEngine:
             if entity is None:
                 raise NotFound(f"no entity with uid {uid!r}", uid=uid)
             held = self.catalog.held_principals(conn, principal)
-            for entry in entity.acl:
-                if entry not in held:
-                    continue
-                if entry == EVERYONE:
-                    chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
-                    reason = f"{uid} is readable by everyone"
-                else:
-                    chain = self.catalog.path_between(conn, principal, entry) or [principal]
-                    reason = (
-                        f"{principal} is listed in the ACL of {uid}"
-                        if len(chain) == 1
-                        else f"{principal} reaches {entry} through " + " → ".join(chain)
-                    )
-                return AclExplanation(principal, uid, True, tuple(chain), reason)
-        acl = ", ".join(entity.acl) or "nobody (empty ACL: default deny)"
-        return AclExplanation(
-            principal,
-            uid,
-            False,
-            (),
-            f"{principal} holds {', '.join(held)}; the ACL of {uid} is {acl}; none of them matches",
-        )
+            return explain_access(
+                principal,
+                uid,
+                entity.acl,
+                held,
+                lambda entry: self.catalog.path_between(conn, principal, entry),
+            )
 
     def add_member(self, group: str, member: str) -> None:
         check_membership(group, member)
         with self._writer(), self.catalog.write() as conn:
             chain = self.catalog.path_between(conn, group, member)
             if chain is not None:
-                cycle = " → ".join([member, *chain])
-                raise InvalidRequest(
-                    f"adding {member} to {group} would make a membership cycle: {cycle}",
-                    cycle=[member, *chain],
-                )
+                raise cycle_error(group, member, chain, bulk=False)
             conn.execute(
                 "INSERT OR IGNORE INTO memberships(grp, member) VALUES (?, ?)", (group, member)
             )
@@ -618,8 +574,7 @@ class EmbeddedEngine:
             direct = self.catalog.memberships_of(conn, principal)
             held = self.catalog.held_principals(conn, principal)
             members = self.catalog.members_of(conn, principal)
-        inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
-        return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+        return principal_info(principal, direct, held, members)
 
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
         for group, member in pairs:
@@ -629,14 +584,10 @@ class EmbeddedEngine:
             conn.executemany("DELETE FROM memberships WHERE grp = ?", ((g,) for g in groups))
             conn.executemany("INSERT OR IGNORE INTO memberships(grp, member) VALUES (?, ?)", pairs)
             for group, member in pairs:
-                if member.startswith("group:") and self.catalog.path_between(conn, group, member):
-                    chain = self.catalog.path_between(conn, group, member) or []
-                    raise InvalidRequest(
-                        "the memberships would make a cycle: "
-                        + " → ".join([member, *chain])
-                        + "; nothing was loaded",
-                        cycle=[member, *chain],
-                    )
+                if member.startswith("group:"):
+                    chain = self.catalog.path_between(conn, group, member)
+                    if chain:
+                        raise cycle_error(group, member, chain, bulk=True)
         return {"groups": len(groups), "memberships": len(set(pairs))}
 
 

@@ -15,8 +15,14 @@ from knowledge_store.engines.base import AclExplanation, PrincipalInfo
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.publish import load_entity
 from knowledge_store.engines.postgres.schema import held_principals_cte
-from knowledge_store.errors import InvalidRequest, NotFound
-from knowledge_store.model import EVERYONE, check_membership
+from knowledge_store.engines.shared import (
+    cycle_error,
+    explain_access,
+    membership_path,
+)
+from knowledge_store.engines.shared import principal_info as shared_principal_info
+from knowledge_store.errors import NotFound
+from knowledge_store.model import check_membership
 
 __all__ = [
     "add_member",
@@ -58,28 +64,7 @@ def _groups_of(conn: Connection, members: Sequence[str]) -> dict[str, list[str]]
 
 def path_between(conn: Connection, start: str, goal: str) -> list[str] | None:
     """A membership chain ``start → … → goal`` (breadth-first, one query per level)."""
-    if start == goal:
-        return [start]
-    parents: dict[str, str] = {}
-    frontier = [start]
-    seen = {start}
-    while frontier:
-        groups = _groups_of(conn, frontier)
-        nxt: list[str] = []
-        for p in frontier:
-            for g in groups.get(p, []):
-                if g in seen:
-                    continue
-                seen.add(g)
-                parents[g] = p
-                if g == goal:
-                    chain = [g]
-                    while chain[-1] != start:
-                        chain.append(parents[chain[-1]])
-                    return chain[::-1]
-                nxt.append(g)
-        frontier = nxt
-    return None
+    return membership_path(start, goal, lambda members: _groups_of(conn, members))
 
 
 def explain(conn: Connection, principal: str, uid: str) -> AclExplanation:
@@ -87,38 +72,15 @@ def explain(conn: Connection, principal: str, uid: str) -> AclExplanation:
     if entity is None:
         raise NotFound(f"no entity with uid {uid!r}", uid=uid)
     held = held_principals(conn, principal)
-    for entry in entity.acl:
-        if entry not in held:
-            continue
-        if entry == EVERYONE:
-            chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
-            reason = f"{uid} is readable by everyone"
-        else:
-            chain = path_between(conn, principal, entry) or [principal]
-            reason = (
-                f"{principal} is listed in the ACL of {uid}"
-                if len(chain) == 1
-                else f"{principal} reaches {entry} through " + " → ".join(chain)
-            )
-        return AclExplanation(principal, uid, True, tuple(chain), reason)
-    acl = ", ".join(entity.acl) or "nobody (empty ACL: default deny)"
-    return AclExplanation(
-        principal,
-        uid,
-        False,
-        (),
-        f"{principal} holds {', '.join(held)}; the ACL of {uid} is {acl}; none of them matches",
+    return explain_access(
+        principal, uid, entity.acl, held, lambda entry: path_between(conn, principal, entry)
     )
 
 
 def add_member(conn: Connection, group: str, member: str) -> None:
     chain = path_between(conn, group, member)
     if chain is not None:
-        cycle = [member, *chain]
-        raise InvalidRequest(
-            f"adding {member} to {group} would make a membership cycle: {' → '.join(cycle)}",
-            cycle=cycle,
-        )
+        raise cycle_error(group, member, chain, bulk=False)
     conn.execute(
         "INSERT INTO memberships (grp, member) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         (group, member),
@@ -142,8 +104,7 @@ def principal_info(conn: Connection, principal: str) -> PrincipalInfo:
             "SELECT member FROM memberships WHERE grp = %s ORDER BY member", (principal,)
         )
     ]
-    inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
-    return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+    return shared_principal_info(principal, direct, held, members)
 
 
 def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
@@ -160,12 +121,6 @@ def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict
         if member.startswith("group:"):
             chain = path_between(conn, group, member)
             if chain:
-                cycle = [member, *chain]
-                raise InvalidRequest(
-                    "the memberships would make a cycle: "
-                    + " → ".join(cycle)
-                    + "; nothing was loaded",
-                    cycle=cycle,
-                )
+                raise cycle_error(group, member, chain, bulk=True)
     conn.execute(_BUMP)
     return {"groups": len(groups), "memberships": len(unique)}

@@ -15,6 +15,7 @@ from typing import Any
 
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import held_principals_cte
+from knowledge_store.engines.shared import EDGE_DIRECTIONS, content_answer
 from knowledge_store.engines.sqlfilters import filter_clause, pyformat
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Filters
@@ -110,56 +111,19 @@ def content(conn: Connection, principal: str, uid: str) -> dict[str, Any] | None
     ).fetchone()
     if row is None:
         return None
-    chunks = [
-        {
-            "chunk_id": int(c[0]),
-            "ordinal": int(c[1]),
-            "text": c[2],
-            "heading": list(c[3]),
-            "start": int(c[4]),
-            "end": int(c[5]),
-        }
-        for c in conn.execute(
-            'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
-            " WHERE entity = %s ORDER BY ordinal",
-            (row[0],),
-        )
-    ]
-    edges: dict[str, list[dict[str, Any]]] = {}
-    for direction, near, far in (("out", "src", "dst"), ("in", "dst", "src")):
-        edges[direction] = [
-            {
-                "label": e[0],
-                "uid": e[1],
-                "position": e[2],
-                "title": e[3],
-                "type": e[4],
-                "href": e[5],
-            }
-            for e in conn.execute(
-                head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-                f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
-                f" WHERE g.{near} = %(uid)s AND o.acl_set IN (SELECT acl_set FROM vis)"
-                f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
-                who,
-            )
-        ]
-    entity = dict(
-        zip(
-            (
-                "uid",
-                "type",
-                "title",
-                "body",
-                "source",
-                "status",
-                "created_at",
-                "updated_at",
-                "href",
-                "attributes",
-            ),
-            row[1:],
-            strict=True,
-        )
-    )
-    return {"entity": entity, "chunks": chunks, "edges": edges}
+    chunks = conn.execute(
+        'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
+        " WHERE entity = %s ORDER BY ordinal",
+        (row[0],),
+    ).fetchall()
+    edges = {
+        direction: conn.execute(
+            head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+            f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+            f" WHERE g.{near} = %(uid)s AND o.acl_set IN (SELECT acl_set FROM vis)"
+            f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
+            who,
+        ).fetchall()
+        for direction, near, far in EDGE_DIRECTIONS
+    }
+    return content_answer(row[1:], chunks, edges)

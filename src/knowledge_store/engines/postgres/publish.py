@@ -26,7 +26,7 @@ from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
-from knowledge_store.model import Edge, Entity
+from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
 __all__ = [
     "REBUILD_LEXICAL",
@@ -256,22 +256,7 @@ def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -
         if acl not in acl_ids:
             acl_ids[acl] = acl_set_id(conn, acl)
     columns: dict[str, list[object]] = {
-        name: []
-        for name in [
-            "uid",
-            "type",
-            "title",
-            "body",
-            "source",
-            "status",
-            "created_at",
-            "updated_at",
-            "href",
-            "attributes",
-            "acl_set",
-            "content_hash",
-            "chunk_count",
-        ]
+        name: [] for name in [*ENTITY_FIELDS, "acl_set", "content_hash", "chunk_count"]
     }
     for prepared in upserts:
         e = prepared.entity

@@ -1,0 +1,154 @@
+"""Rules and answer shapes that both engines share, whatever their SQL.
+
+Membership chains (breadth-first, one lookup per level), the cycle error, the
+``acl explain`` sentences, ``principals show`` and the content answer are the
+same on SQLite and PostgreSQL; each engine only supplies the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from knowledge_store.engines.base import AclExplanation, PrincipalInfo
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.model import ENTITY_FIELDS, EVERYONE
+
+__all__ = [
+    "EDGE_DIRECTIONS",
+    "content_answer",
+    "cycle_error",
+    "explain_access",
+    "membership_path",
+    "principal_info",
+]
+
+#: ``(direction, near end, far end)`` of the content answer's edge lists.
+EDGE_DIRECTIONS: tuple[tuple[str, str, str], ...] = (("out", "src", "dst"), ("in", "dst", "src"))
+
+GroupsOf = Callable[[Sequence[str]], Mapping[str, Sequence[str]]]
+
+
+def membership_path(start: str, goal: str, groups_of: GroupsOf) -> list[str] | None:
+    """A membership chain ``start → … → goal`` (breadth-first), or None.
+
+    ``groups_of(members)`` gives the direct groups of each of ``members``: one
+    lookup per level of the search.
+    """
+    if start == goal:
+        return [start]
+    parents: dict[str, str] = {}
+    frontier = [start]
+    seen = {start}
+    while frontier:
+        groups = groups_of(frontier)
+        nxt: list[str] = []
+        for p in frontier:
+            for g in groups.get(p, ()):
+                if g in seen:
+                    continue
+                seen.add(g)
+                parents[g] = p
+                if g == goal:
+                    chain = [g]
+                    while chain[-1] != start:
+                        chain.append(parents[chain[-1]])
+                    return chain[::-1]
+                nxt.append(g)
+        frontier = nxt
+    return None
+
+
+def cycle_error(group: str, member: str, chain: Sequence[str], *, bulk: bool) -> InvalidRequest:
+    """The error for a membership that would close a cycle, naming it.
+
+    ``chain`` runs from ``group`` to ``member`` over existing memberships;
+    ``bulk``: the error of ``principals load``, which loads nothing.
+    """
+    cycle = [member, *chain]
+    named = " → ".join(cycle)
+    if bulk:
+        return InvalidRequest(
+            f"the memberships would make a cycle: {named}; nothing was loaded", cycle=cycle
+        )
+    return InvalidRequest(
+        f"adding {member} to {group} would make a membership cycle: {named}", cycle=cycle
+    )
+
+
+def explain_access(
+    principal: str,
+    uid: str,
+    acl: Sequence[str],
+    held: Sequence[str],
+    chain_to: Callable[[str], list[str] | None],
+) -> AclExplanation:
+    """Whether ``principal`` (holding ``held``) may read ``uid`` with ``acl``, and how.
+
+    ``chain_to(entry)`` is the membership chain from ``principal`` to an ACL entry.
+    """
+    holds = set(held)
+    for entry in acl:
+        if entry not in holds:
+            continue
+        if entry == EVERYONE:
+            chain = [principal] if principal == EVERYONE else [principal, EVERYONE]
+            reason = f"{uid} is readable by everyone"
+        else:
+            chain = chain_to(entry) or [principal]
+            reason = (
+                f"{principal} is listed in the ACL of {uid}"
+                if len(chain) == 1
+                else f"{principal} reaches {entry} through " + " → ".join(chain)
+            )
+        return AclExplanation(principal, uid, True, tuple(chain), reason)
+    listed = ", ".join(acl) or "nobody (empty ACL: default deny)"
+    return AclExplanation(
+        principal,
+        uid,
+        False,
+        (),
+        f"{principal} holds {', '.join(held)}; the ACL of {uid} is {listed}; none of them matches",
+    )
+
+
+def principal_info(
+    principal: str, direct: Sequence[str], held: Iterable[str], members: Sequence[str]
+) -> PrincipalInfo:
+    """``principals show``: direct groups, groups reached through them, direct members."""
+    inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
+    return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+
+
+def content_answer(
+    entity: Sequence[Any],
+    chunks: Iterable[Sequence[Any]],
+    edges: Mapping[str, Iterable[Sequence[Any]]],
+) -> dict[str, Any]:
+    """The content API's answer (without its content root) from rows.
+
+    ``entity``: the values of ``ENTITY_FIELDS`` (attributes decoded); ``chunks``:
+    ``(chunk_id, ordinal, text, heading, start, end)`` with the heading a list;
+    ``edges``: per direction, ``(label, uid, position, title, type, href)``.
+    """
+    return {
+        "entity": dict(zip(ENTITY_FIELDS, entity, strict=True)),
+        "chunks": [
+            {
+                "chunk_id": int(c[0]),
+                "ordinal": int(c[1]),
+                "text": c[2],
+                "heading": list(c[3]),
+                "start": int(c[4]),
+                "end": int(c[5]),
+            }
+            for c in chunks
+        ],
+        "edges": {
+            direction: [
+                dict(zip(("label", "uid", "position", "title", "type", "href"), e, strict=True))
+                for e in rows
+            ]
+            for direction, rows in edges.items()
+        },
+    }
