@@ -61,7 +61,7 @@ from knowledge_store.store import KnowledgeStore
 
 HERE = CACHE / "engines"
 RESULTS = ROOT / "bench" / "results" / "engines.json"
-DOCS_ONLY = Filters.build(not_types=["codeSample"])
+DOCS_ONLY = Filters.build(not_type=["codeSample"])
 
 
 # -- a shared, persistent embedder (queries are embedded once for every engine and ranker) ----

@@ -62,8 +62,8 @@ def _answers(store: KnowledgeStore) -> dict[str, object]:
         fused = store.search(q, identity=READER, k=50)
         out[f"search {q}: uids"] = sorted(r.uid for r in fused.results)
     out["sql"] = [h.uid for h in store.sql(identity=READER, k=100, order="title:asc").hits]
-    out["aggregate"] = store.aggregate("count", "type", identity=READER).rows
-    out["count"] = store.aggregate("count", identity=READER).rows
+    out["aggregate"] = store.aggregate("count", "type", identity=READER).pairs()
+    out["count"] = store.aggregate("count", identity=READER).pairs()
     return out
 
 

@@ -1,6 +1,10 @@
-"""``KnowledgeStore``: the Python API over one engine (DESIGN §6).
+"""``KnowledgeStore``: the Python API over one engine (DESIGN §6) — the boundary.
 
-Every CLI command, tool and endpoint calls one method of this class.
+Every CLI command, tool and endpoint calls one method of this class. Each
+read method takes either its request model (:mod:`knowledge_store.requests`)
+or the keyword arguments that build it: the request is validated once, here,
+into the typed values engines take, so every surface has the same bounds and
+the same errors.
 """
 
 from __future__ import annotations
@@ -8,41 +12,80 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_store.engines.base import AclExplanation, Engine, PrincipalInfo, StoreStats
+from knowledge_store.engines.base import Engine
 from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
+from knowledge_store.graphquery.runner import checked_query
 from knowledge_store.ingest.embedding import Embedder, open_embedder
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
+    AclChange,
+    AclExplanation,
     AggregateAnswer,
     ChunkHits,
+    Content,
+    DeleteReport,
     Entity,
-    Filters,
     GraphHits,
     Identity,
     IngestReport,
+    MembershipsLoaded,
+    PrincipalInfo,
     QueryAnswer,
     SearchAnswer,
     SqlHits,
+    StoreStats,
 )
+from knowledge_store.requests import (
+    AclRequest,
+    AggregateRequest,
+    ContentRequest,
+    DeleteRequest,
+    DocsSearchRequest,
+    FacetsRequest,
+    GraphRequest,
+    KnowledgeRequest,
+    LearningPathRequest,
+    LexicalRequest,
+    MemberRequest,
+    PrincipalRequest,
+    QueryGraphRequest,
+    RelatedRequest,
+    Request,
+    SearchRequest,
+    SqlRequest,
+    VectorRequest,
+    XrefRequest,
+)
+from knowledge_store.retrieval import docs_tools, knowledge
 from knowledge_store.retrieval import search as fused
-from knowledge_store.retrieval.filters import FiltersLike, coerce_filters
 from knowledge_store.retrieval.retrievers import Retriever
 
 __all__ = ["DEFAULT_STORE", "KnowledgeStore"]
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
+R = TypeVar("R", bound=Request)
 
 
 def _identity(who: IdentityLike) -> Identity:
     if isinstance(who, Identity):
         return who
     return Identity(who or os.environ.get("KS_AS") or "everyone")
+
+
+def _request(model: type[R], given: object, **fields: Any) -> R:
+    """``given`` if it is already the request, else the request built from ``fields``.
+
+    A field passed as None takes the model's default.
+    """
+    if isinstance(given, model):
+        return given
+    return model.parse({k: v for k, v in fields.items() if v is not None})
 
 
 def open_engine(location: str | Path) -> Engine:
@@ -179,95 +222,128 @@ class KnowledgeStore:
             progress=progress,
         )
 
-    def delete(self, uids: Sequence[str]) -> str:
+    def delete(self, uids: Sequence[str] | DeleteRequest) -> DeleteReport:
         """Delete entities (their chunks and outgoing edges) as one publish."""
-        if not uids:
-            raise InvalidRequest("delete needs at least one uid")
-        return self.engine.delete(uids)
+        if not isinstance(uids, DeleteRequest) and not uids:
+            raise InvalidRequest("delete needs at least one uid", field="uids")
+        request = _request(DeleteRequest, uids, uids=uids)
+        unique = list(dict.fromkeys(request.uids))
+        root = self.engine.delete(unique)
+        return DeleteReport(content_root=root, deleted=len(unique))
 
     # -- primitives ------------------------------------------------------------------------------
     def lexical(
         self,
-        text: str,
+        text: str | LexicalRequest,
         *,
         identity: IdentityLike = None,
         k: int = 10,
-        filters: Filters | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        return self.engine.lexical(_identity(identity), text, k, filters or Filters())
+        request = _request(LexicalRequest, text, query=text, k=k, filters=filters, explain=explain)
+        answer = self.engine.lexical(
+            _identity(identity), request.query, request.k, request.filters.value
+        )
+        return answer if request.explain else answer.model_copy(update={"explain": None})
 
     def vector(
         self,
-        query: str | np.ndarray,
+        query: str | np.ndarray | VectorRequest,
         *,
         identity: IdentityLike = None,
         k: int = 10,
-        filters: Filters | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
-        who = _identity(identity)
-        if isinstance(query, str):
-            if not query.strip():
-                raise InvalidRequest("vector needs a non-empty text")
-            vec = self.embedder.embed_query(query)
+        if isinstance(query, np.ndarray):
+            request = VectorRequest.parse(
+                vector=np.asarray(query, dtype=np.float32).reshape(-1).tolist(),
+                k=k,
+                explain=explain,
+                **({} if filters is None else {"filters": filters}),
+            )
         else:
-            vec = np.asarray(query, dtype=np.float32)
-        return self.engine.vector(who, vec, k, filters or Filters())
+            request = _request(
+                VectorRequest, query, query=query, k=k, filters=filters, explain=explain
+            )
+        who = _identity(identity)
+        if request.vector is not None:
+            vec = np.asarray(request.vector, dtype=np.float32)
+        else:
+            vec = self.embedder.embed_query(request.query)
+        answer = self.engine.vector(who, vec, request.k, request.filters.value)
+        return answer if request.explain else answer.model_copy(update={"explain": None})
 
     def search(
         self,
-        text: str | None,
+        text: str | SearchRequest | None = None,
         *,
         identity: IdentityLike = None,
         k: int = 10,
-        filters: FiltersLike = None,
+        filters: Any = None,
         mode: str | None = None,
         weights: Mapping[str, float] | None = None,
         explain: bool = False,
         retrievers: Sequence[str | Retriever] | None = None,
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        request = _request(
+            SearchRequest,
+            text,
+            query=text,
+            k=k,
+            filters=filters,
+            mode=mode,
+            weights=weights,
+            explain=explain,
+        )
         return fused.search(
             self.engine,
             lambda: self.embedder,
             _identity(identity),
-            text,
-            k=k,
-            filters=coerce_filters(filters),
-            mode=mode,
-            weights=weights,
-            explain=explain,
+            request.query,
+            k=request.k,
+            filters=request.filters.value,
+            mode=request.mode,
+            weights=request.weights,
+            explain=request.explain,
             retrievers=retrievers,
         )
 
     def sql(
         self,
-        filters: FiltersLike = None,
+        filters: Any = None,
         *,
         identity: IdentityLike = None,
         order: str | None = None,
         k: int = 10,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
-        return self.engine.sql(_identity(identity), coerce_filters(filters), order=order, k=k)
+        request = _request(SqlRequest, filters, filters=filters, order=order, k=k)
+        return self.engine.sql(
+            _identity(identity), request.filters.value, request.order_value, request.k
+        )
 
     def aggregate(
         self,
-        metric: str,
+        metric: str | AggregateRequest,
         dimension: str | None = None,
         *,
         identity: IdentityLike = None,
-        filters: FiltersLike = None,
+        filters: Any = None,
     ) -> AggregateAnswer:
-        """A catalog metric by a dimension over the visible slice (``retrieval.aggregates``)."""
-        return self.engine.aggregate(
-            _identity(identity), metric, dimension, coerce_filters(filters)
+        """A catalog metric by a dimension over the visible slice (DESIGN §2)."""
+        request = _request(
+            AggregateRequest, metric, metric=metric, dimension=dimension, filters=filters
         )
+        return self.engine.aggregate(_identity(identity), request.spec, request.filters.value)
 
     def graph(
         self,
-        starts: Sequence[str],
+        starts: Sequence[str] | GraphRequest,
         *,
         identity: IdentityLike = None,
         depth: int = 1,
@@ -276,35 +352,122 @@ class KnowledgeStore:
         k: int = 10,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
-        return self.engine.graph(
-            _identity(identity), starts, depth=depth, labels=labels, direction=direction, k=k
+        request = _request(
+            GraphRequest,
+            starts,
+            starts=starts,
+            depth=depth,
+            labels=labels,
+            direction=direction,
+            k=k,
         )
+        return self.engine.graph(_identity(identity), request.value)
 
     def query_graph(
         self,
-        text: str,
+        text: str | QueryGraphRequest,
         params: Mapping[str, Any] | None = None,
         *,
         identity: IdentityLike = None,
         lenient: bool = False,
     ) -> QueryAnswer:
         """Run a bounded, read-only openCypher query (docs/query_graph.md)."""
-        return self.engine.query_graph(_identity(identity), text, params, lenient=lenient)
+        request = _request(QueryGraphRequest, text, query=text, params=params, lenient=lenient)
+        query = checked_query(request.query, request.params, lenient=request.lenient)
+        return self.engine.query_graph(_identity(identity), query, request.params)
 
-    def content(self, uid: str, *, identity: IdentityLike = None) -> dict[str, Any]:
+    def content(self, uid: str | ContentRequest, *, identity: IdentityLike = None) -> Content:
         """The entity ``uid`` with its chunks and its edges to entities the caller can read.
 
-        ``{"content_root", "entity": {…fields}, "chunks": […], "edges": {"out": […], "in": […]}}``.
         Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
         """
-        if not isinstance(uid, str) or not uid or len(uid) > 4096 or "\x00" in uid:
-            raise InvalidRequest(
-                "a uid is a non-empty string of at most 4096 characters", field="uid"
-            )
-        found = self.engine.content(_identity(identity), uid)
+        request = _request(ContentRequest, uid, uid=uid)
+        found = self.engine.content(_identity(identity), request.uid)
         if found is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+            raise NotFound(f"no entity with uid {request.uid!r}", uid=request.uid)
         return found
+
+    # -- docs tools ------------------------------------------------------------------------------
+    def docs_search(
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Any = None,
+    ) -> SearchAnswer:
+        """Fused search over every type but ``codeSample``."""
+        request = _request(DocsSearchRequest, text, query=text, k=k, filters=filters)
+        return knowledge.docs_search(self, _identity(identity), request)
+
+    def code_sample_search(
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Any = None,
+    ) -> knowledge.CodeSamples:
+        """Fused search over ``codeSample`` entities: each with its code, language and page."""
+        request = _request(DocsSearchRequest, text, query=text, k=k, filters=filters)
+        return knowledge.code_sample_search(self, _identity(identity), request)
+
+    def search_knowledge(
+        self,
+        text: str | KnowledgeRequest,
+        *,
+        identity: IdentityLike = None,
+        k: int = 5,
+        filters: Any = None,
+    ) -> knowledge.Knowledge:
+        """Fused search as cited passages and one context block, for a chat model."""
+        request = _request(KnowledgeRequest, text, query=text, k=k, filters=filters)
+        return knowledge.search_knowledge(self, _identity(identity), request)
+
+    def get_related(
+        self,
+        uid: str | RelatedRequest,
+        *,
+        identity: IdentityLike = None,
+        labels: Sequence[str] = (),
+        depth: int = 1,
+        direction: str = "both",
+        k: int = 10,
+    ) -> docs_tools.Related:
+        """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
+        request = _request(
+            RelatedRequest, uid, uid=uid, labels=labels, depth=depth, direction=direction, k=k
+        )
+        return docs_tools.get_related(
+            self,
+            request.uid,
+            identity=_identity(identity),
+            labels=request.labels,
+            depth=request.depth,
+            direction=request.direction,
+            k=request.k,
+        )
+
+    def get_learning_path(
+        self, uid: str | LearningPathRequest, *, identity: IdentityLike = None
+    ) -> docs_tools.LearningPath:
+        """The ordered path or module ``uid`` belongs to, with ``uid``'s place in it."""
+        request = _request(LearningPathRequest, uid, uid=uid)
+        return docs_tools.get_learning_path(self, request.uid, identity=_identity(identity))
+
+    def resolve_xref(
+        self, ref: str | XrefRequest, *, identity: IdentityLike = None
+    ) -> docs_tools.XrefResolution:
+        """A uid, an href (with or without ``#anchor``) or an exact title → the entity."""
+        request = _request(XrefRequest, ref, ref=ref)
+        return docs_tools.resolve_xref(self, request.ref, identity=_identity(identity))
+
+    def graph_facets(
+        self, uids: Sequence[str] | FacetsRequest, *, identity: IdentityLike = None
+    ) -> docs_tools.GraphFacets:
+        """Visible neighbours of a result set, counted by edge label and entity type."""
+        request = _request(FacetsRequest, uids, uids=uids)
+        return docs_tools.graph_facets(self, request.uids, identity=_identity(identity))
 
     # -- store -------------------------------------------------------------------------------------
     def stats(self) -> StoreStats:
@@ -321,11 +484,17 @@ class KnowledgeStore:
         self.engine.rebuild(progress=progress)
 
     # -- ACL administration ---------------------------------------------------------------------------
-    def grant(self, uid: str, principal: str) -> str:
-        return self.engine.grant(uid, principal)
+    def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
+        """Let ``principal`` read ``uid`` (one publish)."""
+        request = _request(AclRequest, uid, uid=uid, principal=principal)
+        root = self.engine.grant(request.uid, request.principal)
+        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
-    def revoke(self, uid: str, principal: str) -> str:
-        return self.engine.revoke(uid, principal)
+    def revoke(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
+        """Stop ``principal`` reading ``uid`` through its ACL (one publish)."""
+        request = _request(AclRequest, uid, uid=uid, principal=principal)
+        root = self.engine.revoke(request.uid, request.principal)
+        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         return self.engine.acl_show(uid)
@@ -333,14 +502,21 @@ class KnowledgeStore:
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         return self.engine.acl_explain(principal, uid)
 
-    def add_member(self, group: str, member: str) -> None:
-        self.engine.add_member(group, member)
+    def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
+        """Make ``member`` a member of ``group``; the member's groups after it."""
+        request = _request(MemberRequest, group, group=group, member=member)
+        self.engine.add_member(request.group, request.member)
+        return self.engine.principal_show(request.member)
 
-    def remove_member(self, group: str, member: str) -> None:
-        self.engine.remove_member(group, member)
+    def remove_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
+        """Remove ``member`` from ``group``; the member's groups after it."""
+        request = _request(MemberRequest, group, group=group, member=member)
+        self.engine.remove_member(request.group, request.member)
+        return self.engine.principal_show(request.member)
 
-    def principal_show(self, principal: str) -> PrincipalInfo:
-        return self.engine.principal_show(principal)
+    def principal_show(self, principal: str | PrincipalRequest) -> PrincipalInfo:
+        request = _request(PrincipalRequest, principal, principal=principal)
+        return self.engine.principal_show(request.principal)
 
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
         return self.engine.load_memberships(pairs)

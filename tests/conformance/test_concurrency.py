@@ -21,7 +21,7 @@ import pytest
 
 from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
-from knowledge_store.model import Entity, Filters, Identity
+from knowledge_store.model import DEFAULT_ORDER, Entity, Filters, Identity
 from knowledge_store.store import KnowledgeStore
 
 WRITERS = 3
@@ -52,7 +52,9 @@ def _writer(store: KnowledgeStore, n: int, log: Log, shared: str) -> Callable[[]
             for i in range(PUBLISHES_PER_WRITER):
                 choice = rng.random()
                 if i % 4 == 3:
-                    root = store.grant(shared, f"user:w{n}-{i}")  # read-modify-write of one ACL
+                    root = store.grant(
+                        shared, f"user:w{n}-{i}"
+                    ).content_root  # read-modify-write of one ACL
                     added: set[str] = set()
                     removed: set[str] = set()
                 elif choice < 0.25 and mine:
@@ -76,7 +78,7 @@ def _reader(store: KnowledgeStore, log: Log, stop: threading.Event) -> Callable[
     def run() -> None:
         try:
             while not stop.is_set():
-                answer = store.engine.sql(Identity(), Filters(), k=1000)
+                answer = store.engine.sql(Identity(), Filters(), DEFAULT_ORDER, 1000)
                 with log.lock:
                     log.observed.append(
                         (answer.content_root, frozenset(h.uid for h in answer.hits))
@@ -141,7 +143,7 @@ def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     assert {
         f"user:w{n}-{i}" for n in range(WRITERS) for i in range(3, PUBLISHES_PER_WRITER, 4)
     } <= acl
-    final = {h.uid for h in store.engine.sql(Identity(), Filters(), k=1000).hits}
+    final = {h.uid for h in store.engine.sql(Identity(), Filters(), DEFAULT_ORDER, 1000).hits}
     assert final == set(expected[chain[-1]])
 
 
@@ -166,9 +168,12 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     thread.start()
     assert inside.wait(10)
     started = time.monotonic()
-    answer = engine.sql(Identity(), Filters(), k=10)
+    answer = engine.sql(Identity(), Filters(), DEFAULT_ORDER, 10)
     assert time.monotonic() - started < 2.0
     assert answer.content_root == old and {h.uid for h in answer.hits} == {"before"}
     release.set()
     thread.join(10)
-    assert {h.uid for h in engine.sql(Identity(), Filters(), k=10).hits} == {"before", "during"}
+    assert {h.uid for h in engine.sql(Identity(), Filters(), DEFAULT_ORDER, 10).hits} == {
+        "before",
+        "during",
+    }

@@ -25,8 +25,18 @@ from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.engines.postgres.schema import MIGRATIONS, Migration
 from knowledge_store.errors import InvalidRequest, QueryTimeout, StoreError
+from knowledge_store.graphquery.runner import checked_query
 from knowledge_store.graphquery.traversal import FANOUT_CAP
-from knowledge_store.model import Edge, Entity, Filters, Identity
+from knowledge_store.model import (
+    DEFAULT_ORDER,
+    AggregateSpec,
+    Edge,
+    Entity,
+    Filters,
+    GraphQuery,
+    Identity,
+    Order,
+)
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
 from tests.conformance import memo
@@ -94,9 +104,9 @@ def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(datab
     try:
         assert engine.stats().to_dict()["needs_rebuild"] is True
         with pytest.raises(StoreError, match="rebuild"):
-            engine.sql(Identity(), Filters())
+            engine.sql(Identity(), Filters(), DEFAULT_ORDER, 10)
         engine.rebuild()
-        assert [h.uid for h in engine.sql(Identity(), Filters()).hits] == ["a"]
+        assert [h.uid for h in engine.sql(Identity(), Filters(), DEFAULT_ORDER, 10).hits] == ["a"]
     finally:
         engine.close()
     with pytest.raises(StoreError, match="newer"):
@@ -264,13 +274,13 @@ def test_filtered_vectors_fall_back_to_post_filtered_hnsw_on_pgvector_0_6(
     # pretend the store is big: the planner now post-filters HNSW candidates
     monkeypatch.setattr(vector_sql, "EXACT_FLOOR", 0)
     monkeypatch.setattr(vector_sql, "EXACT_SHARE", 0.0)
-    filtered = engine.vector(Identity(), query, 10, Filters.build(types=["section"]))
+    filtered = engine.vector(Identity(), query, 10, Filters.build(type=["section"]))
     info = filtered.vector
     assert info is not None and info.strategy == "hnsw-filtered" and not info.exhaustive
     assert info.scanned == filtered.explain["plan"]["ef_search"]  # type: ignore[index]
     assert all(h.type == "section" for h in filtered.hits) and filtered.hits
     monkeypatch.undo()
-    exact = engine.vector(Identity(), query, 10, Filters.build(types=["section"]))
+    exact = engine.vector(Identity(), query, 10, Filters.build(type=["section"]))
     assert exact.vector is not None and exact.vector.exhaustive
     got = {h.chunk_id for h in filtered.hits}
     assert len(got & {h.chunk_id for h in exact.hits}) >= 0.8 * len(exact.hits)
@@ -321,9 +331,15 @@ def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
         engine.db.conn().execute("ANALYZE")
         started = time.perf_counter()
         with pytest.raises(QueryTimeout, match="250 ms"):
-            engine.query_graph(Identity(), "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
+            engine.query_graph(
+                Identity(), checked_query("MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {}), {}
+            )
         assert time.perf_counter() - started < 2.0
-        answer = engine.query_graph(Identity(), "MATCH (a {uid: $u}) RETURN a.uid", {"u": "n:1"})
+        answer = engine.query_graph(
+            Identity(),
+            checked_query("MATCH (a {uid: $u}) RETURN a.uid", {"u": "n:1"}),
+            {"u": "n:1"},
+        )
         assert answer.rows == [["n:1"]]
         # the primitive's fan-out cap: a hub with more than FANOUT_CAP neighbours
         leaves = FANOUT_CAP + 5
@@ -347,9 +363,9 @@ def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
             [],
             kind="ingest",
         )
-        hub = engine.graph(Identity(), ["hub"], k=1000)
+        hub = engine.graph(Identity(), GraphQuery(starts=("hub",), k=1000))
         assert hub.capped is True and len(hub.hits) == 1000
-        assert engine.graph(Identity(), ["leaf:1"]).capped is False
+        assert engine.graph(Identity(), GraphQuery(starts=("leaf:1",))).capped is False
     finally:
         engine.close()
 
@@ -419,14 +435,18 @@ def test_no_input_value_reaches_the_sql_text(
     monkeypatch.setattr(engine.db, "conn", lambda: _Recorder(real(), seen))
     mark = "zqx9"
     who = Identity(f"user:{mark}'--")
-    filters = Filters.build(types=[f"{mark}'"], sources=[mark], uids=[f"{mark};"])
+    filters = Filters.build(type=[f"{mark}'"], source=[mark], uid=[f"{mark};"])
     engine.lexical(who, f"{mark} ' OR 1=1 pg_stat_{mark}", 5, filters)
     engine.vector(who, memo.shared().embed_query("anything"), 5, filters)
-    engine.sql(who, filters, order="title", k=5)
-    engine.aggregate(who, "count", "created_at:week", filters)
+    engine.sql(who, filters, Order.parse("title"), 5)
+    engine.aggregate(who, AggregateSpec.of("count", "created_at:week"), filters)
     engine.successors(who, [mark], filters)
-    engine.graph(who, [f"{mark}'"], depth=3, labels=["xref"], direction="both")
-    engine.query_graph(who, "MATCH (a {uid: $u})-[:xref*1..2]-(b) RETURN b.uid", {"u": mark})
+    engine.graph(who, GraphQuery(starts=(f"{mark}'",), depth=3, labels=("xref",), direction="both"))
+    engine.query_graph(
+        who,
+        checked_query("MATCH (a {uid: $u})-[:xref*1..2]-(b) RETURN b.uid", {"u": mark}),
+        {"u": mark},
+    )
     engine.content(who, mark)
     engine.acl_explain(who.principal, "guide:monitoring")
     assert len(seen) > 10

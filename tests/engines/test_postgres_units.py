@@ -18,6 +18,7 @@ from knowledge_store.engines.postgres.schema import (
     vector_ddl,
 )
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.graphquery.runner import checked_query
 from knowledge_store.model import Filters
 
 
@@ -95,7 +96,7 @@ def test_vector_settings_and_statements() -> None:
     q = np.ones(4, np.float32)
     exact = vector.plan_vector(100, 100_000, 10, V06)
     assert vector.settings(exact) == []
-    sql, params = vector.vector_statement(exact, "user:a", q, 10, Filters.build(types=["page"]))
+    sql, params = vector.vector_statement(exact, "user:a", q, 10, Filters.build(type=["page"]))
     assert "+ 0" in sql and "held" in sql and "%(f0)s" in sql and params["f0"] == "page"
     assert params["principal"] == "user:a" and "user:a" not in sql
     filtered = vector.plan_vector(50_000, 100_000, 10, V06)
@@ -114,7 +115,7 @@ def test_vector_settings_and_statements() -> None:
 def test_every_lexical_ranker_is_one_statement_with_the_acl_inside() -> None:
     marked = "zqx9 ' OR 1=1 --"
     for name in lexical.LEXICAL_RANKERS:
-        st = lexical.lexical_statement(name, "group:zqx9", marked, 10, Filters.build(uids=[marked]))
+        st = lexical.lexical_statement(name, "group:zqx9", marked, 10, Filters.build(uid=[marked]))
         assert st.sql.startswith("WITH RECURSIVE held(p)"), name
         assert "vis" in st.sql and "zqx9" not in st.sql, name
         assert st.params["text"] == marked and st.params["principal"] == "group:zqx9"
@@ -124,12 +125,12 @@ def test_every_lexical_ranker_is_one_statement_with_the_acl_inside() -> None:
 
 
 def test_query_graph_compiles_to_postgresql_with_values_bound() -> None:
-    compiled = prepare_query_graph(
+    params = {"u": "zqx9", "p": "zqx9'", "l": ["zqx9", 3], "k": 5}
+    text = (
         "MATCH (a:page {uid: $u})-[:xref*1..3]->(b) WHERE b.title STARTS WITH $p"
-        " AND b.uid IN $l RETURN b.uid, count(*) AS n ORDER BY n DESC LIMIT $k",
-        {"u": "zqx9", "p": "zqx9'", "l": ["zqx9", 3], "k": 5},
-        "user:zqx9",
+        " AND b.uid IN $l RETURN b.uid, count(*) AS n ORDER BY n DESC LIMIT $k"
     )
+    compiled = prepare_query_graph(checked_query(text, params), params, "user:zqx9")
     assert "zqx9" not in compiled.sql
     assert "%(principal)s" in compiled.sql and ":principal" not in compiled.sql
     assert "CROSS JOIN" in compiled.sql and "jsonb_array_elements_text" in compiled.sql

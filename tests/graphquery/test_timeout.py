@@ -14,7 +14,7 @@ from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.errors import QueryTimeout
 from knowledge_store.graphquery import parse
-from knowledge_store.graphquery.runner import TIME_LIMIT_S
+from knowledge_store.graphquery.runner import TIME_LIMIT_S, checked_query
 from knowledge_store.model import Edge, Entity, Identity
 
 NODES = 1500
@@ -45,7 +45,9 @@ def test_an_expensive_query_is_cancelled_at_the_bound(dense: EmbeddedEngine) -> 
     parse("MATCH (a) RETURN a")  # the grammar is built once per process: not part of the query
     started = time.perf_counter()
     with pytest.raises(QueryTimeout) as caught:
-        dense.query_graph(Identity(), "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
+        dense.query_graph(
+            Identity(), checked_query("MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {}), {}
+        )
     elapsed = time.perf_counter() - started
     assert TIME_LIMIT_S <= elapsed < TIME_LIMIT_S + 0.5
     error = caught.value
@@ -56,18 +58,20 @@ def test_an_expensive_query_is_cancelled_at_the_bound(dense: EmbeddedEngine) -> 
 
 def test_the_store_answers_normally_after_a_timeout(dense: EmbeddedEngine) -> None:
     with pytest.raises(QueryTimeout):
-        dense.query_graph(Identity(), "MATCH (a)-[:xref*1..4]->(b) RETURN count(*)", {})
+        dense.query_graph(
+            Identity(), checked_query("MATCH (a)-[:xref*1..4]->(b) RETURN count(*)", {}), {}
+        )
     assert not dense.catalog._conn().in_transaction
-    answer = dense.query_graph(
-        Identity(), "MATCH (a {uid: $uid})-[:xref]->(b) RETURN count(b)", {"uid": "n:1"}
-    )
+    text = "MATCH (a {uid: $uid})-[:xref]->(b) RETURN count(b)"
+    answer = dense.query_graph(Identity(), checked_query(text, {"uid": "n:1"}), {"uid": "n:1"})
     assert 0 < answer.rows[0][0] <= DEGREE
 
 
 def test_an_anchored_deep_query_on_the_dense_graph_finishes(dense: EmbeddedEngine) -> None:
+    text = "MATCH (a {uid: $uid})-[:xref*1..2]->(b) RETURN count(b) AS n"
     answer = dense.query_graph(
         Identity(),
-        "MATCH (a {uid: $uid})-[:xref*1..2]->(b) RETURN count(b) AS n",
+        checked_query(text, {"uid": "n:7"}),
         {"uid": "n:7"},
     )
     assert answer.rows[0][0] > DEGREE

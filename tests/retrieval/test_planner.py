@@ -10,7 +10,7 @@ import pytest
 
 from knowledge_store.engines.base import Engine
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownField
-from knowledge_store.model import LIST_NAMES, Filters, Identity, SearchAnswer
+from knowledge_store.model import LIST_NAMES, Filters, Identity, Order, SearchAnswer
 from knowledge_store.retrieval.fusion import RankedList
 from knowledge_store.retrieval.retrievers import (
     BUILT_IN,
@@ -95,7 +95,7 @@ def test_filters_restrict_every_list_including_graph(fields_store: KnowledgeStor
     for name, items in filtered.explain["lists"].items():
         assert "code:backup-1" not in (items or []), name
     assert all(r.type != "codeSample" for r in filtered.results)
-    pages = fields_store.search("replication", k=20, filters=Filters(types=("page",)))
+    pages = fields_store.search("replication", k=20, filters=Filters.build(type=("page",)))
     assert {r.type for r in pages.results} == {"page"}
 
 
@@ -226,7 +226,7 @@ class TitlePrefixRetriever:
         if not request.has_text or request.text is None:
             return Ranking(self.name, "entity", ran=False)
         prefix = request.text.strip().lower()
-        hits = self.engine.sql(identity, request.filters, order="title", k=1000).hits
+        hits = self.engine.sql(identity, request.filters, Order.parse("title"), 1000).hits
         found = [h for h in hits if h.title.lower().startswith(prefix)]
         return Ranking(
             self.name,
@@ -294,7 +294,7 @@ def test_fuse_stages_expands_from_the_top_of_the_first_fusion() -> None:
 def test_the_evaluation_ranks_exactly_like_the_planner(fields_store: KnowledgeStore) -> None:
     from knowledge_store.retrieval.evaluation import Variant, collect, run_variant
 
-    filters = Filters(statuses=("published",))  # no visible supersession in this slice
+    filters = Filters.build(status=("published",))  # no visible supersession in this slice
     queries = [("q1", "vacuum dead tuples"), ("q2", "replication standby"), ("q3", "backup")]
     collected = collect(fields_store, queries, filters=filters)
     for mode in ("rrf", "convex"):

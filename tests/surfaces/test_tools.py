@@ -15,8 +15,7 @@ from knowledge_store.errors import (
     UnknownLabel,
 )
 from knowledge_store.ingest.embedding import Embedder
-from knowledge_store.model import LABELS
-from knowledge_store.retrieval.aggregates import DIMENSIONS, METRICS
+from knowledge_store.model import DIMENSIONS, LABELS, METRICS
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.tools import TOOLS, available_tools, call_tool, tool_schemas
 from tests.fields_estate import fields_store, visible_records

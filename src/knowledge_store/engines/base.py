@@ -8,25 +8,34 @@ and applies the ACL inside its query, before ranking.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
+    AclExplanation,
     AggregateAnswer,
+    AggregateSpec,
     Chunk,
     ChunkHits,
+    Content,
     Entity,
     Filters,
     GraphHits,
+    GraphQuery,
     Identity,
+    MembershipsLoaded,
+    Order,
+    PrincipalInfo,
     QueryAnswer,
     SqlHits,
+    StoreStats,
 )
 
-__all__ = ["AclExplanation", "Engine", "PreparedEntity", "PrincipalInfo", "StoreStats"]
+__all__ = ["AclExplanation", "Engine", "PreparedEntity", "PrincipalInfo", "StoreStats", "Vector"]
 
 Vector = npt.NDArray[np.float32]
 
@@ -38,66 +47,6 @@ class PreparedEntity:
     entity: Entity
     chunks: tuple[Chunk, ...]
     vectors: Vector  # (len(chunks), dimension) float32, L2-normalised
-
-
-@dataclass(frozen=True)
-class StoreStats:
-    content_root: str
-    entities: int
-    chunks: int
-    edges: Mapping[str, int]
-    segments: int
-    model: str | None
-    dimension: int | None
-    is_empty: bool
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "content_root": self.content_root,
-            "entities": self.entities,
-            "chunks": self.chunks,
-            "edges": dict(self.edges),
-            "segments": self.segments,
-            "model": self.model,
-            "dimension": self.dimension,
-            "is_empty": self.is_empty,
-            **self.extra,
-        }
-
-
-@dataclass(frozen=True)
-class PrincipalInfo:
-    principal: str
-    direct_groups: tuple[str, ...]
-    inherited_groups: tuple[str, ...]
-    members: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "direct_groups": list(self.direct_groups),
-            "inherited_groups": list(self.inherited_groups),
-            "members": list(self.members),
-        }
-
-
-@dataclass(frozen=True)
-class AclExplanation:
-    principal: str
-    uid: str
-    allowed: bool
-    chain: tuple[str, ...]  # principal → group → … → the ACL entry that grants
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "uid": self.uid,
-            "allowed": self.allowed,
-            "chain": list(self.chain),
-            "reason": self.reason,
-        }
 
 
 class Engine(Protocol):
@@ -124,34 +73,18 @@ class Engine(Protocol):
     # -- primitives -----------------------------------------------------------
     def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits: ...
     def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits: ...
-    def sql(
-        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
-    ) -> SqlHits: ...
+    def sql(self, identity: Identity, filters: Filters, order: Order, k: int) -> SqlHits: ...
     def aggregate(
-        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
+        self, identity: Identity, spec: AggregateSpec, filters: Filters
     ) -> AggregateAnswer: ...
     def successors(
         self, identity: Identity, uids: Sequence[str], filters: Filters
     ) -> dict[str, str]: ...
-    def graph(
-        self,
-        identity: Identity,
-        starts: Sequence[str],
-        *,
-        depth: int = 1,
-        labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
-    ) -> GraphHits: ...
+    def graph(self, identity: Identity, query: GraphQuery) -> GraphHits: ...
     def query_graph(
-        self,
-        identity: Identity,
-        text: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        lenient: bool = False,
+        self, identity: Identity, query: Query, params: Mapping[str, Any]
     ) -> QueryAnswer: ...
-    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None: ...
+    def content(self, identity: Identity, uid: str) -> Content | None: ...
 
     # -- ACL administration -----------------------------------------------------
     def grant(self, uid: str, principal: str) -> str: ...
@@ -161,4 +94,4 @@ class Engine(Protocol):
     def add_member(self, group: str, member: str) -> None: ...
     def remove_member(self, group: str, member: str) -> None: ...
     def principal_show(self, principal: str) -> PrincipalInfo: ...
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]: ...
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded: ...

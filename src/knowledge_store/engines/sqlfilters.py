@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from knowledge_store.model import Filters
+from knowledge_store.model import FILTER_FIELDS, Filters
 
 __all__ = ["Placeholder", "filter_clause", "named", "pyformat"]
 
@@ -31,7 +31,11 @@ def pyformat(name: str) -> str:
 def filter_clause(
     filters: Filters, *, alias: str = "e", placeholder: Placeholder = named, prefix: str = "f"
 ) -> tuple[str, dict[str, Any]]:
-    """``(sql, params)`` for FILTERS on the entity table ``alias``; ``"1=1"`` when empty."""
+    """``(sql, params)`` for FILTERS on the entity table ``alias``; ``"1=1"`` when empty.
+
+    Generic over :data:`~knowledge_store.model.FILTER_FIELDS`: keyword fields
+    become ``IN`` / ``NOT IN`` lists, date fields inclusive ranges.
+    """
     parts: list[str] = []
     params: dict[str, Any] = {}
 
@@ -40,23 +44,20 @@ def filter_clause(
         params[name] = value
         return placeholder(name)
 
-    def any_of(column: str, values: tuple[str, ...], negate: bool = False) -> None:
-        if not values:
-            return
-        marks = ", ".join(bind(v) for v in values)
-        parts.append(f"{alias}.{column} {'NOT IN' if negate else 'IN'} ({marks})")
-
-    any_of("type", filters.types)
-    any_of("type", filters.not_types, negate=True)
-    any_of("source", filters.sources)
-    any_of("status", filters.statuses)
-    any_of("uid", filters.uids)
-    for column, low, high in (
-        ("created_at", filters.created_from, filters.created_to),
-        ("updated_at", filters.updated_from, filters.updated_to),
-    ):
-        if low is not None:
-            parts.append(f"{alias}.{column} >= {bind(low)}")
-        if high is not None:
-            parts.append(f"{alias}.{column} <= {bind(high)}")
+    for field in FILTER_FIELDS:
+        column = f"{alias}.{field.column}"
+        if field.kind == "date":
+            low, high = filters.range(field.name)
+            if low is not None:
+                parts.append(f"{column} >= {bind(low)}")
+            if high is not None:
+                parts.append(f"{column} <= {bind(high)}")
+            continue
+        for values, negate in (
+            (filters.values(field.name), False),
+            (filters.excluded(field.name), True),
+        ):
+            if values:
+                marks = ", ".join(bind(v) for v in values)
+                parts.append(f"{column} {'NOT IN' if negate else 'IN'} ({marks})")
     return (" AND ".join(parts) if parts else "1=1"), params

@@ -19,11 +19,12 @@ from knowledge_store.graphquery.nodes import Query
 from knowledge_store.graphquery.params import check_params
 from knowledge_store.graphquery.parser import parse, parse_lenient
 from knowledge_store.graphquery.problems import raise_errors
+from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S
 
 __all__ = ["TIME_LIMIT_S", "checked_query", "execute", "prepare"]
 
 #: The wall-clock bound of one query_graph statement.
-TIME_LIMIT_S = 0.25
+TIME_LIMIT_S = QUERY_GRAPH_TIME_LIMIT_S
 _PROGRESS_EVERY = 1000  # SQLite VM instructions between two clock checks
 
 _READ_ACTIONS = frozenset(
@@ -49,11 +50,8 @@ def checked_query(text: str, params: Mapping[str, Any], *, lenient: bool = False
     return query
 
 
-def prepare(
-    text: str, params: Mapping[str, Any], principal: str, *, lenient: bool = False
-) -> CompiledQuery:
-    """Text and parameters → the one statement to run (SQLite)."""
-    query = checked_query(text, params, lenient=lenient)
+def prepare(query: Query, params: Mapping[str, Any], principal: str) -> CompiledQuery:
+    """A checked query and its parameters → the one statement to run (SQLite)."""
     return compile_query(query, params, principal, dialect=SQLITE)
 
 

@@ -22,55 +22,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from knowledge_store.errors import BoundExceeded, InvalidRequest
 from knowledge_store.graphquery.dialect import PRINCIPAL_PARAM, SQLITE, Dialect
-from knowledge_store.model import LABELS, PathStep, check_label
+from knowledge_store.model import (
+    DIRECTIONS,
+    FANOUT_CAP,
+    LABELS,
+    MAX_STARTS,
+    QUERY_GRAPH_MAX_DEPTH,
+    Direction,
+    PathStep,
+    check_labels,
+)
+
+MAX_TRAVERSAL_DEPTH = QUERY_GRAPH_MAX_DEPTH
 
 __all__ = [
-    "DIRECTIONS",
     "FANOUT_CAP",
     "MAX_STARTS",
     "MAX_TRAVERSAL_DEPTH",
     "Reached",
     "Step",
     "Traversal",
-    "check_direction",
-    "check_labels",
     "reach_ctes",
     "step_joins",
     "traverse",
 ]
-
-Direction = Literal["out", "in", "both"]
-DIRECTIONS: tuple[str, ...] = ("out", "in", "both")
-
-#: Edges followed per hop, at most. When a hop finds more edges to entities not
-#: yet reached, the first 1,000 are followed — in the order of the frontier's
-#: ranking, then the target's recency, then uid — and the answer says ``capped``.
-FANOUT_CAP = 1000
-#: Start uids one traversal takes.
-MAX_STARTS = 1000
-#: The deepest any traversal goes (query_graph's ``*1..4``; the primitive stops at 3).
-MAX_TRAVERSAL_DEPTH = 4
-
-
-def check_direction(direction: str) -> Direction:
-    if direction not in DIRECTIONS:
-        raise InvalidRequest(
-            f"unknown direction {direction!r}; use out, in or both",
-            field="direction",
-            allowed=list(DIRECTIONS),
-        )
-    return direction  # type: ignore[return-value]
-
-
-def check_labels(labels: Sequence[str]) -> tuple[str, ...]:
-    """The labels, deduplicated, each one of the 9 (else ``UnknownLabel`` listing them)."""
-    if isinstance(labels, str):
-        labels = [labels]
-    return tuple(dict.fromkeys(check_label(label) for label in labels))
 
 
 def _label_condition(edge: str, labels: Sequence[str]) -> str:
@@ -224,7 +203,13 @@ def traverse(
     missing or unreadable contribute nothing. Raises on an empty start list,
     an unknown label or direction, and a depth outside 1..4.
     """
-    way = check_direction(direction)
+    if direction not in DIRECTIONS:
+        raise InvalidRequest(
+            f"unknown direction {direction!r}; use out, in or both",
+            field="direction",
+            allowed=list(DIRECTIONS),
+        )
+    way: Direction = direction  # type: ignore[assignment]
     label_set = check_labels(labels)
     unique = list(dict.fromkeys(starts))
     if not unique:
@@ -275,7 +260,7 @@ def traverse(
 
     paths: dict[str, int] = {uid: 1 for uid in visible_starts}
     path_of: dict[str, tuple[PathStep, ...]] = {
-        uid: (PathStep(uid, None),) for uid in visible_starts
+        uid: (PathStep(uid=uid, label=None),) for uid in visible_starts
     }
     reached: list[Reached] = []
     frontier = list(visible_starts)
@@ -301,7 +286,7 @@ def traverse(
             if found is None:
                 layer[uid] = {
                     "paths": paths[src],
-                    "path": (*path_of[src], PathStep(uid, label)),
+                    "path": (*path_of[src], PathStep(uid=uid, label=label)),
                     "position": position,
                     "title": title,
                     "type": typ,

@@ -85,7 +85,14 @@ def ingest_entities(
     changed = [e for e in entities if existing.get(e.uid) != e.content_hash]
     unchanged = len(entities) - len(changed)
     if not changed:
-        return IngestReport(engine.content_root(), 0, 0, unchanged, 0, list(rejected))
+        return IngestReport(
+            content_root=engine.content_root(),
+            added=0,
+            updated=0,
+            unchanged=unchanged,
+            deleted=0,
+            rejected=list(rejected),
+        )
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
     pending: list[_Pending] = []
@@ -114,4 +121,11 @@ def ingest_entities(
     ]
     root = engine.publish(prepared, [], kind="ingest")
     added = sum(1 for e in changed if e.uid not in existing)
-    return IngestReport(root, added, len(changed) - added, unchanged, 0, list(rejected))
+    return IngestReport(
+        content_root=root,
+        added=added,
+        updated=len(changed) - added,
+        unchanged=unchanged,
+        deleted=0,
+        rejected=list(rejected),
+    )

@@ -26,7 +26,6 @@ listing the registered ones.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from knowledge_store.engines.base import Engine
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.embedding import Embedder
-from knowledge_store.model import ChunkHit, Evidence, Filters, Identity, VectorInfo
+from knowledge_store.model import (
+    DEFAULT_ORDER,
+    ChunkHit,
+    Evidence,
+    Filters,
+    GraphQuery,
+    Identity,
+    VectorInfo,
+)
 from knowledge_store.retrieval.fusion import RankedList, fold_chunks
 
 __all__ = [
@@ -151,7 +158,9 @@ def _chunk_candidate(hit: ChunkHit) -> Candidate:
         title=hit.title,
         type=hit.type,
         href=hit.href,
-        chunk=Evidence(hit.chunk_id, hit.text, hit.heading, hit.start, hit.end),
+        chunk=Evidence(
+            chunk_id=hit.chunk_id, text=hit.text, heading=hit.heading, start=hit.start, end=hit.end
+        ),
     )
 
 
@@ -227,7 +236,7 @@ class SqlRetriever:
         if request.has_text:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        answer = self.engine.sql(identity, request.filters, k=request.k)
+        answer = self.engine.sql(identity, request.filters, DEFAULT_ORDER, request.k)
         n = len(answer.hits)
         return Ranking(
             self.name,
@@ -258,20 +267,23 @@ class GraphRetriever:
         if not request.seeds:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        graph = self.engine.graph(identity, list(request.seeds), depth=request.depth, k=request.k)
+        graph = self.engine.graph(
+            identity, GraphQuery(starts=request.seeds, depth=request.depth, k=request.k)
+        )
         seeds = set(request.seeds)
         hits = [h for h in graph.hits if h.uid not in seeds]
         if hits and not request.filters.is_empty:
             wanted = [h.uid for h in hits]
-            if request.filters.uids:
-                allowed_uids = set(request.filters.uids)
+            if request.filters.values("uid"):
+                allowed_uids = set(request.filters.values("uid"))
                 wanted = [u for u in wanted if u in allowed_uids]
             passing: set[str] = set()
             if wanted:
                 checked = self.engine.sql(
                     identity,
-                    dataclasses.replace(request.filters, uids=tuple(wanted)),
-                    k=len(wanted),
+                    request.filters.with_values("uid", wanted),
+                    DEFAULT_ORDER,
+                    len(wanted),
                 )
                 passing = {h.uid for h in checked.hits}
             hits = [h for h in hits if h.uid in passing]

@@ -48,6 +48,8 @@ from knowledge_store.engines.base import Engine
 from knowledge_store.errors import BoundExceeded, InvalidRequest
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import (
+    DEFAULT_ORDER,
+    FUSION_MODES,
     LIST_NAMES,
     Evidence,
     Filters,
@@ -82,7 +84,7 @@ __all__ = [
 
 #: Candidates each retriever returns (chunk hits before folding; entities).
 CANDIDATES = 100
-MODES: tuple[str, ...] = ("rrf", "convex")
+MODES: tuple[str, ...] = FUSION_MODES
 #: The fusion mode used when none is given.
 DEFAULT_MODE = "rrf"
 #: Per-list weights by mode; a list not named here weighs 1.
@@ -269,7 +271,9 @@ def search(
     successor_of = _successors(engine, identity, window, filters)
     missing = sorted({s for s in successor_of.values() if s not in candidates})
     if missing:
-        found = engine.sql(identity, Filters(uids=tuple(missing)), k=min(len(missing), 1000))
+        found = engine.sql(
+            identity, Filters.build(uid=missing), DEFAULT_ORDER, min(len(missing), 1000)
+        )
         for h in found.hits:
             candidates[h.uid] = Candidate(h.uid, 0.0, h.title, h.type, h.href)
     by_uid = {f.uid: f for f in fused}
@@ -344,7 +348,13 @@ def search(
             "fused": [r.uid for r in results],
             "ms": ms,
         }
-    return SearchAnswer(content_root, fusion.mode, results, vector_info, details)
+    return SearchAnswer(
+        content_root=content_root,
+        mode=fusion.mode,
+        results=results,
+        vector=vector_info,
+        explain=details,
+    )
 
 
 def _successors(

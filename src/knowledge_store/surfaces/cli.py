@@ -97,11 +97,11 @@ def _filters(
     updated_to: str | None,
 ) -> Filters:
     return Filters.build(
-        types=types or (),
-        not_types=not_types or (),
-        sources=sources or (),
-        statuses=statuses or (),
-        uids=uids or (),
+        type=types,
+        not_type=not_types,
+        source=sources,
+        status=statuses,
+        uid=uids,
         created_from=created_from,
         created_to=created_to,
         updated_from=updated_from,
@@ -245,9 +245,9 @@ def delete(
 
     def action() -> Any:
         with _store() as store:
-            return {"content_root": store.delete(uids), "deleted": len(set(uids))}
+            return store.delete(uids)
 
-    _run(as_json, action, lambda r: out.print(f"deleted {r['deleted']} · root {r['content_root']}"))
+    _run(as_json, action, lambda r: out.print(f"deleted {r.deleted} · root {r.content_root}"))
 
 
 @app.command()
@@ -317,12 +317,9 @@ def _primitive(name: str) -> Callable[..., None]:
                 updated_to,
             )
             with _store() as store:
-                answer = getattr(store, name)(text, identity=as_, k=k, filters=filters)
-                if not explain and answer.explain is not None:
-                    from dataclasses import replace
-
-                    answer = replace(answer, explain=None)
-                return answer
+                return getattr(store, name)(
+                    text, identity=as_, k=k, filters=filters, explain=explain
+                )
 
         _run(as_json, action, lambda a: _show_chunk_hits(a, explain))
 
@@ -588,7 +585,8 @@ def acl_grant(uid: str, principal: str, as_json: JsonOpt = False) -> None:
 
     def action() -> Any:
         with _store() as store:
-            return {"content_root": store.grant(uid, principal), "acl": list(store.acl_show(uid))}
+            change = store.grant(uid, principal)
+            return {"content_root": change.content_root, "acl": list(change.acl)}
 
     _run(as_json, action, lambda r: out.print(f"{uid}: {', '.join(r['acl'])}"))
 
@@ -599,7 +597,8 @@ def acl_revoke(uid: str, principal: str, as_json: JsonOpt = False) -> None:
 
     def action() -> Any:
         with _store() as store:
-            return {"content_root": store.revoke(uid, principal), "acl": list(store.acl_show(uid))}
+            change = store.revoke(uid, principal)
+            return {"content_root": change.content_root, "acl": list(change.acl)}
 
     _run(as_json, action, lambda r: out.print(f"{uid}: {', '.join(r['acl']) or '(nobody)'}"))
 
@@ -636,8 +635,7 @@ def principals_add(group: str, member: str, as_json: JsonOpt = False) -> None:
 
     def action() -> Any:
         with _store() as store:
-            store.add_member(group, member)
-            return store.principal_show(member)
+            return store.add_member(group, member)
 
     _run(as_json, action, lambda p: out.print(f"{member} is now in {group}"))
 
@@ -648,8 +646,7 @@ def principals_remove(group: str, member: str, as_json: JsonOpt = False) -> None
 
     def action() -> Any:
         with _store() as store:
-            store.remove_member(group, member)
-            return store.principal_show(member)
+            return store.remove_member(group, member)
 
     _run(as_json, action, lambda p: out.print(f"{member} is no longer in {group}"))
 

@@ -69,7 +69,7 @@ def show_aggregate(out: Console, answer: AggregateAnswer) -> None:
     table = Table(box=None, pad_edge=False)
     table.add_column(answer.dimension or "total")
     table.add_column(answer.metric, justify="right")
-    for key, value in answer.rows:
+    for key, value in answer.pairs():
         table.add_row("(null)" if key is None and answer.dimension else key or "", str(value))
     out.print(table)
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.rows)} rows[/]")

@@ -430,7 +430,8 @@ async def _query_graph(info: Ctx, query: str, params: JSON | None = None) -> Que
 
 
 async def _content(info: Ctx, uid: str) -> Content:
-    d = await _run(info, _store(info).content, uid, identity=_who(info).identity)
+    found = await _run(info, _store(info).content, uid, identity=_who(info).identity)
+    d = found.to_dict()
     return Content(
         content_root=d["content_root"],
         **d["entity"],
@@ -543,10 +544,10 @@ def _search_args(query: str, k: int, filters: dict[str, Any]) -> SearchArgs:
 
 
 def _coerce(filters: FilterInput | None) -> Any:
-    from knowledge_store.retrieval.filters import coerce_filters
+    from knowledge_store.model import Filters
 
     try:
-        return coerce_filters(_f(filters))
+        return Filters.of(_f(filters))
     except KnowledgeStoreError as exc:
         raise GraphQLError(exc.message, extensions=exc.to_dict()["error"]) from None
 

@@ -40,8 +40,7 @@ from knowledge_store.errors import (
     UnknownField,
     UnknownLabel,
 )
-from knowledge_store.model import LABELS
-from knowledge_store.retrieval.filters import FILTER_NAMES
+from knowledge_store.model import FILTER_NAMES, LABELS
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, TokenTable
 from knowledge_store.surfaces.mcp import create_mcp_server, mcp_http_app

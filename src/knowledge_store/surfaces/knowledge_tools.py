@@ -10,14 +10,12 @@ one place, :func:`knowledge_store.surfaces.harness.visible_tools`.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Identity
-from knowledge_store.retrieval import docs_tools
+from knowledge_store.retrieval.knowledge import CODE_SAMPLE_TYPE, code_of
 from knowledge_store.surfaces.tools import (
     FilterArgs,
     Label,
@@ -30,9 +28,6 @@ if TYPE_CHECKING:
     from knowledge_store.store import KnowledgeStore
 
 __all__ = ["ADMIN_TOOLS", "CODE_SAMPLE_TYPE", "DOCS_TOOLS", "code_of"]
-
-CODE_SAMPLE_TYPE = "codeSample"
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\n`]*)\n(.*?)^[ \t]*\1[ \t]*$", re.M | re.S)
 
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -110,114 +105,26 @@ class DeleteArgs(_Args):
 
 
 # -- functions ------------------------------------------------------------------------------------
-def _with_filter(filters: FilterArgs, **extra: list[str]) -> dict[str, Any]:
-    out = filters.as_mapping()
-    for name, values in extra.items():
-        out[name] = list(dict.fromkeys([*out.get(name, []), *values]))
-    return out
-
-
-def _citation(title: str, heading: list[str], href: str | None) -> str:
-    path = " › ".join([title, *[h for h in heading if h and h != title]])
-    return f"{path} ({href})" if href else path
-
-
 def _search_knowledge(store: KnowledgeStore, who: Identity, args: KnowledgeArgs) -> dict[str, Any]:
-    answer = store.search(args.query, identity=who, k=args.k, filters=args.filters.as_mapping())
-    results: list[dict[str, Any]] = []
-    blocks: list[str] = []
-    for n, result in enumerate(answer.results, start=1):
-        passages = []
-        for ev in result.evidence:
-            heading = list(ev.heading)
-            passages.append(
-                {
-                    "chunk_id": ev.chunk_id,
-                    "heading": heading,
-                    "text": ev.text,
-                    "start": ev.start,
-                    "end": ev.end,
-                    "citation": _citation(result.title, heading, result.href),
-                }
-            )
-            blocks.append(f"[{n}] {_citation(result.title, heading, result.href)}\n{ev.text}")
-        if not result.evidence:
-            blocks.append(f"[{n}] {_citation(result.title, [], result.href)}")
-        results.append(
-            {
-                "n": n,
-                "uid": result.uid,
-                "title": result.title,
-                "type": result.type,
-                "href": result.href,
-                "score": result.score,
-                "superseded_by": result.superseded_by,
-                "passages": passages,
-            }
-        )
-    return {
-        "content_root": answer.content_root,
-        "results": results,
-        "context": "\n\n".join(blocks),
-    }
+    return store.search_knowledge(
+        args.query, identity=who, k=args.k, filters=args.filters.as_mapping()
+    ).to_dict()
 
 
 def _docs_search(store: KnowledgeStore, who: Identity, args: SearchArgs) -> dict[str, Any]:
-    filters = _with_filter(args.filters, not_type=[CODE_SAMPLE_TYPE])
-    return store.search(args.query, identity=who, k=args.k, filters=filters).to_dict()
-
-
-def code_of(body: str, attributes: dict[str, Any]) -> tuple[str, str | None]:
-    """The code of a codeSample body (its first fence, else the body) and its language."""
-    match = _FENCE.search(body)
-    code = match.group(3).rstrip("\n") if match else body
-    info = match.group(2).strip().split() if match else []
-    language = attributes.get("language") or (info[0] if info else None)
-    return code, str(language) if language else None
+    return store.docs_search(
+        args.query, identity=who, k=args.k, filters=args.filters.as_mapping()
+    ).to_dict()
 
 
 def _code_sample_search(store: KnowledgeStore, who: Identity, args: SearchArgs) -> dict[str, Any]:
-    if args.filters.type and CODE_SAMPLE_TYPE not in args.filters.type:
-        raise InvalidRequest(
-            "code_sample_search returns only codeSample entities; drop the 'type' filter"
-            " (or use search / docs_search for other types)",
-            field="filters.type",
-        )
-    filters = {**args.filters.as_mapping(), "type": [CODE_SAMPLE_TYPE]}
-    answer = store.search(args.query, identity=who, k=args.k, filters=filters)
-    samples: list[dict[str, Any]] = []
-    for result in answer.results:
-        content = store.content(result.uid, identity=who)
-        entity = content["entity"]
-        code, language = code_of(entity["body"], entity["attributes"])
-        page = next(
-            (
-                {"uid": e["uid"], "title": e["title"], "href": e["href"]}
-                for e in content["edges"]["out"]
-                if e["label"] == "partOf" and e["type"] != CODE_SAMPLE_TYPE
-            ),
-            None,
-        )
-        samples.append(
-            {
-                "uid": result.uid,
-                "title": result.title,
-                "href": result.href,
-                "score": result.score,
-                "language": language,
-                "code": code,
-                "heading": entity["attributes"].get("heading"),
-                "page": page,
-                "superseded_by": result.superseded_by,
-                "ranks": {**result.to_dict()["ranks"]},
-            }
-        )
-    return {"content_root": answer.content_root, "results": samples}
+    return store.code_sample_search(
+        args.query, identity=who, k=args.k, filters=args.filters.as_mapping()
+    ).to_dict()
 
 
 def _get_related(store: KnowledgeStore, who: Identity, args: RelatedArgs) -> dict[str, Any]:
-    return docs_tools.get_related(
-        store,
+    return store.get_related(
         args.uid,
         identity=who,
         labels=list(args.labels),
@@ -228,11 +135,11 @@ def _get_related(store: KnowledgeStore, who: Identity, args: RelatedArgs) -> dic
 
 
 def _get_learning_path(store: KnowledgeStore, who: Identity, args: UidArgs) -> dict[str, Any]:
-    return docs_tools.get_learning_path(store, args.uid, identity=who).to_dict()
+    return store.get_learning_path(args.uid, identity=who).to_dict()
 
 
 def _resolve_xref(store: KnowledgeStore, who: Identity, args: XrefArgs) -> dict[str, Any]:
-    return docs_tools.resolve_xref(store, args.ref, identity=who).to_dict()
+    return store.resolve_xref(args.ref, identity=who).to_dict()
 
 
 def _query_graph(store: KnowledgeStore, who: Identity, args: QueryGraphArgs) -> dict[str, Any]:
@@ -240,7 +147,7 @@ def _query_graph(store: KnowledgeStore, who: Identity, args: QueryGraphArgs) -> 
 
 
 def _fetch_content(store: KnowledgeStore, who: Identity, args: FetchArgs) -> dict[str, Any]:
-    content = store.content(args.uid, identity=who)
+    content = store.content(args.uid, identity=who).to_dict()
     entity = dict(content["entity"])
     body: str = entity["body"]
     entity["body"] = body[: args.max_chars]
@@ -265,7 +172,7 @@ def _ingest(store: KnowledgeStore, who: Identity, args: IngestArgs) -> dict[str,
 
 
 def _delete(store: KnowledgeStore, who: Identity, args: DeleteArgs) -> dict[str, Any]:
-    return {"content_root": store.delete(args.uids), "deleted": len(set(args.uids))}
+    return store.delete(args.uids).to_dict()
 
 
 # -- the tools ------------------------------------------------------------------------------------

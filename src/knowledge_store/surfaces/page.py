@@ -176,8 +176,8 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     }
     filters = {name: values for name, values in chosen.items() if values}
     store = svc.store
-    types = store.aggregate("count", "type", identity=who.identity).rows
-    sources = store.aggregate("count", "source", identity=who.identity).rows
+    types = store.aggregate("count", "type", identity=who.identity).pairs()
+    sources = store.aggregate("count", "source", identity=who.identity).pairs()
     form = f"""<form class="search" method="get" action="/" role="search">
 <input id="q" name="q" type="search" value="{e(q)}" placeholder="Search the knowledge base (press / to focus)"
  autocomplete="off" autofocus aria-label="search">
@@ -286,7 +286,7 @@ async def search_page(request: Request) -> Response:
 # -- the entity page -----------------------------------------------------------------------------------
 def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     store = svc.store
-    content = store.content(uid, identity=who.identity)
+    content = store.content(uid, identity=who.identity).to_dict()
     entity = content["entity"]
     out_edges, in_edges = content["edges"]["out"], content["edges"]["in"]
     successor = next((x for x in out_edges if x["label"] == "supersededBy"), None)
@@ -327,7 +327,7 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
         f" <span class='muted'>{e(h.path[-1].label or '')}"
         f"{' · ' + str(h.hops) + ' hops' if h.hops > 1 else ''}</span></li>"
-        for h in related.hits
+        for h in related.related
     )
     path_html = ""
     try:

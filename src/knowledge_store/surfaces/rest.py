@@ -159,11 +159,9 @@ async def lexical(body: ChunkBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
         identity=who.identity,
         k=body.k,
         filters=_filters(body.filters),
+        explain=body.explain,
     )
-    out = answer.to_dict()
-    if not body.explain:
-        out.pop("explain", None)
-    return out
+    return answer.to_dict()
 
 
 @router.post("/vector", summary="Dense nearest chunks by meaning")
@@ -174,11 +172,9 @@ async def vector(body: ChunkBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
         identity=who.identity,
         k=body.k,
         filters=_filters(body.filters),
+        explain=body.explain,
     )
-    out = answer.to_dict()
-    if not body.explain:
-        out.pop("explain", None)
-    return out
+    return answer.to_dict()
 
 
 @router.post("/graph", summary="Entities linked to start uids (depth 1–3)")
@@ -223,7 +219,8 @@ async def query_graph(body: QueryGraphArgs, svc: Svc, who: AnyCaller) -> dict[st
 
 @router.get("/content/{uid:path}", summary="One entity: fields, chunks, edges to visible entities")
 async def content(uid: UidPath, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(svc.store.content, uid, identity=who.identity)
+    found = await svc.run(svc.store.content, uid, identity=who.identity)
+    return found.to_dict()
 
 
 @router.post("/related", summary="Neighbours of an entity (get_related)")
@@ -295,7 +292,7 @@ def stats_of(svc: Service, who: Caller) -> dict[str, Any]:
     visible = svc.store.aggregate("count", None, identity=who.identity)
     return {
         "content_root": figures["content_root"],
-        "entities": visible.rows[0][1] if visible.rows else 0,
+        "entities": visible.rows[0].value if visible.rows else 0,
         "model": figures["model"],
         "dimension": figures["dimension"],
         "is_empty": figures["is_empty"],
@@ -304,9 +301,9 @@ def stats_of(svc: Service, who: Caller) -> dict[str, Any]:
 
 
 def _filters(args: FilterArgs) -> Any:
-    from knowledge_store.retrieval.filters import coerce_filters
+    from knowledge_store.model import Filters
 
-    return coerce_filters(args.as_mapping())
+    return Filters.of(args.as_mapping())
 
 
 # -- administration ---------------------------------------------------------------------------------
@@ -358,21 +355,21 @@ async def ingest(
 
 @admin.delete("/entities/{uid:path}", summary="Delete an entity (one publish)")
 async def delete_entity(uid: UidPath, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.delete, [uid])
+    report = await svc.run(svc.store.delete, [uid])
     await svc.watcher.check()
-    return {"content_root": root, "deleted": 1}
+    return report.to_dict()
 
 
 @admin.post("/acl/grant", summary="Let a principal read an entity")
 async def acl_grant(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.grant, body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(svc.store.acl_show(body.uid))}
+    change = await svc.run(svc.store.grant, body.uid, body.principal)
+    return change.to_dict()
 
 
 @admin.post("/acl/revoke", summary="Stop a principal reading an entity through its ACL")
 async def acl_revoke(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.revoke, body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(svc.store.acl_show(body.uid))}
+    change = await svc.run(svc.store.revoke, body.uid, body.principal)
+    return change.to_dict()
 
 
 @admin.get("/acl/{uid:path}", summary="The principals in an entity's ACL")
@@ -382,14 +379,12 @@ async def acl_show(uid: UidPath, svc: Svc, who: AdminCaller) -> dict[str, Any]:
 
 @admin.post("/principals/add-member", summary="Make MEMBER a member of GROUP")
 async def add_member(body: MemberBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    await svc.run(svc.store.add_member, body.group, body.member)
-    return (await svc.run(svc.store.principal_show, body.member)).to_dict()
+    return (await svc.run(svc.store.add_member, body.group, body.member)).to_dict()
 
 
 @admin.post("/principals/remove-member", summary="Remove MEMBER from GROUP")
 async def remove_member(body: MemberBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    await svc.run(svc.store.remove_member, body.group, body.member)
-    return (await svc.run(svc.store.principal_show, body.member)).to_dict()
+    return (await svc.run(svc.store.remove_member, body.group, body.member)).to_dict()
 
 
 @admin.get("/principals/{principal:path}", summary="A principal's groups (and a group's members)")

@@ -27,9 +27,7 @@ from knowledge_store.errors import (
     UnknownField,
     UnknownLabel,
 )
-from knowledge_store.model import LABELS, Identity
-from knowledge_store.retrieval.aggregates import DIMENSIONS, METRICS
-from knowledge_store.retrieval.filters import FILTER_NAMES, ORDER_FIELDS
+from knowledge_store.model import DIMENSIONS, FILTER_NAMES, LABELS, METRICS, ORDER_FIELDS, Identity
 
 if TYPE_CHECKING:
     from knowledge_store.store import KnowledgeStore

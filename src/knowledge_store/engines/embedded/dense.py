@@ -410,7 +410,11 @@ class DenseIndex:
         with self._lock:
             n = self._live_count
             if k <= 0 or n == 0:
-                return _empty(VectorInfo("hnsw" if allowed is None else "exact", 0, True))
+                return _empty(
+                    VectorInfo(
+                        strategy="hnsw" if allowed is None else "exact", scanned=0, exhaustive=True
+                    )
+                )
             k = min(k, n)  # faiss allocates k results per query
             if allowed is not None:
                 selection = self._select(allowed)
@@ -488,19 +492,27 @@ class DenseIndex:
         del bitmap  # kept alive until the search returned
         keep = found[0] >= 0
         ids = self._row_ids[found[0][keep]]
-        return ids, scores[0][keep].astype(np.float32), VectorInfo(strategy, scanned, False)
+        return (
+            ids,
+            scores[0][keep].astype(np.float32),
+            VectorInfo(strategy=strategy, scanned=scanned, exhaustive=False),
+        )
 
     def _exact(
         self, q: FloatArray, k: int, rows: IdArray
     ) -> tuple[IdArray, FloatArray, VectorInfo]:
         if len(rows) == 0:
-            return _empty(VectorInfo("exact", 0, True))
+            return _empty(VectorInfo(strategy="exact", scanned=0, exhaustive=True))
         scores = inner_products(self._index, q, rows)
         top = min(k, len(rows))
         best = np.argpartition(-scores, top - 1)[:top] if top < len(rows) else np.arange(top)
         ids = self._row_ids[rows[best]]
         order = np.lexsort((ids, -scores[best]))
-        return ids[order], scores[best][order], VectorInfo("exact", len(rows), True)
+        return (
+            ids[order],
+            scores[best][order],
+            VectorInfo(strategy="exact", scanned=len(rows), exhaustive=True),
+        )
 
     def __len__(self) -> int:
         return self._live_count

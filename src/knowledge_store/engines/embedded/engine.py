@@ -24,13 +24,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from knowledge_store.engines.base import (
-    AclExplanation,
-    PreparedEntity,
-    PrincipalInfo,
-    StoreStats,
-    Vector,
-)
+from knowledge_store.engines.base import PreparedEntity, Vector
 from knowledge_store.engines.embedded import fields
 from knowledge_store.engines.embedded import graph as graphs
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
@@ -45,22 +39,29 @@ from knowledge_store.engines.shared import (
     principal_info,
 )
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
+from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
+    AclExplanation,
     AggregateAnswer,
+    AggregateSpec,
     ChunkHit,
     ChunkHits,
+    Content,
     Filters,
     GraphHits,
+    GraphQuery,
     Identity,
+    MembershipsLoaded,
+    Order,
+    PrincipalInfo,
     QueryAnswer,
     SqlHits,
+    StoreStats,
     VectorInfo,
     check_k,
     check_membership,
     check_principal,
 )
-from knowledge_store.retrieval.aggregates import check_aggregate
-from knowledge_store.retrieval.filters import parse_order
 
 __all__ = ["EmbeddedEngine"]
 
@@ -299,7 +300,8 @@ class EmbeddedEngine:
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
-            extra={"engine": self.name, "path": str(self.path)},
+            engine=self.name,
+            path=str(self.path),
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
@@ -371,7 +373,12 @@ class EmbeddedEngine:
             publish, root = self.catalog.latest_publish(conn)
             held = self.catalog.held_principals(conn, identity.principal)
             if dense is None or len(dense) == 0:
-                return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
+                return ChunkHits(
+                    content_root=root,
+                    hits=[],
+                    vector=VectorInfo(strategy="exact", scanned=0, exhaustive=True),
+                    explain={"ms": {}},
+                )
             expected = self.model()
             if expected is not None and vector.shape[-1] != expected[1]:
                 raise ModelMismatch(
@@ -420,17 +427,14 @@ class EmbeddedEngine:
             self._allowed_cache.popitem(last=False)
         return allowed
 
-    def sql(
-        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
-    ) -> SqlHits:
+    def sql(self, identity: Identity, filters: Filters, order: Order, k: int) -> SqlHits:
         """Filter on the closed field list, ACL inside the statement (see ``fields``)."""
-        return fields.sql_hits(self.catalog, identity, filters, parse_order(order), k)
+        return fields.sql_hits(self.catalog, identity, filters, order, k)
 
     def aggregate(
-        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
+        self, identity: Identity, spec: AggregateSpec, filters: Filters
     ) -> AggregateAnswer:
-        """A catalog metric × dimension over the visible, filtered slice (see ``aggregates``)."""
-        spec = check_aggregate(metric, dimension)
+        """A catalog metric × dimension over the visible, filtered slice (see ``fields``)."""
         return fields.aggregate(self.catalog, identity, spec, filters)
 
     def successors(
@@ -439,33 +443,17 @@ class EmbeddedEngine:
         """Visible ``supersededBy`` successors of ``uids`` that pass ``filters``."""
         return fields.visible_successors(self.catalog, identity, uids, filters)
 
-    def graph(
-        self,
-        identity: Identity,
-        starts: Sequence[str],
-        *,
-        depth: int = 1,
-        labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
-    ) -> GraphHits:
+    def graph(self, identity: Identity, query: GraphQuery) -> GraphHits:
         """Bounded breadth-first traversal through visible entities (see ``graph``)."""
-        return graphs.graph_hits(
-            self.catalog, identity, starts, depth=depth, labels=labels, direction=direction, k=k
-        )
+        return graphs.graph_hits(self.catalog, identity, query)
 
     def query_graph(
-        self,
-        identity: Identity,
-        text: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        lenient: bool = False,
+        self, identity: Identity, query: Query, params: Mapping[str, Any]
     ) -> QueryAnswer:
         """query_graph: one bounded, read-only, parameterised statement (see ``graphquery``)."""
-        return graphs.run_query_graph(self.catalog, identity, text, params, lenient=lenient)
+        return graphs.run_query_graph(self.catalog, identity, query, params)
 
-    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
+    def content(self, identity: Identity, uid: str) -> Content | None:
         """One entity with its chunks and its edges to visible entities, or None.
 
         None both when ``uid`` does not exist and when ``identity`` may not read
@@ -505,7 +493,7 @@ class EmbeddedEngine:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
         entity = (*row[1:10], json.loads(row[10]))
-        return {"content_root": root, **content_answer(entity, chunks, edges)}
+        return content_answer(root, entity, chunks, edges)
 
     # -- ACL administration -------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -576,7 +564,7 @@ class EmbeddedEngine:
             members = self.catalog.members_of(conn, principal)
         return principal_info(principal, direct, held, members)
 
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
         for group, member in pairs:
             check_membership(group, member)
         groups = sorted({g for g, _ in pairs})
@@ -588,7 +576,7 @@ class EmbeddedEngine:
                     chain = self.catalog.path_between(conn, group, member)
                     if chain:
                         raise cycle_error(group, member, chain, bulk=True)
-        return {"groups": len(groups), "memberships": len(set(pairs))}
+        return MembershipsLoaded(groups=len(groups), memberships=len(set(pairs)))
 
 
 def _flock(fd: int, timeout: float) -> bool:

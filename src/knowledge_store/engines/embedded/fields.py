@@ -16,19 +16,21 @@ from collections.abc import Sequence
 
 from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
+from knowledge_store.engines.sql.aggregate import answer_rows
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import InvalidRequest, StoreError
 from knowledge_store.model import (
     MAX_K,
+    ORDER_FIELDS,
     AggregateAnswer,
+    AggregateSpec,
     Filters,
     Identity,
+    Order,
     SqlHit,
     SqlHits,
     check_k,
 )
-from knowledge_store.retrieval.aggregates import AggregateSpec, shape_rows
-from knowledge_store.retrieval.filters import ORDER_FIELDS, Order
 
 __all__ = ["MAX_K", "aggregate", "sql_hits", "visible_successors"]
 
@@ -40,7 +42,7 @@ def _visible(filters: Filters, alias: str = "e", *, by_key: bool = False) -> str
     uids at 29k entities); otherwise the planner walks every entity of the
     visible ACL sets.
     """
-    return visible(alias, by_key=by_key or bool(filters.uids))
+    return visible(alias, by_key=by_key or bool(filters.values("uid")))
 
 
 _METRIC_SQL = {
@@ -71,7 +73,7 @@ def sql_hits(
 ) -> SqlHits:
     """Visible entities passing ``filters``, ordered by ``order`` then uid; the first ``k``."""
     check_k(k)
-    if order.field not in ORDER_FIELDS:  # Order is built by parse_order; belt and braces
+    if order.field not in ORDER_FIELDS:  # Order is built by Order.parse; belt and braces
         raise InvalidRequest(f"cannot order by {order.field!r}")
     where, params = filter_clause(filters)
     direction = "ASC" if order.direction == "asc" else "DESC"
@@ -109,7 +111,7 @@ def aggregate(
     catalog: Catalog, identity: Identity, spec: AggregateSpec, filters: Filters
 ) -> AggregateAnswer:
     """``spec`` computed by SQLite over the visible, filtered entities; rows shaped by
-    :func:`~knowledge_store.retrieval.aggregates.shape_rows` (zero-filled trends)."""
+    :func:`~knowledge_store.engines.sql.aggregate.shape_rows` (zero-filled trends)."""
     where, params = filter_clause(filters)
     metric = _METRIC_SQL[spec.metric]
     if spec.field is None:
@@ -135,7 +137,7 @@ def aggregate(
         raise StoreError(f"the aggregate failed: {exc}") from exc
     if spec.field is None and not grouped:
         grouped = {None: 0}
-    rows = shape_rows(spec, grouped, filters)
+    rows = answer_rows(spec, grouped, filters)
     return AggregateAnswer(
         content_root=root, metric=spec.metric, dimension=spec.dimension, rows=rows
     )

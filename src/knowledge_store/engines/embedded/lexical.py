@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 import tantivy
 
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Filters, compose_context
+from knowledge_store.model import FILTER_FIELDS, Filters, compose_context
 
 __all__ = ["LexicalDoc", "LexicalIndex"]
 
@@ -158,10 +158,13 @@ def _schema() -> tantivy.Schema:
     builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
     builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("acl", tokenizer_name="raw", index_option="basic")
-    for name in ("type", "source", "status"):
-        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
-    for name in ("created_at", "updated_at"):
-        builder.add_integer_field(name, indexed=True, fast=True)
+    for field in FILTER_FIELDS:
+        if field.name == "uid":  # the stored key of a hit, above
+            continue
+        if field.kind == "keyword":
+            builder.add_text_field(field.name, tokenizer_name="raw", index_option="basic")
+        else:
+            builder.add_integer_field(field.name, indexed=True, fast=True)
     builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
@@ -291,16 +294,14 @@ class LexicalIndex:
     def _document(self, doc: LexicalDoc) -> tantivy.Document:
         out = tantivy.Document()
         out.add_integer("chunk_id", doc.chunk_id)
-        out.add_text("uid", doc.uid)
         for principal in doc.acl:
             out.add_text("acl", principal)
-        out.add_text("type", doc.type)
-        out.add_text("source", doc.source)
-        out.add_text("status", doc.status)
-        if doc.created_at:
-            out.add_integer("created_at", _epoch(doc.created_at))
-        if doc.updated_at:
-            out.add_integer("updated_at", _epoch(doc.updated_at))
+        for field in FILTER_FIELDS:
+            value = getattr(doc, field.name)
+            if field.kind == "keyword":
+                out.add_text(field.name, value)
+            elif value:
+                out.add_integer(field.name, _epoch(value))
         full = compose_context(doc.title, doc.heading, doc.text)
         out.add_text("body", full)
         out.add_text("title", doc.title)
@@ -410,40 +411,27 @@ class LexicalIndex:
                 clauses.append((must, const(query.boolean_query(union))))
             else:
                 clauses.append((must, const(query.term_set_query(self._schema, "acl", held))))
-        for name, values in (
-            ("type", filters.types),
-            ("source", filters.sources),
-            ("status", filters.statuses),
-            ("uid", filters.uids),
-        ):
-            if values:
-                clauses.append(
-                    (must, const(query.term_set_query(self._schema, name, list(values))))
+        for field in FILTER_FIELDS:
+            if field.kind == "date":
+                lo, hi = filters.range(field.name)
+                if lo is None and hi is None:
+                    continue
+                bounds = query.range_query(
+                    self._schema,
+                    field.name,
+                    tantivy.FieldType.Integer,
+                    lower_bound=None if lo is None else _epoch(lo),
+                    upper_bound=None if hi is None else _epoch(hi),
                 )
-        if filters.not_types:
-            clauses.append(
-                (must_not, query.term_set_query(self._schema, "type", list(filters.not_types)))
-            )
-        for name, lo, hi in (
-            ("created_at", filters.created_from, filters.created_to),
-            ("updated_at", filters.updated_from, filters.updated_to),
-        ):
-            if lo is None and hi is None:
+                clauses.append((must, const(bounds)))
                 continue
-            clauses.append(
-                (
-                    must,
-                    const(
-                        query.range_query(
-                            self._schema,
-                            name,
-                            tantivy.FieldType.Integer,
-                            lower_bound=None if lo is None else _epoch(lo),
-                            upper_bound=None if hi is None else _epoch(hi),
-                        )
-                    ),
+            if values := filters.values(field.name):
+                terms = query.term_set_query(self._schema, field.name, list(values))
+                clauses.append((must, const(terms)))
+            if excluded := filters.excluded(field.name):
+                clauses.append(
+                    (must_not, query.term_set_query(self._schema, field.name, list(excluded)))
                 )
-            )
         return clauses
 
     def search(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from knowledge_store.engines.base import AclExplanation, PrincipalInfo
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.publish import load_entity
 from knowledge_store.engines.postgres.schema import held_principals_cte
@@ -22,7 +21,12 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.shared import principal_info as shared_principal_info
 from knowledge_store.errors import NotFound
-from knowledge_store.model import check_membership
+from knowledge_store.model import (
+    AclExplanation,
+    MembershipsLoaded,
+    PrincipalInfo,
+    check_membership,
+)
 
 __all__ = [
     "add_member",
@@ -107,7 +111,7 @@ def principal_info(conn: Connection, principal: str) -> PrincipalInfo:
     return shared_principal_info(principal, direct, held, members)
 
 
-def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
     """Replace the memberships of the groups ``pairs`` names; a cycle loads nothing."""
     groups = sorted({g for g, _ in pairs})
     unique = sorted(set(pairs))
@@ -123,4 +127,4 @@ def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict
             if chain:
                 raise cycle_error(group, member, chain, bulk=True)
     conn.execute(_BUMP)
-    return {"groups": len(groups), "memberships": len(unique)}
+    return MembershipsLoaded(groups=len(groups), memberships=len(unique))

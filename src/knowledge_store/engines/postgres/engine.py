@@ -24,15 +24,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from knowledge_store.engines.base import (
-    AclExplanation,
-    PreparedEntity,
-    PrincipalInfo,
-    StoreStats,
-    Vector,
-)
+from knowledge_store.engines.base import PreparedEntity, Vector
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
-from knowledge_store.engines.embedded.graph import check_graph_request
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import fields as field_sql
 from knowledge_store.engines.postgres import graph as graph_sql
@@ -48,33 +41,39 @@ from knowledge_store.engines.postgres.schema import (
     Migration,
     vector_ddl,
 )
+from knowledge_store.engines.sql.aggregate import answer_rows
 from knowledge_store.errors import (
-    BoundExceeded,
     InvalidRequest,
     ModelMismatch,
     NotFound,
     QueryTimeout,
     StoreError,
 )
-from knowledge_store.graphquery.runner import TIME_LIMIT_S
-from knowledge_store.graphquery.traversal import FANOUT_CAP, MAX_STARTS
+from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
     EVERYONE,
+    QUERY_GRAPH_TIME_LIMIT_S,
+    AclExplanation,
     AggregateAnswer,
+    AggregateSpec,
     ChunkHit,
     ChunkHits,
+    Content,
     Filters,
     GraphHits,
+    GraphQuery,
     Identity,
+    MembershipsLoaded,
+    Order,
+    PrincipalInfo,
     QueryAnswer,
     SqlHit,
     SqlHits,
+    StoreStats,
     VectorInfo,
     check_k,
     check_principal,
 )
-from knowledge_store.retrieval.aggregates import check_aggregate, shape_rows
-from knowledge_store.retrieval.filters import parse_order
 
 __all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
 
@@ -365,16 +364,14 @@ class PostgresEngine:
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
-            extra={
-                "engine": self.name,
-                "url": self._shown_location(),
-                "schema": self.db.schema,
-                "schema_version": SCHEMA_VERSION,
-                "server_version": None if server is None else str(server[0]),
-                "lexical_ranker": self.lexical_ranker,
-                "needs_rebuild": row[3] is not None,
-                **self.features.to_dict(),
-            },
+            engine=self.name,
+            url=self._shown_location(),
+            schema=self.db.schema,
+            schema_version=SCHEMA_VERSION,
+            server_version=None if server is None else str(server[0]),
+            lexical_ranker=self.lexical_ranker,
+            needs_rebuild=row[3] is not None,
+            **self.features.to_dict(),
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
@@ -438,7 +435,12 @@ class PostgresEngine:
         with self.db.read() as conn, translate("vector search"):
             publish_id, root, memberships = self._snapshot(conn)
             if expected is None:
-                return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
+                return ChunkHits(
+                    content_root=root,
+                    hits=[],
+                    vector=VectorInfo(strategy="exact", scanned=0, exhaustive=True),
+                    explain={"ms": {}},
+                )
             if vector.shape[-1] != expected[1]:
                 raise ModelMismatch(
                     f"the query vector has {vector.shape[-1]} dimensions; this store's model"
@@ -461,7 +463,7 @@ class PostgresEngine:
         scanned = (
             plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
         )
-        info = VectorInfo(plan.strategy, scanned, plan.exhaustive)
+        info = VectorInfo(strategy=plan.strategy, scanned=scanned, exhaustive=plan.exhaustive)
         explain = {
             "identity": identity.principal,
             "plan": plan.to_dict(),
@@ -472,13 +474,9 @@ class PostgresEngine:
         }
         return ChunkHits(content_root=root, hits=hits, vector=info, explain=explain)
 
-    def sql(
-        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
-    ) -> SqlHits:
+    def sql(self, identity: Identity, filters: Filters, order: Order, k: int) -> SqlHits:
         check_k(k)
-        statement, params = field_sql.sql_statement(
-            identity.principal, filters, parse_order(order), k
-        )
+        statement, params = field_sql.sql_statement(identity.principal, filters, order, k)
         with self.db.read() as conn, translate("the sql primitive"):
             _, root, _ = self._snapshot(conn)
             rows = conn.execute(statement, params).fetchall()
@@ -499,9 +497,8 @@ class PostgresEngine:
         return SqlHits(content_root=root, hits=hits)
 
     def aggregate(
-        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
+        self, identity: Identity, spec: AggregateSpec, filters: Filters
     ) -> AggregateAnswer:
-        spec = check_aggregate(metric, dimension)
         statement, params = field_sql.aggregate_statement(identity.principal, spec, filters)
         with self.db.read() as conn, translate("the aggregate"):
             _, root, _ = self._snapshot(conn)
@@ -511,7 +508,7 @@ class PostgresEngine:
             }
         if spec.field is None and not grouped:
             grouped = {None: 0}
-        rows = shape_rows(spec, grouped, filters)
+        rows = answer_rows(spec, grouped, filters)
         return AggregateAnswer(
             content_root=root, metric=spec.metric, dimension=spec.dimension, rows=rows
         )
@@ -528,32 +525,16 @@ class PostgresEngine:
                 out.setdefault(str(src), str(dst))
         return out
 
-    def graph(
-        self,
-        identity: Identity,
-        starts: Sequence[str],
-        *,
-        depth: int = 1,
-        labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
-    ) -> GraphHits:
+    def graph(self, identity: Identity, query: GraphQuery) -> GraphHits:
         """Bounded breadth-first traversal through visible entities, as one statement."""
-        unique, label_set = check_graph_request(starts, depth, labels, direction, k)
-        if len(unique) > MAX_STARTS:
-            raise BoundExceeded(
-                f"{len(unique)} start uids exceed the maximum of {MAX_STARTS}",
-                field="starts",
-                maximum=MAX_STARTS,
-            )
         statement, params = graph_sql.graph_statement(
             identity.principal,
-            unique,
-            depth=depth,
-            labels=label_set,
-            direction=direction,
-            k=k,
-            fanout=FANOUT_CAP,
+            query.starts,
+            depth=query.depth,
+            labels=query.labels,
+            direction=query.direction,
+            k=query.k,
+            fanout=query.fanout,
         )
         with self.db.read() as conn, translate("the graph primitive"):
             _, root, _ = self._snapshot(conn)
@@ -562,18 +543,11 @@ class PostgresEngine:
         return GraphHits(content_root=root, hits=hits, capped=capped)
 
     def query_graph(
-        self,
-        identity: Identity,
-        text: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        lenient: bool = False,
+        self, identity: Identity, query: Query, params: Mapping[str, Any]
     ) -> QueryAnswer:
         """query_graph: one bounded, read-only statement under ``statement_timeout``."""
-        compiled = graph_sql.prepare_query_graph(
-            text, dict(params or {}), identity.principal, lenient=lenient
-        )
-        limit_ms = graph_sql.statement_timeout_ms(TIME_LIMIT_S)
+        compiled = graph_sql.prepare_query_graph(query, params, identity.principal)
+        limit_ms = graph_sql.statement_timeout_ms(QUERY_GRAPH_TIME_LIMIT_S)
         started = time.perf_counter()
         try:
             with self.db.read() as conn, translate("query_graph"):
@@ -596,15 +570,14 @@ class PostgresEngine:
             truncated=truncated,
         )
 
-    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
+    def content(self, identity: Identity, uid: str) -> Content | None:
         """One entity with its chunks and its edges to visible entities, or None.
 
         None both when ``uid`` does not exist and when ``identity`` may not read it.
         """
         with self.db.read() as conn, translate(f"reading entity {uid!r}"):
             _, root, _ = self._snapshot(conn)
-            found = field_sql.content(conn, identity.principal, uid)
-        return None if found is None else {"content_root": root, **found}
+            return field_sql.content(conn, identity.principal, uid, root)
 
     # -- ACL administration ----------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -657,7 +630,7 @@ class PostgresEngine:
         with self.db.read() as conn, translate("reading a principal"):
             return acl.principal_info(conn, principal)
 
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
         for group, member in pairs:
             acl.check_membership(group, member)
         with self.db.write() as conn, translate("loading memberships"):

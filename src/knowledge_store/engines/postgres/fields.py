@@ -18,9 +18,7 @@ from knowledge_store.engines.postgres.schema import held_principals_cte
 from knowledge_store.engines.shared import EDGE_DIRECTIONS, content_answer
 from knowledge_store.engines.sqlfilters import filter_clause, pyformat
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import Filters
-from knowledge_store.retrieval.aggregates import AggregateSpec
-from knowledge_store.retrieval.filters import ORDER_FIELDS, Order
+from knowledge_store.model import ORDER_FIELDS, AggregateSpec, Content, Filters, Order
 
 __all__ = ["aggregate_statement", "content", "sql_statement", "successors_statement"]
 
@@ -50,7 +48,7 @@ def bucket_sql(column: str, granularity: str) -> str:
 def sql_statement(
     principal: str, filters: Filters, order: Order, k: int
 ) -> tuple[str, dict[str, Any]]:
-    if order.field not in ORDER_FIELDS:  # Order is built by parse_order; belt and braces
+    if order.field not in ORDER_FIELDS:  # Order is built by Order.parse; belt and braces
         raise InvalidRequest(f"cannot order by {order.field!r}")
     where, params = filter_clause(filters, alias="e", placeholder=pyformat)
     direction = "ASC" if order.direction == "asc" else "DESC"
@@ -98,7 +96,7 @@ def successors_statement(
     return sql, {**params, "principal": principal, "starts": list(uids)}
 
 
-def content(conn: Connection, principal: str, uid: str) -> dict[str, Any] | None:
+def content(conn: Connection, principal: str, uid: str, root: str) -> Content | None:
     """The entity, its chunks and its edges to visible entities (the ACL join in each)."""
     head = _head()
     who = {"principal": principal, "uid": uid}
@@ -126,4 +124,4 @@ def content(conn: Connection, principal: str, uid: str) -> dict[str, Any] | None
         ).fetchall()
         for direction, near, far in EDGE_DIRECTIONS
     }
-    return content_answer(row[1:], chunks, edges)
+    return content_answer(root, row[1:], chunks, edges)

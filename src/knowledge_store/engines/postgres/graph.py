@@ -29,8 +29,8 @@ from typing import Any
 from knowledge_store.engines.postgres.schema import VIS_CTE, held_cte, held_principals_cte
 from knowledge_store.graphquery.compiler import CompiledQuery, compile_query
 from knowledge_store.graphquery.dialect import Dialect
-from knowledge_store.graphquery.runner import TIME_LIMIT_S, checked_query
-from knowledge_store.model import GraphHit, PathStep
+from knowledge_store.graphquery.nodes import Query
+from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S, GraphHit, PathStep
 
 __all__ = [
     "POSTGRES",
@@ -106,17 +106,14 @@ def _loose(value: Any) -> Any:
     return value
 
 
-def prepare_query_graph(
-    text: str, params: Mapping[str, Any], principal: str, *, lenient: bool = False
-) -> CompiledQuery:
-    """Text and parameters → the one PostgreSQL statement (validated, ACL inside)."""
-    query = checked_query(text, params, lenient=lenient)
+def prepare_query_graph(query: Query, params: Mapping[str, Any], principal: str) -> CompiledQuery:
+    """A checked query and its parameters → the one PostgreSQL statement (ACL inside)."""
     compiled = compile_query(query, params, principal, dialect=POSTGRES)
     bound = {k: (_loose(v) if _USER_PARAM.match(k) else v) for k, v in compiled.params.items()}
     return CompiledQuery(compiled.sql, bound, compiled.columns, compiled.limit, compiled.skip)
 
 
-def statement_timeout_ms(seconds: float = TIME_LIMIT_S) -> int:
+def statement_timeout_ms(seconds: float = QUERY_GRAPH_TIME_LIMIT_S) -> int:
     return max(1, round(seconds * 1000))
 
 
@@ -223,7 +220,7 @@ def graph_hits_from_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[GraphHit],
             rank=rank,
             hops=int(r[5]),
             paths=int(r[6]),
-            path=tuple(PathStep(str(uid), label) for uid, label in r[7]),
+            path=tuple(PathStep(uid=str(uid), label=label) for uid, label in r[7]),
         )
         for rank, r in enumerate(rows, start=1)
     ]

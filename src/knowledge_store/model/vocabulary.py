@@ -1,0 +1,282 @@
+"""The closed vocabularies and the bounds, each declared once.
+
+Everything that names a vocabulary item — a filter, a label, a metric, a
+dimension, an order, a fusion mode — or states a bound derives it from here:
+the request models (``knowledge_store.requests``), the SQL of both engines,
+the Tantivy schema, the aggregate catalog, every surface. A Literal type is the
+declaration where a static type helps; the tuple beside it is derived from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+from typing import Literal, get_args
+
+from knowledge_store.errors import InvalidRequest, UnknownLabel
+
+__all__ = [
+    "DEFAULT_QUERY_GRAPH_LIMIT",
+    "DIMENSIONS",
+    "DIRECTIONS",
+    "EVERYONE",
+    "FANOUT_CAP",
+    "FILTER_FIELDS",
+    "FILTER_NAMES",
+    "FUSION_MODES",
+    "GRANULARITIES",
+    "GRAPH_MAX_DEPTH",
+    "LABELS",
+    "LIST_NAMES",
+    "MAX_BUCKETS",
+    "MAX_FILTER_VALUES",
+    "MAX_FILTER_VALUE_CHARS",
+    "MAX_K",
+    "MAX_SEARCH_K",
+    "MAX_STARTS",
+    "MAX_TEXT_LENGTH",
+    "MAX_UID_LENGTH",
+    "MAX_WEIGHT",
+    "METRICS",
+    "ORDER_FIELDS",
+    "ORDER_SPECS",
+    "QUERY_GRAPH_MAX_DEPTH",
+    "QUERY_GRAPH_MAX_LENGTH",
+    "QUERY_GRAPH_MAX_LIMIT",
+    "QUERY_GRAPH_MAX_LIST",
+    "QUERY_GRAPH_TIME_LIMIT_S",
+    "Direction",
+    "FilterField",
+    "FusionMode",
+    "Granularity",
+    "Label",
+    "ListName",
+    "Metric",
+    "check_k",
+    "check_label",
+    "check_labels",
+    "check_membership",
+    "check_principal",
+    "filter_field",
+    "normalize_timestamp",
+]
+
+# -- labels, directions ---------------------------------------------------------------------------
+
+#: The closed edge vocabulary. Anything else is rejected at ingest and in queries.
+Label = Literal[
+    "partOf",
+    "dependsOn",
+    "xref",
+    "appliesTo",
+    "forRole",
+    "teachesSkill",
+    "supersededBy",
+    "implementedBy",
+    "derivedFrom",
+]
+LABELS: tuple[str, ...] = get_args(Label)
+_LABEL_SET = frozenset(LABELS)
+
+Direction = Literal["out", "in", "both"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+
+# -- fusion ------------------------------------------------------------------------------------------
+
+FusionMode = Literal["rrf", "convex"]
+FUSION_MODES: tuple[str, ...] = get_args(FusionMode)
+#: The four lists of fused search, in the order ``ranks`` lists them.
+ListName = Literal["vector", "lexical", "graph", "sql"]
+LIST_NAMES: tuple[str, ...] = get_args(ListName)
+
+# -- filter fields ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterField:
+    """One closed filter field: its request name, its column, its kind.
+
+    A keyword field filters by "any of" a list of values (``type``; and
+    ``not_type`` where ``negatable``). A date field filters by an inclusive
+    range, named ``<stem>_from`` / ``<stem>_to`` (``created_from`` …).
+    """
+
+    name: str  # the request/JSON name, the entity column, the Tantivy field
+    kind: Literal["keyword", "date"]
+    negatable: bool = False  # adds not_<name>
+    dimension: bool = True  # an aggregate dimension (dates: by day, week, month)
+    help: str = ""
+
+    @property
+    def column(self) -> str:
+        return self.name
+
+    @property
+    def not_name(self) -> str:
+        return f"not_{self.name}"
+
+    @property
+    def stem(self) -> str:
+        return self.name.removesuffix("_at")
+
+    @property
+    def from_name(self) -> str:
+        return f"{self.stem}_from"
+
+    @property
+    def to_name(self) -> str:
+        return f"{self.stem}_to"
+
+    @property
+    def request_names(self) -> tuple[str, ...]:
+        """The names a request uses for this field, in order."""
+        if self.kind == "date":
+            return (self.from_name, self.to_name)
+        return (self.name, self.not_name) if self.negatable else (self.name,)
+
+
+FILTER_FIELDS: tuple[FilterField, ...] = (
+    FilterField("type", "keyword", negatable=True, help="entity type"),
+    FilterField("source", "keyword", help="origin system"),
+    FilterField("status", "keyword", help="status"),
+    FilterField("uid", "keyword", dimension=False, help="entity uid"),
+    FilterField("created_at", "date", help="creation date"),
+    FilterField("updated_at", "date", help="last update"),
+)
+_BY_NAME = {f.name: f for f in FILTER_FIELDS}
+#: Every name a request may filter on, in declaration order (``type, not_type, …``).
+FILTER_NAMES: tuple[str, ...] = tuple(n for f in FILTER_FIELDS for n in f.request_names)
+
+
+def filter_field(name: str) -> FilterField:
+    """The field called ``name`` (a field name, not a request name like ``created_from``)."""
+    return _BY_NAME[name]
+
+
+# -- aggregates, order -----------------------------------------------------------------------------
+
+Metric = Literal["count", "count_distinct:source", "count_distinct:type"]
+METRICS: tuple[str, ...] = get_args(Metric)
+Granularity = Literal["day", "week", "month"]
+GRANULARITIES: tuple[str, ...] = get_args(Granularity)
+#: Aggregate dimensions: every keyword field marked ``dimension``, and each date field
+#: by day, week and month (``created_at:week``).
+DIMENSIONS: tuple[str, ...] = tuple(
+    f.name for f in FILTER_FIELDS if f.kind == "keyword" and f.dimension
+) + tuple(f"{f.name}:{g}" for f in FILTER_FIELDS if f.kind == "date" for g in GRANULARITIES)
+#: A trend over more buckets than this is refused (ask for a coarser granularity).
+MAX_BUCKETS = 10_000
+
+#: The fields ``sql`` can order by; ``FIELD``, ``FIELD:asc`` or ``FIELD:desc``.
+ORDER_FIELDS: tuple[str, ...] = ("updated_at", "created_at", "title")
+ORDER_SPECS: tuple[str, ...] = tuple(
+    spec for f in ORDER_FIELDS for spec in (f, f"{f}:asc", f"{f}:desc")
+)
+
+# -- bounds ------------------------------------------------------------------------------------------
+
+#: Results of one primitive (lexical, vector, graph, sql), at most.
+MAX_K = 1000
+#: Results of fused search and the docs searches, at most (every surface alike).
+MAX_SEARCH_K = 100
+#: Characters of a query text.
+MAX_TEXT_LENGTH = 4096
+#: Characters of a uid in a request.
+MAX_UID_LENGTH = 4096
+#: Values of one list filter, and characters of one value.
+MAX_FILTER_VALUES = 1000
+MAX_FILTER_VALUE_CHARS = 4096
+#: A fusion weight, at most.
+MAX_WEIGHT = 1000.0
+#: The graph primitive's depth bound (query_graph's ``*1..4`` reaches one hop further).
+GRAPH_MAX_DEPTH = 3
+QUERY_GRAPH_MAX_DEPTH = 4
+#: Start uids of one traversal.
+MAX_STARTS = 1000
+#: Edges followed per hop, at most. When a hop finds more edges to entities not
+#: yet reached, the first 1,000 are followed — in the order of the frontier's
+#: ranking, then the target's recency, then uid — and the answer says ``capped``.
+FANOUT_CAP = 1000
+#: query_graph: rows (LIMIT default and cap), wall-clock bound, text length, list parameters.
+DEFAULT_QUERY_GRAPH_LIMIT = 100
+QUERY_GRAPH_MAX_LIMIT = 1000
+QUERY_GRAPH_TIME_LIMIT_S = 0.25
+QUERY_GRAPH_MAX_LENGTH = 10_000
+QUERY_GRAPH_MAX_LIST = 10_000
+
+# -- principals ------------------------------------------------------------------------------------------
+
+EVERYONE = "everyone"
+_PRINCIPAL = re.compile(r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$")
+
+
+def check_label(label: str) -> str:
+    """Return ``label`` if it is one of the 9, else raise ``UnknownLabel`` listing them."""
+    if label not in _LABEL_SET:
+        raise UnknownLabel(
+            f"unknown edge label {label!r}; use one of: {', '.join(LABELS)}",
+            label=label,
+            allowed=list(LABELS),
+        )
+    return label
+
+
+def check_labels(labels: object) -> tuple[str, ...]:
+    """The labels, deduplicated, each one of the 9 (else ``UnknownLabel`` listing them)."""
+    items = [labels] if isinstance(labels, str) else list(labels)  # type: ignore[call-overload]
+    return tuple(dict.fromkeys(check_label(label) for label in items))
+
+
+def check_principal(principal: str) -> str:
+    """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
+    if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
+        shown = principal if isinstance(principal, str) else repr(principal)
+        raise InvalidRequest(
+            f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
+            " (an id of 1–256 characters, no control characters)",
+            principal=shown[:256],
+        )
+    return principal
+
+
+def check_k(k: int, maximum: int = MAX_K) -> int:
+    """Return ``k`` if it is an int in 1..maximum, else raise ``InvalidRequest``."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= maximum:
+        raise InvalidRequest(f"k must be between 1 and {maximum}, not {k!r}", field="k")
+    return k
+
+
+def check_membership(group: str, member: str) -> None:
+    """A membership ``member ∈ group`` must name a group and may not be trivially cyclic."""
+    check_principal(group)
+    check_principal(member)
+    if not group.startswith("group:"):
+        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
+    if member == EVERYONE:
+        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
+    if group == member:
+        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
+
+
+def normalize_timestamp(value: str, *, end_of_day: bool = False) -> str:
+    """ISO 8601 date or datetime → ``YYYY-MM-DDTHH:MM:SSZ`` in UTC.
+
+    A bare date means the start of that day (or its last second with
+    ``end_of_day``, so that a range ending 2024-05-01 includes the day).
+    A datetime without an offset is taken as UTC. Raises ``ValueError``.
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("empty date")
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        day = date.fromisoformat(text)
+        moment = datetime.combine(day, time(23, 59, 59) if end_of_day else time(0, 0, 0), UTC)
+    else:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    # Not strftime("%Y"): it drops the zero padding of years before 1000 on Linux.
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+        f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}Z"
+    )
