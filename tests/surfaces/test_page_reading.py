@@ -8,10 +8,12 @@ store; ``HEAD /`` answering 405; code samples titled "… › example 1".
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +28,7 @@ from knowledge_store.surfaces.snippets import (
     plain_text,
     snippet_html,
 )
-from tests.surfaces.serve_estate import BOB, call
+from tests.surfaces.serve_estate import BOB, LiveServer, call
 
 MARKS = re.compile(r"<mark>(.*?)</mark>")
 
@@ -215,3 +217,57 @@ def test_code_samples_from_a_folder_are_titled_by_heading_and_language(
         "Failover › Check the lag (sql)",
         "Failover › Check the lag (sql, sample 2)",
     ]
+
+
+# -- the page in headless Chromium, over a real socket ----------------------------------------------
+CHROMIUM = next(
+    (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()),
+    shutil.which("chromium") or shutil.which("chromium-browser"),
+)
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium: install it with `apt-get install -y chromium` (.ci/run does when missing)",
+)
+def test_the_page_reads_well_in_chromium(page_app: Any) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with LiveServer(page_app) as server, sync_api.sync_playwright() as p:
+        assert httpx.head(f"{server.url}/").status_code == 200  # over a real socket too
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(20000)
+            page.goto(f"{server.url}/")
+            page.fill("#q", "how are the vacuum settings before freezing")
+            page.keyboard.press("Enter")
+            page.wait_for_selector("li.result")
+            marks = page.locator("li.result .snippet mark").all_inner_texts()
+            assert marks and {m.lower() for m in marks} >= {"vacuum", "before", "settings"}
+            assert not {m.lower() for m in marks} & {"are", "the", "a", "for"}
+            # whole words: the character on each side of a mark is not a letter or digit
+            pieces = page.evaluate(
+                """() => [...document.querySelectorAll('li.result .snippet mark')].map(m => [
+                    (m.previousSibling && m.previousSibling.textContent || ' ').slice(-1),
+                    (m.nextSibling && m.nextSibling.textContent || ' ').slice(0, 1)])"""
+            )
+            assert all(not (a.isalnum() or b.isalnum()) for a, b in pieces), pieces
+            snippets = " ".join(page.locator("li.result .snippet").all_inner_texts())
+            assert "**" not in snippets and "`" not in snippets
+            assert page.locator(".notice").count() == 0
+            page.screenshot(path=str(ARTIFACTS / "page-highlights.png"), full_page=True)
+
+            page.fill("#q", "kubernetes helm chart")
+            page.keyboard.press("Enter")
+            page.wait_for_selector(".notice")
+            assert "No result contains the words" in page.locator(".notice").inner_text()
+            results = page.locator("li.result").count()
+            assert results >= 1 and page.locator("li.result .weak").count() == results
+            page.screenshot(path=str(ARTIFACTS / "page-weak-matches.png"), full_page=True)
+        finally:
+            browser.close()
