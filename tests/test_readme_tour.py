@@ -95,7 +95,7 @@ def _serve(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
                 time.sleep(0.5)
         assert page.status_code == 200
         assert "Incident response" in page.text  # the anonymous reader sees the handbook…
-        assert "Failing over postgres-main" not in page.text  # …and no SRE runbook
+        assert "/entity/runbook%3Adb-failover" not in page.text  # …and no SRE runbook
         assert httpx.head(f"http://127.0.0.1:{port}/", timeout=30).status_code == 200
     finally:
         server.terminate()

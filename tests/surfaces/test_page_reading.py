@@ -25,6 +25,7 @@ from knowledge_store.surfaces.page import VECTOR_FLOOR
 from knowledge_store.surfaces.snippets import (
     ANALYZERS,
     highlight_spans,
+    inline_html,
     plain_text,
     snippet_html,
 )
@@ -76,6 +77,11 @@ def test_markdown_is_stripped_from_snippets() -> None:
     for raw in ("**", "`", "](", "# ", "|", "```"):
         assert raw not in html
     assert plain_text("# Only a heading") == "Only a heading"
+
+
+def test_titles_keep_code_spans_and_drop_other_markup() -> None:
+    assert inline_html("`ks` — the command line") == "<code>ks</code> — the command line"
+    assert inline_html("A **bold** [link](https://x.org) <b>") == "A bold link &lt;b&gt;"
 
 
 def test_snippets_escape_what_they_show() -> None:
@@ -133,7 +139,7 @@ RECORDS: list[dict[str, Any]] = [
     {
         "uid": "doc:roles",
         "type": "page",
-        "title": "Database roles",
+        "title": "Database roles and `GRANT`",
         "body": "# Database roles\n\nRoles own objects and hold privileges; `GRANT` and `REVOKE`"
         " change them.",
         "acl": ["everyone"],
@@ -172,6 +178,14 @@ def test_page_marks_weak_matches_and_says_when_no_word_matched(page_app: Any) ->
     listing = results_of(page.text)
     assert listing.count("weak match") == listing.count('<li class="result')
     assert f"below {VECTOR_FLOOR:.2f}" in listing
+
+
+def test_page_titles_show_code_not_backticks(page_app: Any) -> None:
+    page = call(page_app, "GET", "/", params={"q": "grant privileges"})
+    assert "Database roles and <code>GRANT</code></a></h3>" in page.text
+    entity = call(page_app, "GET", "/entity/doc:roles")
+    assert "<h1>Database roles and <code>GRANT</code>" in entity.text
+    assert "<title>Database roles and GRANT · knowledge-store</title>" in entity.text
 
 
 def test_page_leaves_word_matches_unmarked(page_app: Any) -> None:

@@ -31,7 +31,7 @@ from knowledge_store.model import LIST_NAMES, Filters, Result, SearchAnswer
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
-from knowledge_store.surfaces.snippets import ANALYZERS, snippet_html
+from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
 
 __all__ = ["COOKIE", "VECTOR_FLOOR", "router"]
@@ -110,12 +110,13 @@ def _with_token(request: Request, svc: Service) -> Response | None:
 
 # -- small renderers --------------------------------------------------------------------------------
 def _entity_link(uid: str, title: str | None = None) -> str:
-    return f'<a href="/entity/{quote(uid, safe="")}">{e(title or uid)}</a>'
+    shown = inline_html(title) if title else e(uid)
+    return f'<a href="/entity/{quote(uid, safe="")}">{shown}</a>'
 
 
 def _heading(heading: list[str], title: str) -> str:
     path = [h for h in heading if h and h != title]
-    return " › ".join(e(h) for h in path)
+    return " › ".join(inline_html(h) for h in path)
 
 
 def _ranks(ranks: dict[str, int | None]) -> str:
@@ -390,14 +391,14 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
         for x in group
     )
     page = f"""<article class="entity"><p class="crumbs"><a href="/">search</a></p>
-<h1>{e(entity["title"])} <span class="type">{e(entity["type"])}</span></h1>{banner}
+<h1>{inline_html(entity["title"])} <span class="type">{e(entity["type"])}</span></h1>{banner}
 <div class="columns"><section><div class="card body">{body_html}</div>
 <p class="muted">{len(content["chunks"])} chunk{"" if len(content["chunks"]) == 1 else "s"} · content root <code>{e(content["content_root"][:12])}</code></p></section>
 <aside><section class="card"><dl class="facts">{facts}</dl></section>{path_html}
 <section class="card"><h2>Related</h2><ul class="plain">{related_items or "<li class='muted'>none you can read</li>"}</ul></section>
 <section class="card"><h2>Links</h2><ul class="plain">{edges or "<li class='muted'>none</li>"}</ul></section>
 </aside></div></article>"""
-    return entity["title"], page
+    return plain_text(entity["title"], keep_headings=True) or entity["title"], page
 
 
 @router.api_route("/entity/{uid:path}", methods=["GET", "HEAD"], response_class=HTMLResponse)

@@ -21,7 +21,7 @@ from markdown_it.token import Token
 
 from knowledge_store.engines.embedded.lexical import Analyzers, QueryTerms
 
-__all__ = ["ANALYZERS", "Span", "highlight_spans", "plain_text", "snippet_html"]
+__all__ = ["ANALYZERS", "Span", "highlight_spans", "inline_html", "plain_text", "snippet_html"]
 
 #: The lexical index's analyzers (stateless; safe to share between threads).
 ANALYZERS = Analyzers()
@@ -42,6 +42,26 @@ def _inline_text(token: Token) -> str:
         elif child.type == "image":
             parts.append(_inline_text(child))
     return "".join(parts)
+
+
+def inline_html(markdown: str) -> str:
+    """One line of Markdown (a title) as HTML: code spans kept as ``<code>``, other markup dropped.
+
+    Titles come from headings (``# `ks` — the command line``); links and emphasis
+    become their text, so the result can sit inside a link.
+    """
+    out: list[str] = []
+    for token in _MD.parseInline(markdown):
+        for child in token.children or ():
+            if child.type == "code_inline":
+                out.append(f"<code>{html.escape(child.content)}</code>")
+            elif child.type == "text":
+                out.append(html.escape(child.content))
+            elif child.type in _SEPARATE:
+                out.append(" ")
+            elif child.type == "image":
+                out.append(html.escape(_inline_text(child)))
+    return "".join(out) or html.escape(markdown)
 
 
 def plain_text(markdown: str, *, keep_headings: bool = False) -> str:
