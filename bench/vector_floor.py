@@ -9,15 +9,16 @@ an embedded store — built on first use):
 * **relevant**: the cosine of each query's best relevant entity, when the
   vector list finds one in its top 100 — what a floor must not mark;
 * **top, not relevant**: the cosine of the top entity when it is not relevant;
-* **off-topic**: the top cosine of the *other* sets' queries against this
-  store, which holds nothing that answers them — what a floor should mark.
+* **off-topic**: the top cosine of the *other* sets' queries (and of any
+  ``--off-topic`` query file) against this store, which holds nothing that
+  answers them — what a floor should mark.
 
 It prints percentiles of each and, for candidate floors, the share of each that
 falls below.
 
-    .venv/bin/python bench/vector_floor.py \\
+    .venv/bin/python bench/vector_floor.py --not-type codeSample \\
         --set ../shared/eval/postgres-docs=.ks/pg15 \\
-        --set ../shared/eval/sqlite-git-faq=.ks/sqlite-git
+        --off-topic ../shared/eval/sqlite-git-faq/queries.jsonl
 """
 
 from __future__ import annotations
@@ -99,12 +100,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", action="append", required=True, metavar="EVAL_DIR=STORE_DIR")
     parser.add_argument(
+        "--off-topic",
+        action="append",
+        default=[],
+        metavar="QUERIES.jsonl",
+        help="more queries that no set's store answers",
+    )
+    parser.add_argument(
         "--not-type", action="append", default=[], help="leave a type out (e.g. codeSample)"
     )
     args = parser.parse_args()
+    from knowledge_store.retrieval.evaluation import read_queries
     from knowledge_store.store import KnowledgeStore
 
     sets = [_load(spec) for spec in args.set]
+    extra = [text for path in args.off_topic for _, text in read_queries(path)]
     not_types = tuple(args.not_type)
     for target in sets:
         with KnowledgeStore.open(target.store) as store:
@@ -124,7 +134,9 @@ def main() -> None:
                     top_uid = max(best, key=lambda u: best[u])
                     if top_uid not in judged:
                         top_wrong.append(best[top_uid])
-            others = [text for other in sets if other is not target for _, text in other.queries]
+            others = extra + [
+                text for other in sets if other is not target for _, text in other.queries
+            ]
             off = [
                 max(b.values())
                 for b in _top_entities(store, store.embedder.embed(others), not_types)
