@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 from collections.abc import Sequence
@@ -114,7 +115,7 @@ def main() -> None:
     from knowledge_store.store import KnowledgeStore
 
     sets = [_load(spec) for spec in args.set]
-    extra = [text for path in args.off_topic for _, text in read_queries(path)]
+    extra = [q for path in args.off_topic for q in read_queries(path)]
     not_types = tuple(args.not_type)
     for target in sets:
         with KnowledgeStore.open(target.store) as store:
@@ -134,26 +135,26 @@ def main() -> None:
                     top_uid = max(best, key=lambda u: best[u])
                     if top_uid not in judged:
                         top_wrong.append(best[top_uid])
-            others = extra + [
-                text for other in sets if other is not target for _, text in other.queries
-            ]
-            off = [
-                max(b.values())
-                for b in _top_entities(store, store.embedder.embed(others), not_types)
-                if b
-            ]
-        print(
-            f"\n== {target.folder.name}: {len(texts)} queries on its own corpus, {len(others)} off-topic"
-        )
-        print(f"  relevant (best)      {_pct(relevant)}")
-        print(f"  top, not relevant    {_pct(top_wrong)}")
-        print(f"  off-topic (top)      {_pct(off)}")
-        print("  floor   relevant below   top-not-relevant below   off-topic below")
+            others = extra + [q for other in sets if other is not target for q in other.queries]
+            off_tops = _top_entities(store, store.embedder.embed([t for _, t in others]), not_types)
+            families: dict[str, list[float]] = {}
+            for (qid, _), best in zip(others, off_tops, strict=True):
+                if best:
+                    families.setdefault(_family(qid), []).append(max(best.values()))
+        rows = {"relevant (best)": relevant, "top, not relevant": top_wrong}
+        rows.update({f"other: {name}": tops_ for name, tops_ in sorted(families.items())})
+        print(f"\n== {target.folder.name}: {len(texts)} queries on its own corpus")
+        for name, values in rows.items():
+            print(f"  {name:22s} {_pct(values)}")
+        print("  share below the floor:")
+        print("  floor  " + "".join(f"{name[:22]:>24s}" for name in rows))
         for floor in FLOORS:
-            print(
-                f"  {floor:.2f}    {_below(relevant, floor)}          {_below(top_wrong, floor)}"
-                f"                  {_below(off, floor)}"
-            )
+            print(f"  {floor:.2f}   " + "".join(f"{_below(v, floor):>24s}" for v in rows.values()))
+
+
+def _family(qid: str) -> str:
+    """A query set's name from its ids: ``git-faq-003`` → ``git-faq``."""
+    return re.sub(r"[-_]?q?\d+$", "", qid) or qid
 
 
 if __name__ == "__main__":
