@@ -22,6 +22,7 @@ __all__ = [
     "EVERYONE",
     "LABELS",
     "MAX_K",
+    "PRINCIPAL_PATTERN",
     "AggregateAnswer",
     "Chunk",
     "ChunkHit",
@@ -64,7 +65,9 @@ LABELS: tuple[str, ...] = (
 _LABEL_SET = frozenset(LABELS)
 
 EVERYONE = "everyone"
-_PRINCIPAL = re.compile(r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$")
+#: What a principal looks like (matched whole: a trailing newline is not allowed).
+PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
+_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
 
 def check_label(label: str) -> str:
@@ -80,7 +83,7 @@ def check_label(label: str) -> str:
 
 def check_principal(principal: str) -> str:
     """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
-    if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
+    if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
         shown = principal if isinstance(principal, str) else repr(principal)
         raise InvalidRequest(
             f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
