@@ -483,7 +483,7 @@ class SearchAnswer:
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What an ingest batch did."""
+    """What an ingest batch did; ``skipped`` lists the paths a load would not read."""
 
     content_root: str
     added: int
@@ -491,6 +491,7 @@ class IngestReport:
     unchanged: int
     deleted: int
     rejected: list[Any] = field(default_factory=list)
+    skipped: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -500,6 +501,7 @@ class IngestReport:
             "unchanged": self.unchanged,
             "deleted": self.deleted,
             "rejected": [r.to_dict() for r in self.rejected],
+            "skipped": [s.to_dict() for s in self.skipped],
         }
 
 

@@ -126,6 +126,7 @@ class KnowledgeStore:
             self.embedder_spec,
             [r.entity for r in loaded.records],
             rejected=loaded.rejections,
+            skipped=loaded.skipped,
             skip_invalid=skip_invalid,
             progress=progress,
         )
