@@ -28,7 +28,10 @@ SECRET = "s3cret-outside-the-folder"
 #: A file of each format that the loader accepts, and its extension.
 GOOD = {
     "markdown": ("md", "# Public page\n\nNothing secret here.\n"),
-    "html": ("html", "<html><body><main><h1>Public</h1><p>Nothing secret.</p></main></body></html>"),
+    "html": (
+        "html",
+        "<html><body><main><h1>Public</h1><p>Nothing secret.</p></main></body></html>",
+    ),
     "jsonl": (
         "jsonl",
         json.dumps({"uid": "ok:1", "type": "page", "title": "Ok", "body": "Nothing secret."})
@@ -46,8 +49,7 @@ def _secret_for(format: str) -> str:
     return {
         "markdown": f"# Secret\n\n{SECRET}\n",
         "html": f"<html><body><main><p>{SECRET}</p></main></body></html>",
-        "jsonl": json.dumps({"uid": "leak:1", "type": "page", "title": "x", "body": SECRET})
-        + "\n",
+        "jsonl": json.dumps({"uid": "leak:1", "type": "page", "title": "x", "body": SECRET}) + "\n",
         "learn": json.dumps({"uid": "leak:2", "kind": "unit", "title": "x", "source": SECRET}),
     }[format]
 
@@ -106,9 +108,7 @@ def test_a_link_to_a_file_inside_the_folder_is_read(folder: Path) -> None:
     assert result.skipped == []
 
 
-def test_a_named_file_that_links_out_of_its_folder_is_skipped(
-    tmp_path: Path, folder: Path
-) -> None:
+def test_a_named_file_that_links_out_of_its_folder_is_skipped(tmp_path: Path, folder: Path) -> None:
     """``ks ingest docs/*.md`` names the link itself: the rule is the same."""
     outside = tmp_path / "secret.md"
     outside.write_text(_secret_for("markdown"), encoding="utf-8")
@@ -252,7 +252,10 @@ def test_the_ingest_answer_reports_skipped_paths_next_to_the_design_keys(
     assert design <= set(answer)
     assert answer["added"] == 1
     assert answer["skipped"] == [
-        {"path": str(folder / "passwd.md"), "reason": "a link to /etc/passwd, outside " + str(folder)}
+        {
+            "path": str(folder / "passwd.md"),
+            "reason": "a link to /etc/passwd, outside " + str(folder),
+        }
     ]
     with KnowledgeStore.open(store, embedder=embedder) as opened:
         assert opened.lexical("root", k=5).hits == []

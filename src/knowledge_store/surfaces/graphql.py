@@ -6,11 +6,15 @@ caller; administration stays on REST. A store error becomes a GraphQL error
 whose ``extensions`` are the one error shape's ``{"code", "message",
 "details"}`` — an entity the caller can't read gives exactly the error of one
 that doesn't exist. Free-form values (attributes, query_graph rows, tool
-outputs without a fixed shape) are the ``JSON`` scalar.
+outputs without a fixed shape) are the ``JSON`` scalar. A document over the
+bounds of :mod:`.graphql_limits` (tokens, depth, aliases, top-level fields) is
+refused before anything runs, and the store calls of one request run one
+after another.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -24,6 +28,7 @@ from strawberry.types import ExecutionContext, Info
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.graphql_limits import limit_extensions
 from knowledge_store.surfaces.knowledge_tools import DOCS_TOOLS
 from knowledge_store.surfaces.rest import capabilities_of, stats_of
 from knowledge_store.surfaces.tools import SearchArgs
@@ -36,9 +41,11 @@ Ctx = Info[dict[str, Any], None]
 
 
 async def _run(info: Ctx, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one store call of this request — after the request's previous one has finished."""
     svc: Service = info.context["service"]
     try:
-        return await svc.run(fn, *args, **kwargs)
+        async with info.context["one_at_a_time"]:
+            return await svc.run(fn, *args, **kwargs)
     except KnowledgeStoreError as exc:
         raise GraphQLError(exc.message, extensions=exc.to_dict()["error"]) from None
 
@@ -560,11 +567,11 @@ class _Schema(strawberry.Schema):
         super().process_errors(unexpected, execution_context)
 
 
-schema = _Schema(query=Query)
+schema = _Schema(query=Query, extensions=limit_extensions())
 
 
 async def _context(svc: Annotated[Service, Depends(service)], who: AnyCaller) -> dict[str, Any]:
-    return {"service": svc, "caller": who}
+    return {"service": svc, "caller": who, "one_at_a_time": asyncio.Lock()}
 
 
 def graphql_router() -> GraphQLRouter[dict[str, Any], None]:

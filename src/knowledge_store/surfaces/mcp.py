@@ -233,7 +233,7 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
             out = await _in_thread(
                 partial(call_as, self.store, caller, params.name, params.arguments)
             )
-        except KnowledgeStoreError as exc:
+        except (KnowledgeStoreError, AuthError) as exc:
             return tool_error(exc)
         except Exception as exc:  # a bug: still a tool error, with the one error shape
             log.exception("tool %s failed", params.name)
@@ -254,7 +254,7 @@ def call_as(
     return tool.call(store, caller.identity, arguments)
 
 
-def tool_error(exc: KnowledgeStoreError) -> types.CallToolResult:
+def tool_error(exc: KnowledgeStoreError | AuthError) -> types.CallToolResult:
     """A tool execution error: the message for the model, the error shape as structured content."""
     return types.CallToolResult(
         content=[types.TextContent(text=exc.message)],

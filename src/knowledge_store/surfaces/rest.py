@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.model import MAX_ACL_PRINCIPALS
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.harness import resolve_tool, visible_tools
@@ -40,7 +41,6 @@ from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, servic
 
 __all__ = ["ErrorEnvelope", "admin", "router", "routers"]
 
-MAX_INGEST_BYTES = 64 * 1024 * 1024
 Svc = Annotated[Service, Depends(service)]
 UidPath = Annotated[str, Path(min_length=1, max_length=4096, description="the entity's uid")]
 Weight = Annotated[float, Field(ge=0, le=1000)]
@@ -345,10 +345,13 @@ async def ingest(
     request: Request,
     svc: Svc,
     who: AdminCaller,
-    acl: Annotated[list[str] | None, Query(description="default ACL (repeatable)")] = None,
+    acl: Annotated[
+        list[str] | None,
+        Query(max_length=MAX_ACL_PRINCIPALS, description="default ACL (repeatable)"),
+    ] = None,
     skip_invalid: Annotated[bool, Query(description="publish the good records")] = False,
 ) -> dict[str, Any]:
-    records = _records(await _body(request), request.headers.get("content-type", ""))
+    records = _records(await request.body(), request.headers.get("content-type", ""))
     report = await svc.run(
         svc.store.ingest_records, records, acl=acl or None, skip_invalid=skip_invalid
     )
@@ -397,21 +400,6 @@ async def principal_show(
     principal: Annotated[str, Path(min_length=1, max_length=300)], svc: Svc, who: AdminCaller
 ) -> dict[str, Any]:
     return (await svc.run(svc.store.principal_show, principal)).to_dict()
-
-
-async def _body(request: Request) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_INGEST_BYTES:
-            raise InvalidRequest(
-                f"the ingest body is over {MAX_INGEST_BYTES // (1024 * 1024)} MiB; send smaller"
-                " batches",
-                limit=MAX_INGEST_BYTES,
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _records(raw: bytes, content_type: str) -> list[Any]:
