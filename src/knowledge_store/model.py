@@ -26,6 +26,7 @@ __all__ = [
     "MAX_GRAPHQL_ALIASES",
     "MAX_GRAPHQL_DEPTH",
     "MAX_GRAPHQL_FIELDS",
+    "MAX_GRAPHQL_SELECTIONS",
     "MAX_GRAPHQL_TOKENS",
     "MAX_INGEST_BYTES",
     "MAX_K",
@@ -123,6 +124,8 @@ MAX_INGEST_BYTES = 64 * 1024 * 1024
 MAX_GRAPHQL_DEPTH = 8
 #: GraphQL: aliases in one document.
 MAX_GRAPHQL_ALIASES = 10
+#: GraphQL: fields written in one document, at every level (validation is quadratic in them).
+MAX_GRAPHQL_SELECTIONS = 500
 #: GraphQL: lexical tokens in one document (parsing stops beyond it).
 MAX_GRAPHQL_TOKENS = 10_000
 #: GraphQL: top-level fields of one operation — each is one store call, run one after another.

@@ -28,7 +28,7 @@ from strawberry.types import ExecutionContext, Info
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
-from knowledge_store.surfaces.graphql_limits import limit_extensions
+from knowledge_store.surfaces.graphql_limits import RequestBounds
 from knowledge_store.surfaces.knowledge_tools import DOCS_TOOLS
 from knowledge_store.surfaces.rest import capabilities_of, stats_of
 from knowledge_store.surfaces.tools import SearchArgs
@@ -567,7 +567,7 @@ class _Schema(strawberry.Schema):
         super().process_errors(unexpected, execution_context)
 
 
-schema = _Schema(query=Query, extensions=limit_extensions())
+schema = _Schema(query=Query, extensions=[RequestBounds])
 
 
 async def _context(svc: Annotated[Service, Depends(service)], who: AnyCaller) -> dict[str, Any]:

@@ -1,21 +1,24 @@
 """The bounds of one GraphQL request, checked before anything runs; errors in the one shape.
 
 A GraphQL document can ask for many store calls at once (500 aliased
-``search`` fields ran 14.6 s and held the other callers). Before execution,
-the document is refused when it is over any bound of :mod:`knowledge_store.model`:
+``search`` fields ran 14.6 s and held the other callers). A document over any
+bound of :mod:`knowledge_store.model` is refused before it is validated or run:
 
-==========================  =====================================================
-``MAX_GRAPHQL_TOKENS``      lexical tokens (graphql-core stops parsing there)
-``MAX_GRAPHQL_DEPTH``       nesting of selections (introspection fields aside)
-``MAX_GRAPHQL_ALIASES``     aliases written in the document
-``MAX_GRAPHQL_FIELDS``      top-level fields of an operation: each is a store call
-==========================  =====================================================
+============================  =====================================================
+``MAX_GRAPHQL_TOKENS``        lexical tokens (graphql-core stops parsing there)
+``MAX_GRAPHQL_SELECTIONS``    fields written in the document, at every level
+``MAX_GRAPHQL_DEPTH``         nesting of selections (introspection fields aside)
+``MAX_GRAPHQL_ALIASES``       aliases written in the document
+``MAX_GRAPHQL_FIELDS``        top-level fields of an operation: each is a store call
+============================  =====================================================
 
-Depth, aliases and top-level fields are one rule of ours, linear in the
-document: strawberry's ``QueryDepthLimiter`` and ``MaxAliasesLimiter`` expand
-every fragment spread afresh, so a chain of 20 fragments that each spread the
-next twice (300 tokens) kept them busy for 7–23 s — a bound that is itself a
-way to starve the server. Here each fragment is measured once. Top-level
+The checks are ours, linear in the document, and run *before* graphql-core's
+validation: strawberry's ``QueryDepthLimiter`` and ``MaxAliasesLimiter``
+expand every fragment spread afresh (a chain of 20 fragments that each spread
+the next twice — 300 tokens — kept them busy 7–23 s), and graphql-core's
+``OverlappingFieldsCanBeMerged`` is quadratic in the fields of one selection
+(9,000 ``x`` fields: 2.3 s), so a bound checked by those would itself be a way
+to hold the event loop. Here each fragment is measured once, and top-level
 fields are counted by response key, as execution merges them.
 
 The request body is bounded before it is parsed
@@ -24,14 +27,13 @@ run one after another (``graphql._run``), so one request never holds more
 than one worker. Every parse or validation error leaves with ``extensions`` =
 ``{"code", "message", "details"}`` — ``bound_exceeded`` for the bounds,
 ``invalid_request`` for the rest — and a message cut to
-:data:`MAX_MESSAGE_CHARS`, so that an error never echoes a large part of the
-request.
+:data:`~knowledge_store.errors.MAX_MESSAGE_CHARS`, so that an error never
+echoes a large part of the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from functools import partial
+from collections.abc import Iterator
 from typing import Any
 
 from graphql import (
@@ -44,27 +46,25 @@ from graphql import (
     Node,
     OperationDefinitionNode,
     SelectionSetNode,
-    ValidationContext,
-    ValidationRule,
 )
-from strawberry.extensions import AddValidationRules, MaxTokensLimiter, SchemaExtension
+from strawberry.extensions import SchemaExtension
 
+from knowledge_store.errors import clip
 from knowledge_store.model import (
     MAX_GRAPHQL_ALIASES,
     MAX_GRAPHQL_DEPTH,
     MAX_GRAPHQL_FIELDS,
+    MAX_GRAPHQL_SELECTIONS,
     MAX_GRAPHQL_TOKENS,
 )
 
-__all__ = ["MAX_MESSAGE_CHARS", "DocumentShape", "limit_extensions"]
+__all__ = ["DocumentShape", "RequestBounds"]
 
-#: The longest error message a GraphQL answer carries (longer ones are cut).
-MAX_MESSAGE_CHARS = 500
 _TOKENS_REFUSAL = "Document contains more than"
 
 
 class DocumentShape:
-    """Depth, aliases and top-level response keys of a document; each fragment measured once."""
+    """Selections, depth, aliases and top-level response keys; each fragment measured once."""
 
     def __init__(self, document: DocumentNode) -> None:
         self.fragments = {
@@ -72,18 +72,17 @@ class DocumentShape:
         }
         self._depths: dict[str, int] = {}
         self._keys: dict[str, frozenset[str]] = {}
-        self.aliases = sum(_aliases(d) for d in document.definitions)
+        written = [_written(d) for d in document.definitions]
+        self.selections = sum(fields for fields, _ in written)
+        self.aliases = sum(aliases for _, aliases in written)
 
     def depth(self, selection_set: SelectionSetNode | None) -> int:
         """How deep the selection nests (a leaf field is 0, introspection fields count 0)."""
         deepest = 0
         for node in selection_set.selections if selection_set else ():
             if isinstance(node, FieldNode):
-                inner = (
-                    0
-                    if node.name.value.startswith("__") or node.selection_set is None
-                    else (1 + self.depth(node.selection_set))
-                )
+                leaf = node.name.value.startswith("__") or node.selection_set is None
+                inner = 0 if leaf else 1 + self.depth(node.selection_set)
             elif isinstance(node, InlineFragmentNode):
                 inner = self.depth(node.selection_set)
             elif isinstance(node, FragmentSpreadNode):
@@ -119,69 +118,42 @@ class DocumentShape:
             self._keys[name] = self.keys(fragment.selection_set if fragment else None)
         return self._keys[name]
 
+    def refusals(self, document: DocumentNode) -> list[GraphQLError]:
+        """One error per bound the document is over; none when it is within them all."""
+        errors: list[GraphQLError] = []
 
-def _aliases(node: Node) -> int:
-    """Aliases written under ``node`` (each counted once, however often it is spread)."""
-    selection_set = getattr(node, "selection_set", None)
-    count = 1 if isinstance(node, FieldNode) and node.alias is not None else 0
-    for child in selection_set.selections if selection_set else ():
-        count += _aliases(child)
-    return count
+        def over(bound: str, found: int, maximum: int, said: str, node: Node) -> None:
+            if found > maximum:
+                message = f"{said.format(found)}; the maximum is {maximum}: send several requests"
+                details = {"bound": bound, "maximum": maximum, "found": found}
+                extensions = _shape("bound_exceeded", message, **details)
+                errors.append(GraphQLError(message, node, extensions=extensions))
 
-
-def _refusal(message: str, bound: str, maximum: int, found: int, node: Node) -> GraphQLError:
-    return GraphQLError(
-        message,
-        node,
-        extensions=_shape("bound_exceeded", message, bound=bound, maximum=maximum, found=found),
-    )
-
-
-class _Bounds(ValidationRule):
-    """Depth, aliases and top-level fields within the bounds (see the module docstring)."""
-
-    def __init__(self, context: ValidationContext) -> None:
-        super().__init__(context)
-        document = context.document
-        shape = DocumentShape(document)
-        if shape.aliases > MAX_GRAPHQL_ALIASES:
-            context.report_error(
-                _refusal(
-                    f"the document has {shape.aliases} aliases; the maximum is"
-                    f" {MAX_GRAPHQL_ALIASES}: send several requests",
-                    "aliases",
-                    MAX_GRAPHQL_ALIASES,
-                    shape.aliases,
-                    document,
-                )
-            )
+        written = "the document writes {} "
+        over("selections", self.selections, MAX_GRAPHQL_SELECTIONS, written + "fields", document)
+        over("aliases", self.aliases, MAX_GRAPHQL_ALIASES, written + "aliases", document)
         for operation in document.definitions:
             if not isinstance(operation, OperationDefinitionNode):
                 continue
-            depth = shape.depth(operation.selection_set)
-            if depth > MAX_GRAPHQL_DEPTH:
-                context.report_error(
-                    _refusal(
-                        f"the operation nests {depth} levels deep; the maximum is"
-                        f" {MAX_GRAPHQL_DEPTH}",
-                        "depth",
-                        MAX_GRAPHQL_DEPTH,
-                        depth,
-                        operation,
-                    )
-                )
-            fields = len(shape.keys(operation.selection_set))
-            if fields > MAX_GRAPHQL_FIELDS:
-                context.report_error(
-                    _refusal(
-                        f"the operation asks for {fields} top-level fields; the maximum is"
-                        f" {MAX_GRAPHQL_FIELDS} (each is one store call): send several requests",
-                        "fields",
-                        MAX_GRAPHQL_FIELDS,
-                        fields,
-                        operation,
-                    )
-                )
+            depth = self.depth(operation.selection_set)
+            over("depth", depth, MAX_GRAPHQL_DEPTH, "the operation nests {} levels deep", operation)
+            fields = len(self.keys(operation.selection_set))
+            said = "the operation asks for {} top-level fields (a store call each)"
+            over("fields", fields, MAX_GRAPHQL_FIELDS, said, operation)
+        return errors
+
+
+def _written(node: Node) -> tuple[int, int]:
+    """``(fields, aliases)`` written under ``node``, each counted once however often spread."""
+    selection_set = getattr(node, "selection_set", None)
+    fields = aliases = 0
+    if isinstance(node, FieldNode):
+        fields, aliases = 1, int(node.alias is not None)
+    for child in selection_set.selections if selection_set else ():
+        more_fields, more_aliases = _written(child)
+        fields += more_fields
+        aliases += more_aliases
+    return fields, aliases
 
 
 def _shape(code: str, message: str, **details: Any) -> dict[str, Any]:
@@ -189,9 +161,8 @@ def _shape(code: str, message: str, **details: Any) -> dict[str, Any]:
 
 
 def _cut(message: str) -> str:
-    if len(message) <= MAX_MESSAGE_CHARS:
-        return message
-    return message[: MAX_MESSAGE_CHARS - 1] + "…"
+    cut: str = clip(message)
+    return cut
 
 
 def _in_shape(error: GraphQLError) -> None:
@@ -211,24 +182,26 @@ def _in_shape(error: GraphQLError) -> None:
     error.extensions = _shape("invalid_request", error.message)
 
 
-class _ErrorShape(SchemaExtension):
-    def _shape_errors(self) -> None:
-        for error in self.execution_context.pre_execution_errors or ():
-            _in_shape(error)
+class RequestBounds(SchemaExtension):
+    """The bounds of the module docstring, and the one error shape for every early error."""
+
+    def on_operation(self) -> Iterator[None]:
+        self.execution_context.parse_options["max_tokens"] = MAX_GRAPHQL_TOKENS
+        yield
 
     def on_parse(self) -> Iterator[None]:
         yield
         self._shape_errors()
 
     def on_validate(self) -> Iterator[None]:
+        document = self.execution_context.graphql_document
+        if document is not None and self.execution_context.pre_execution_errors is None:
+            refused = DocumentShape(document).refusals(document)
+            if refused:  # validation then does not run: strawberry skips it on errors set
+                self.execution_context.pre_execution_errors = refused
         yield
         self._shape_errors()
 
-
-def limit_extensions() -> list[Callable[[], SchemaExtension]]:
-    """The schema extensions that enforce the bounds (a factory each: one per request)."""
-    return [
-        _ErrorShape,
-        partial(MaxTokensLimiter, max_token_count=MAX_GRAPHQL_TOKENS),
-        partial(AddValidationRules, [_Bounds]),
-    ]
+    def _shape_errors(self) -> None:
+        for error in self.execution_context.pre_execution_errors or ():
+            _in_shape(error)

@@ -10,6 +10,7 @@ DESIGN §6; errors the one error shape.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -351,7 +352,8 @@ async def ingest(
     ] = None,
     skip_invalid: Annotated[bool, Query(description="publish the good records")] = False,
 ) -> dict[str, Any]:
-    records = _records(await request.body(), request.headers.get("content-type", ""))
+    body = await request.body()  # bounded before it arrives (surfaces.limits)
+    records = await svc.run(_records, body, request.headers.get("content-type", ""))
     report = await svc.run(
         svc.store.ingest_records, records, acl=acl or None, skip_invalid=skip_invalid
     )
@@ -368,14 +370,18 @@ async def delete_entity(uid: UidPath, svc: Svc, who: AdminCaller) -> dict[str, A
 
 @admin.post("/acl/grant", summary="Let a principal read an entity")
 async def acl_grant(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.grant, body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(svc.store.acl_show(body.uid))}
+    return await svc.run(_acl_change, svc.store.grant, svc.store, body)
 
 
 @admin.post("/acl/revoke", summary="Stop a principal reading an entity through its ACL")
 async def acl_revoke(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.revoke, body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(svc.store.acl_show(body.uid))}
+    return await svc.run(_acl_change, svc.store.revoke, svc.store, body)
+
+
+def _acl_change(change: Callable[[str, str], str], store: Any, body: AclBody) -> dict[str, Any]:
+    """Grant or revoke, then read the new ACL — both in the worker, off the event loop."""
+    root = change(body.uid, body.principal)
+    return {"content_root": root, "uid": body.uid, "acl": list(store.acl_show(body.uid))}
 
 
 @admin.get("/acl/{uid:path}", summary="The principals in an entity's ACL")
