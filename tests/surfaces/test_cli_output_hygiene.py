@@ -88,7 +88,7 @@ def test_human_output_shows_data_as_text(hostile: Path, name: str) -> None:
     assert "[/]" in shown  # the markup is shown, as text
 
 
-def test_ingest_reports_hostile_paths_and_rejections_as_text(tmp_path: Path, hostile: Path) -> None:
+def test_ingest_reports_hostile_paths_and_rejections_as_text(tmp_path: Path) -> None:
     folder = tmp_path / "docs[b]"
     folder.mkdir()
     (folder / f"bad{CLEAR}[i].md").write_text("---\nuid: [1, 2]\n---\n# T\n\nbody\n")
@@ -96,7 +96,15 @@ def test_ingest_reports_hostile_paths_and_rejections_as_text(tmp_path: Path, hos
     (folder / "ok.md").write_text("# Ok\n\nfine\n")
     result = CliRunner().invoke(
         app,
-        ["--store", str(hostile), "ingest", str(folder), "--acl", "everyone", "--skip-invalid"],
+        [
+            "--store",
+            str(tmp_path / "s"),
+            "ingest",
+            str(folder),
+            "--acl",
+            "everyone",
+            "--skip-invalid",
+        ],
     )
     shown = result.stdout + result.stderr
     assert result.exit_code == 0, shown
