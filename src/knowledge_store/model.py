@@ -21,6 +21,9 @@ __all__ = [
     "ENTITY_FIELDS",
     "EVERYONE",
     "LABELS",
+    "LIGHT_K",
+    "LIGHT_LIST_VALUES",
+    "LIGHT_QUERY_CHARS",
     "MAX_ACL_PRINCIPALS",
     "MAX_FILTER_VALUES",
     "MAX_GRAPHQL_ALIASES",
@@ -130,6 +133,13 @@ MAX_GRAPHQL_SELECTIONS = 500
 MAX_GRAPHQL_TOKENS = 10_000
 #: GraphQL: top-level fields of one operation — each is one store call, run one after another.
 MAX_GRAPHQL_FIELDS = 10
+#: A request within all the LIGHT_* bounds runs in the servers' light lane; one over any of
+#: them (or a GraphQL document with several store calls) waits its turn in the heavy lane.
+LIGHT_K = 10
+#: See LIGHT_K: the longest query text of a light request.
+LIGHT_QUERY_CHARS = 256
+#: See LIGHT_K: the most values in any list (a FILTERS list, starts, uids) of a light request.
+LIGHT_LIST_VALUES = 10
 
 
 def check_list_bound(

@@ -11,6 +11,7 @@ that a body can lie about its length.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -166,3 +167,75 @@ def test_acl_administration_runs_in_the_worker_pool(store: KnowledgeStore) -> No
         assert answer.status_code == 200, answer.text
     assert call(app, "GET", "/v1/admin/acl/doc:a", headers=ROOT).json()["acl"] == ["everyone"]
     assert len(watched.threads) == 3 and loop_thread not in watched.threads
+
+
+# -- two lanes: a flood of heavy requests leaves the light lane free ---------------------------------
+@pytest.mark.parametrize(
+    ("operation", "arguments", "heavy"),
+    [
+        ("search", {"query": "replica lag", "k": 10}, False),
+        ("search", {"query": "replica lag", "k": 11}, True),
+        ("search", {"query": "x" * 257}, True),
+        ("search", {"query": "x", "filters": {"uid": ["a"] * 10}}, False),
+        ("search", {"query": "x", "filters": {"uid": ["a"] * 11}}, True),
+        ("graph", {"starts": ["a"], "depth": 1}, False),
+        ("graph", {"starts": ["a"], "depth": 2}, True),
+        ("graph_facets", {"uids": ["a"] * 11}, True),
+        ("query_graph", {"query": "MATCH (n) RETURN n LIMIT 1"}, True),
+        ("ingest_records", {"records": []}, True),
+        ("content", None, False),
+        ("search", {"k": "50", "filters": "not a mapping"}, False),  # raw input: never fails
+    ],
+)
+def test_is_heavy_reads_only_sizes(
+    operation: str, arguments: dict[str, Any] | None, heavy: bool
+) -> None:
+    from knowledge_store.surfaces.workers import is_heavy
+
+    assert is_heavy(operation, arguments) is heavy
+
+
+class _Blocking(KnowledgeStore):
+    """The real store whose query_graph (a heavy operation) waits until released."""
+
+    def __init__(self, inner: KnowledgeStore) -> None:
+        super().__init__(inner.engine, embedder=inner.embedder)
+        self.release = threading.Event()
+        self.waiting = 0
+
+    def query_graph(self, *args: Any, **kwargs: Any) -> Any:
+        self.waiting += 1
+        assert self.release.wait(60), "never released"
+        return super().query_graph(*args, **kwargs)
+
+
+def test_light_requests_pass_while_the_heavy_lane_is_full(served: KnowledgeStore) -> None:
+    import httpx
+
+    from knowledge_store.surfaces.workers import HEAVY_THREADS, THREADS
+
+    blocking = _Blocking(served)
+    app = create_app(blocking, tokens=TOKENS)
+    flood = THREADS + HEAVY_THREADS  # more than every thread of both lanes
+
+    async def scenario() -> tuple[list[int], int, int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=60) as c:
+            query = {"query": "MATCH (n {uid: $u}) RETURN n.title", "params": {"u": "unit:vacuum"}}
+            heavy = [
+                asyncio.ensure_future(c.post("/v1/query_graph", json=query, headers=BOB))
+                for _ in range(flood)
+            ]
+            while blocking.waiting < HEAVY_THREADS:
+                await asyncio.sleep(0.01)
+            light = await c.post("/v1/search", json={"query": "vacuum", "k": 3}, headers=BOB)
+            content = await c.get("/v1/content/unit:vacuum", headers=BOB)
+            pending = sum(not task.done() for task in heavy)
+            blocking.release.set()
+            done = await asyncio.gather(*heavy)
+            return [r.status_code for r in done], light.status_code, pending + content.status_code
+
+    statuses, light_status, pending_plus_200 = asyncio.run(scenario())
+    assert light_status == 200
+    assert pending_plus_200 == flood + 200  # every heavy request still waiting, content answered
+    assert statuses == [200] * flood

@@ -51,7 +51,7 @@ from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
 from knowledge_store.surfaces.harness import ADMIN_TOOLS, input_schema, resolve_tool, visible_tools
-from knowledge_store.surfaces.workers import run_store
+from knowledge_store.surfaces.workers import is_heavy, run_store
 
 __all__ = [
     "CALLER_SCOPE_KEY",
@@ -230,8 +230,9 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
     ) -> types.CallToolResult:
         caller = self.caller_of(ctx)
         try:
-            out = await _in_thread(
-                partial(call_as, self.store, caller, params.name, params.arguments)
+            out = await run_store(
+                partial(call_as, self.store, caller, params.name, params.arguments),
+                heavy=is_heavy(params.name, params.arguments),
             )
         except (KnowledgeStoreError, AuthError) as exc:
             return tool_error(exc)

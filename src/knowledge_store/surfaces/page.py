@@ -33,6 +33,7 @@ from knowledge_store.model import LIST_NAMES
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.web import Service, service
+from knowledge_store.surfaces.workers import is_heavy
 
 __all__ = ["COOKIE", "router"]
 
@@ -316,7 +317,8 @@ async def search_page(request: Request) -> Response:
         return _sign_in(request, exc.message, exc.status)
     q = request.query_params.get("q") or ""
     try:
-        body = await svc.run(_search_html, svc, who, request)
+        heavy = is_heavy("search", {"query": request.query_params.get("q", "")})
+        body = await svc.run(_search_html, svc, who, request, heavy=heavy)
     except KnowledgeStoreError as exc:
         body = f'<p class="error">{e(exc.message)}</p>'
         return _page("Search", body, status=exc.http_status, who=who)
