@@ -129,8 +129,8 @@ MAX_GRAPHQL_DEPTH = 8
 MAX_GRAPHQL_ALIASES = 10
 #: GraphQL: fields written in one document, at every level (validation is quadratic in them).
 MAX_GRAPHQL_SELECTIONS = 500
-#: GraphQL: lexical tokens in one document (parsing stops beyond it).
-MAX_GRAPHQL_TOKENS = 10_000
+#: GraphQL: lexical tokens in one document (parsing stops beyond it); long lists go in variables.
+MAX_GRAPHQL_TOKENS = 2000
 #: GraphQL: top-level fields of one operation — each is one store call, run one after another.
 MAX_GRAPHQL_FIELDS = 10
 #: A request within all the LIGHT_* bounds runs in the servers' light lane; one over any of

@@ -33,7 +33,7 @@ echoes a large part of the request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from graphql import (
@@ -46,8 +46,10 @@ from graphql import (
     Node,
     OperationDefinitionNode,
     SelectionSetNode,
+    parse,
 )
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.schema import validate_document
 
 from knowledge_store.errors import clip
 from knowledge_store.model import (
@@ -57,6 +59,7 @@ from knowledge_store.model import (
     MAX_GRAPHQL_SELECTIONS,
     MAX_GRAPHQL_TOKENS,
 )
+from knowledge_store.surfaces.workers import run_store
 
 __all__ = ["DocumentShape", "RequestBounds"]
 
@@ -183,22 +186,38 @@ def _in_shape(error: GraphQLError) -> None:
 
 
 class RequestBounds(SchemaExtension):
-    """The bounds of the module docstring, and the one error shape for every early error."""
+    """The bounds of the module docstring, and the one error shape for every early error.
+
+    Parsing and validation run in the light worker lane, not on the event loop:
+    bounded as they are, they are still the CPU-heavy part of a GraphQL request.
+    """
 
     def on_operation(self) -> Iterator[None]:
         self.execution_context.parse_options["max_tokens"] = MAX_GRAPHQL_TOKENS
         yield
 
-    def on_parse(self) -> Iterator[None]:
+    async def on_parse(self) -> AsyncIterator[None]:
+        context = self.execution_context
+        if context.graphql_document is None and context.query:
+            try:
+                context.graphql_document = await run_store(
+                    parse, context.query, max_tokens=MAX_GRAPHQL_TOKENS
+                )
+            except GraphQLError as error:
+                _in_shape(error)
+                raise  # strawberry answers it as a pre-execution error
         yield
         self._shape_errors()
 
-    def on_validate(self) -> Iterator[None]:
-        document = self.execution_context.graphql_document
-        if document is not None and self.execution_context.pre_execution_errors is None:
+    async def on_validate(self) -> AsyncIterator[None]:
+        context = self.execution_context
+        document = context.graphql_document
+        if document is not None and context.pre_execution_errors is None:
             refused = DocumentShape(document).refusals(document)
-            if refused:  # validation then does not run: strawberry skips it on errors set
-                self.execution_context.pre_execution_errors = refused
+            # errors set here (even none) tell strawberry that validation has run
+            context.pre_execution_errors = refused or await run_store(
+                validate_document, context.schema._schema, document, context.validation_rules
+            )
         yield
         self._shape_errors()
 
