@@ -239,3 +239,15 @@ def test_light_requests_pass_while_the_heavy_lane_is_full(served: KnowledgeStore
     assert light_status == 200
     assert pending_plus_200 == flood + 200  # every heavy request still waiting, content answered
     assert statuses == [200] * flood
+
+
+def test_no_surface_reads_a_server_side_path(app: Any) -> None:
+    """Records arrive in the request body only: a path given by an HTTP caller is never read."""
+    for path, body in (
+        ("/v1/admin/ingest", {"path": "/etc/passwd"}),
+        ("/v1/tools/ingest_records", {"records": [], "path": "/etc/passwd"}),
+        ("/v1/tools/ingest_records", {"paths": ["/etc/passwd"], "records": [{}]}),
+    ):
+        answer = call(app, "POST", path, json=body, headers=ROOT)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request"
+        assert "root:" not in answer.text
