@@ -9,6 +9,8 @@
     /, /entity/{uid}  the search page                          surfaces.page
     /healthz          liveness (no auth, no data)
 
+Every request body is bounded before anything reads it (:mod:`.limits`: 413);
+store calls run in the worker lanes of :mod:`.workers`, never on the event loop.
 One service layer (every route calls :class:`~knowledge_store.store.KnowledgeStore`),
 one identity rule (:mod:`.auth`), one JSON error shape everywhere —
 ``{"error": {"code", "message", "details"}}`` with the error's HTTP status,

@@ -3,8 +3,10 @@
 Each route validates its JSON body with a pydantic model (the tools' argument
 models where a tool exists, so the schemas agree) and calls one method of
 :class:`~knowledge_store.store.KnowledgeStore` — or one tool function — as the
-caller's identity, in the thread pool. Answers are the ``--json`` shapes of
-DESIGN §6; errors the one error shape.
+caller's identity, in a worker lane chosen by the request's size
+(:func:`~knowledge_store.surfaces.workers.is_heavy`). Answers are the ``--json``
+shapes of DESIGN §6; errors the one error shape. The admin ingest takes records
+in its body only — no route reads a path on the server.
 """
 
 from __future__ import annotations
