@@ -76,10 +76,13 @@ def run_corpus() -> dict[str, Any]:
                 group, {"tried": 0, "failed_safely": 0, "answered": 0, "misbehaved": [], "ms": {}}
             )
             start = time.perf_counter()
-            status, body = send(app, case)
+            try:
+                status, body = send(app, case)
+                wrong = limits_corpus.verdict(case, status, body)
+            except Exception as exc:  # a crash is a misbehaviour too
+                wrong = f"{type(exc).__name__}: {exc}"
             tally["ms"][case.id] = round((time.perf_counter() - start) * 1000, 1)
             tally["tried"] += 1
-            wrong = limits_corpus.verdict(case, status, body)
             if wrong is not None:
                 tally["misbehaved"].append(f"{case.id}: {wrong}")
             elif case.refused:
