@@ -90,3 +90,33 @@ def test_the_filter_redacts_every_token_parameter() -> None:
     assert RedactTokens().filter(record)
     assert "x1" not in record.getMessage() and "x2" not in record.getMessage()
     assert "x3" not in record.getMessage() and "b=2" in record.getMessage()
+
+
+def test_no_error_body_quotes_a_token(app: Any) -> None:
+    from tests.surfaces.serve_estate import call
+
+    wrong = "tok-WRONG-but-secret-42"
+    bearer = {"Authorization": f"Bearer {wrong}"}
+    for method, path, kwargs in (
+        ("POST", "/v1/search", {"json": {"query": "x"}, "headers": bearer}),
+        ("POST", "/graphql", {"json": {"query": "{ stats }"}, "headers": bearer}),
+        (
+            "POST",
+            "/mcp",
+            {"json": {"jsonrpc": "2.0", "id": 1, "method": "ping"}, "headers": bearer},
+        ),
+        ("GET", "/", {"headers": bearer}),
+        ("POST", "/signin", {"data": {"token": wrong, "next": "/"}}),
+        ("GET", "/", {"params": {"token": wrong}}),
+        (
+            "POST",
+            "/v1/search",
+            {
+                "json": {"query": "x", "token": wrong},
+                "headers": {"Authorization": f"Bearer {SECRET}"},
+            },
+        ),
+    ):
+        answer = call(app, method, path, **kwargs)
+        assert answer.status_code >= 400, (path, answer.status_code)
+        assert wrong not in answer.text and SECRET not in answer.text, (path, answer.text[:300])
