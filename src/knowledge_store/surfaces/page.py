@@ -9,9 +9,11 @@ results; the entity page shows the content API's answer with its related
 entities and its place in a learning path.
 
 Identity: the same rules as the API. A browser can't send a bearer header on
-a navigation, so the page also takes the token from the ``ks_token`` cookie,
-which ``?token=…`` sets (then redirects the token out of the URL). With
-``--anonymous`` a visitor without a token is ``everyone``.
+a navigation, so the page also takes the token from the ``ks_token`` cookie
+(HttpOnly, SameSite=Strict), which the sign-in form sets: it POSTs the token
+to ``/signin`` — the token never travels in a URL, so it is never written to
+an access log, a browser history or a Referer. A ``?token=…`` in a URL is
+refused, not used. With ``--anonymous`` a visitor without a token is ``everyone``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import html
 import json
 from importlib.resources import files
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -33,6 +35,7 @@ from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
+from knowledge_store.surfaces.workers import is_heavy
 
 __all__ = ["COOKIE", "VECTOR_FLOOR", "router"]
 
@@ -84,29 +87,67 @@ def _page(title: str, body: str, *, status: int = 200, who: Caller | None = None
     )
 
 
-def _sign_in(request: Request, exc: AuthError) -> HTMLResponse:
+def _sign_in(request: Request, message: str, status: int) -> HTMLResponse:
+    back = _local_target(request.url.path, _without_token(request))
     body = f"""<section class="card narrow"><h1>Sign in</h1>
-<p class="muted">{e(exc.message)}</p>
-<form method="get" action="{e(request.url.path)}" class="signin">
+<p class="muted">{e(message)}</p>
+<form method="post" action="/signin" class="signin">
+<input type="hidden" name="next" value="{e(back)}">
 <label for="token">Token</label>
 <input id="token" name="token" type="password" autocomplete="off" required>
 <button type="submit">Continue</button></form></section>"""
-    return _page("Sign in", body, status=exc.status)
+    return _page("Sign in", body, status=status)
 
 
-def _with_token(request: Request, svc: Service) -> Response | None:
-    """``?token=…``: check it, keep it in a cookie, redirect it out of the URL."""
-    token = request.query_params.get("token")
-    if token is None:
+def _without_token(request: Request) -> str:
+    """The request's query string without any ``token`` parameter."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    return urlencode(kept)
+
+
+def _local_target(path: str, query: str = "") -> str:
+    """A path on this server to go back to (never another origin: no open redirect)."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        path = "/"
+    return path + (f"?{query}" if query else "")
+
+
+def _refuse_token_in_url(request: Request) -> Response | None:
+    """A ``?token=…`` is refused: a token in a URL ends up in logs, history and Referer."""
+    if "token" not in request.query_params:
         return None
+    return _sign_in(
+        request,
+        "A token in the address is not accepted (it would be written to logs and the browser"
+        " history); sign in with this form instead.",
+        400,
+    )
+
+
+@router.post("/signin")
+async def sign_in(request: Request) -> Response:
+    """The sign-in form: check the token, keep it in an HttpOnly SameSite=Strict cookie."""
+    svc = service(request)
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+        return _sign_in(request, "Sign in from this server's own page.", 403)
+    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    token = (form.get("token") or [""])[0].strip()
+    path, _, query = (form.get("next") or ["/"])[0].partition("?")
+    target = _local_target(path, query)
     try:
-        svc.tokens.resolve(token)
+        svc.tokens.resolve(token or None)
     except AuthError as exc:
-        return _sign_in(request, exc)
-    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-    target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+        return _sign_in(request, exc.message, exc.status)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+    response.set_cookie(
+        COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 
@@ -295,16 +336,17 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
 @router.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def search_page(request: Request) -> Response:
     svc = service(request)
-    redirect = _with_token(request, svc)
-    if redirect is not None:
-        return redirect
+    refused = _refuse_token_in_url(request)
+    if refused is not None:
+        return refused
     try:
         who = _caller(request, svc)
     except AuthError as exc:
-        return _sign_in(request, exc)
+        return _sign_in(request, exc.message, exc.status)
     q = request.query_params.get("q") or ""
     try:
-        body = await svc.run(_search_html, svc, who, request)
+        heavy = is_heavy("search", {"query": request.query_params.get("q", "")})
+        body = await svc.run(_search_html, svc, who, request, heavy=heavy)
     except KnowledgeStoreError as exc:
         body = f'<p class="error">{e(exc.message)}</p>'
         return _page("Search", body, status=exc.http_status, who=who)
@@ -406,13 +448,13 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
 @router.api_route("/entity/{uid:path}", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def entity_page(uid: str, request: Request) -> Response:
     svc = service(request)
-    redirect = _with_token(request, svc)
-    if redirect is not None:
-        return redirect
+    refused = _refuse_token_in_url(request)
+    if refused is not None:
+        return refused
     try:
         who = _caller(request, svc)
     except AuthError as exc:
-        return _sign_in(request, exc)
+        return _sign_in(request, exc.message, exc.status)
     try:
         title, body = await svc.run(_entity_html, svc, who, uid)
     except KnowledgeStoreError as exc:
