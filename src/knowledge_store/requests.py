@@ -219,8 +219,9 @@ def _error(model: type[Request], exc: ValidationError) -> InputError:
         limit = ctx.get("max_length")
         size = len(given) if isinstance(given, str | list | tuple | dict) else "too many"
         unit = "characters" if kind == "string_too_long" else "items"
+        verb = "has" if unit == "characters" else "holds"
         return BoundExceeded(
-            f"{field} has {size} {unit}; the maximum is {limit}",
+            f"{field} {verb} {size} {unit}; the maximum is {limit}",
             field=field,
             maximum=limit,
         )
@@ -324,11 +325,12 @@ def _filter_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for f in FILTER_FIELDS:
         if f.kind == "keyword":
+            # The bound is Filters.build's (one sentence for every caller); the schema states it.
             fields[f.name] = (
                 list[FilterValue],
                 Field(
                     default_factory=list,
-                    max_length=MAX_FILTER_VALUES,
+                    json_schema_extra={"maxItems": MAX_FILTER_VALUES},
                     description=f"{f.help}: keep any of these",
                 ),
             )
@@ -337,7 +339,7 @@ def _filter_fields() -> dict[str, Any]:
                     list[FilterValue],
                     Field(
                         default_factory=list,
-                        max_length=MAX_FILTER_VALUES,
+                        json_schema_extra={"maxItems": MAX_FILTER_VALUES},
                         description=f"{f.help}: leave these out",
                     ),
                 )

@@ -17,7 +17,8 @@ from knowledge_store.engines.base import Engine, PreparedEntity
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, embedding_key
-from knowledge_store.model import Chunk, Entity, IngestReport
+from knowledge_store.ingest.loaders.files import Skipped
+from knowledge_store.model import Chunk, Entity, IngestReport, SkippedPath
 
 __all__ = ["EMBED_BATCH", "chunk_entity", "ingest_entities"]
 
@@ -68,6 +69,10 @@ def _embed_and_cache(
     return out
 
 
+def _skipped(paths: Sequence[Skipped]) -> list[SkippedPath]:
+    return [SkippedPath(path=s.path, reason=s.reason) for s in paths]
+
+
 def ingest_entities(
     engine: Engine,
     embedder: Embedder,
@@ -75,10 +80,11 @@ def ingest_entities(
     entities: Sequence[Entity],
     *,
     rejected: Sequence[Rejection] = (),
+    skipped: Sequence[Skipped] = (),
     skip_invalid: bool = False,
     progress: bool = False,
 ) -> IngestReport:
-    """Publish ``entities`` as one batch (see module docstring)."""
+    """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is."""
     if rejected and not skip_invalid:
         raise BatchRejected(list(rejected))
     existing = engine.content_hashes([e.uid for e in entities])
@@ -92,6 +98,7 @@ def ingest_entities(
             unchanged=unchanged,
             deleted=0,
             rejected=list(rejected),
+            skipped=_skipped(skipped),
         )
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
@@ -128,4 +135,5 @@ def ingest_entities(
         unchanged=unchanged,
         deleted=0,
         rejected=list(rejected),
+        skipped=_skipped(skipped),
     )

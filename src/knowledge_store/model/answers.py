@@ -42,6 +42,7 @@ __all__ = [
     "QueryAnswer",
     "Result",
     "SearchAnswer",
+    "SkippedPath",
     "SqlHit",
     "SqlHits",
     "StoreStats",
@@ -137,8 +138,15 @@ class SearchAnswer(Answer):
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
 
 
+class SkippedPath(Answer):
+    """A path a load did not read, and why (it leads out of the folder, or is no regular file)."""
+
+    path: str
+    reason: str
+
+
 class IngestReport(Answer):
-    """What an ingest batch did."""
+    """What an ingest batch did; ``skipped`` lists the paths a load would not read."""
 
     content_root: str
     added: int
@@ -146,6 +154,7 @@ class IngestReport(Answer):
     unchanged: int
     deleted: int
     rejected: list[Rejection] = Field(default_factory=list)
+    skipped: list[SkippedPath] = Field(default_factory=list)
 
 
 class DeleteReport(Answer):

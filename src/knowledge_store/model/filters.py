@@ -20,13 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownField
+from knowledge_store.errors import InvalidRequest, UnknownField
 from knowledge_store.model.vocabulary import (
     FILTER_FIELDS,
     FILTER_NAMES,
     MAX_FILTER_VALUE_CHARS,
     MAX_FILTER_VALUES,
     FilterField,
+    check_list_bound,
     normalize_timestamp,
 )
 
@@ -66,12 +67,7 @@ def _values(name: str, raw: object) -> Values:
             f"{_path(name)} takes a string or a list of strings, not {type(raw).__name__}",
             field=_path(name),
         )
-    if len(items) > MAX_FILTER_VALUES:
-        raise BoundExceeded(
-            f"{_path(name)} holds {len(items)} values; the maximum is {MAX_FILTER_VALUES}",
-            field=_path(name),
-            maximum=MAX_FILTER_VALUES,
-        )
+    check_list_bound(_path(name), items, MAX_FILTER_VALUES, name=f"the filter {name!r}")
     for value in items:
         if not check_text(value) or len(value) > MAX_FILTER_VALUE_CHARS:
             raise InvalidRequest(

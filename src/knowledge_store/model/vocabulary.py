@@ -10,11 +10,12 @@ declaration where a static type helps; the tuple beside it is derived from it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
-from knowledge_store.errors import InvalidRequest, UnknownLabel
+from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 
 __all__ = [
     "DEFAULT_QUERY_GRAPH_LIMIT",
@@ -28,11 +29,22 @@ __all__ = [
     "GRANULARITIES",
     "GRAPH_MAX_DEPTH",
     "LABELS",
+    "LIGHT_K",
+    "LIGHT_LIST_VALUES",
+    "LIGHT_QUERY_CHARS",
     "LIST_NAMES",
+    "MAX_ACL_PRINCIPALS",
     "MAX_BUCKETS",
     "MAX_FILTER_VALUES",
     "MAX_FILTER_VALUE_CHARS",
+    "MAX_GRAPHQL_ALIASES",
+    "MAX_GRAPHQL_DEPTH",
+    "MAX_GRAPHQL_FIELDS",
+    "MAX_GRAPHQL_SELECTIONS",
+    "MAX_GRAPHQL_TOKENS",
+    "MAX_INGEST_BYTES",
     "MAX_K",
+    "MAX_REQUEST_BYTES",
     "MAX_SEARCH_K",
     "MAX_STARTS",
     "MAX_TEXT_LENGTH",
@@ -41,6 +53,7 @@ __all__ = [
     "METRICS",
     "ORDER_FIELDS",
     "ORDER_SPECS",
+    "PRINCIPAL_PATTERN",
     "QUERY_GRAPH_MAX_DEPTH",
     "QUERY_GRAPH_MAX_LENGTH",
     "QUERY_GRAPH_MAX_LIMIT",
@@ -56,6 +69,7 @@ __all__ = [
     "check_k",
     "check_label",
     "check_labels",
+    "check_list_bound",
     "check_membership",
     "check_principal",
     "filter_field",
@@ -187,6 +201,29 @@ MAX_UID_LENGTH = 4096
 #: Values of one list filter, and characters of one value.
 MAX_FILTER_VALUES = 1000
 MAX_FILTER_VALUE_CHARS = 4096
+#: The most principals a default ACL (``--acl``, ``?acl=``, the ingest tool's ``acl``) may name.
+MAX_ACL_PRINCIPALS = 100
+#: The largest HTTP request body, in bytes, of every route but the admin ingest.
+MAX_REQUEST_BYTES = 1024 * 1024
+#: The largest body of ``POST /v1/admin/ingest``, in bytes.
+MAX_INGEST_BYTES = 64 * 1024 * 1024
+#: GraphQL: the deepest selection (introspection fields aside).
+MAX_GRAPHQL_DEPTH = 8
+#: GraphQL: aliases in one document.
+MAX_GRAPHQL_ALIASES = 10
+#: GraphQL: fields written in one document, at every level (validation is quadratic in them).
+MAX_GRAPHQL_SELECTIONS = 500
+#: GraphQL: lexical tokens in one document (parsing stops beyond it); long lists go in variables.
+MAX_GRAPHQL_TOKENS = 2000
+#: GraphQL: top-level fields of one operation — each is one store call, run one after another.
+MAX_GRAPHQL_FIELDS = 10
+#: A request within all the LIGHT_* bounds runs in the servers' light lane; one over any of
+#: them (or a GraphQL document with several store calls) waits its turn in the heavy lane.
+LIGHT_K = 10
+#: See LIGHT_K: the longest query text of a light request.
+LIGHT_QUERY_CHARS = 256
+#: See LIGHT_K: the most values in any list (a FILTERS list, starts, uids) of a light request.
+LIGHT_LIST_VALUES = 10
 #: A fusion weight, at most.
 MAX_WEIGHT = 1000.0
 #: The graph primitive's depth bound (query_graph's ``*1..4`` reaches one hop further).
@@ -208,7 +245,9 @@ QUERY_GRAPH_MAX_LIST = 10_000
 # -- principals ------------------------------------------------------------------------------------------
 
 EVERYONE = "everyone"
-_PRINCIPAL = re.compile(r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$")
+#: What a principal looks like (matched whole: a trailing newline is not allowed).
+PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
+_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
 
 def check_label(label: str) -> str:
@@ -230,7 +269,7 @@ def check_labels(labels: object) -> tuple[str, ...]:
 
 def check_principal(principal: str) -> str:
     """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
-    if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
+    if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
         shown = principal if isinstance(principal, str) else repr(principal)
         raise InvalidRequest(
             f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
@@ -245,6 +284,20 @@ def check_k(k: int, maximum: int = MAX_K) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= maximum:
         raise InvalidRequest(f"k must be between 1 and {maximum}, not {k!r}", field="k")
     return k
+
+
+def check_list_bound(
+    field: str, values: Sequence[Any], maximum: int, *, name: str | None = None
+) -> None:
+    """Raise ``BoundExceeded`` when the list ``field`` holds more than ``maximum`` values."""
+    if len(values) > maximum:
+        raise BoundExceeded(
+            f"{name or repr(field)} holds {len(values)} values; the maximum is {maximum}."
+            " Split the request, or narrow it with other filters",
+            field=field,
+            maximum=maximum,
+            found=len(values),
+        )
 
 
 def check_membership(group: str, member: str) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from knowledge_store.model import Identity
+from knowledge_store.model import MAX_ACL_PRINCIPALS, Identity
 from knowledge_store.retrieval.knowledge import CODE_SAMPLE_TYPE, code_of
 from knowledge_store.surfaces.tools import (
     FilterArgs,
@@ -95,7 +95,9 @@ class IngestArgs(_Args):
         " updated_at, href, attributes, edges: [{label, to, position}], acl: [...]}",
     )
     acl: list[str] = Field(
-        default_factory=list, description="default ACL for records without an acl key"
+        default_factory=list,
+        max_length=MAX_ACL_PRINCIPALS,
+        description="default ACL for records without an acl key",
     )
     skip_invalid: bool = Field(False, description="publish the good records, report the bad")
 
