@@ -1,24 +1,25 @@
 """``KnowledgeStore``: the Python API over one engine (DESIGN §6) — the boundary.
 
 Every CLI command, tool and endpoint calls one method of this class. Each
-read method takes either its request model (:mod:`knowledge_store.requests`)
-or the keyword arguments that build it: the request is validated once, here,
-into the typed values engines take, so every surface has the same bounds and
-the same errors.
+read takes either its request model (:mod:`knowledge_store.requests`) or the
+keyword arguments that build it: the request is validated once into the typed
+values engines take, so every surface has the same bounds and the same
+errors. Each read runs on one reader (:meth:`KnowledgeStore.reader`): one
+snapshot, the identity expanded once. The library never reads the
+environment: the CLI and the server decide defaults (``KS_AS``, ``KS_STORE``).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from knowledge_store.engines.base import Engine
-from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
-from knowledge_store.graphquery.runner import checked_query
+from knowledge_store.errors import InvalidRequest, ModelMismatch
 from knowledge_store.ingest.embedding import Embedder, open_embedder
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
@@ -57,37 +58,37 @@ from knowledge_store.requests import (
     PrincipalRequest,
     QueryGraphRequest,
     RelatedRequest,
-    Request,
     SearchRequest,
-    SqlRequest,
     VectorRequest,
     XrefRequest,
 )
-from knowledge_store.retrieval import docs_tools, knowledge
-from knowledge_store.retrieval import search as fused
+from knowledge_store.retrieval.docs_tools import (
+    GraphFacets,
+    LearningPath,
+    Related,
+    XrefResolution,
+)
+from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
+from knowledge_store.retrieval.reader import StoreReader, request_of
 from knowledge_store.retrieval.retrievers import Retriever
 
-__all__ = ["DEFAULT_STORE", "KnowledgeStore"]
+__all__ = [
+    "DEFAULT_STORE",
+    "KnowledgeStore",
+    "get_learning_path",
+    "get_related",
+    "graph_facets",
+    "resolve_xref",
+]
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
-R = TypeVar("R", bound=Request)
 
 
 def _identity(who: IdentityLike) -> Identity:
     if isinstance(who, Identity):
         return who
-    return Identity(who or os.environ.get("KS_AS") or "everyone")
-
-
-def _request(model: type[R], given: object, **fields: Any) -> R:
-    """``given`` if it is already the request, else the request built from ``fields``.
-
-    A field passed as None takes the model's default.
-    """
-    if isinstance(given, model):
-        return given
-    return model.parse({k: v for k, v in fields.items() if v is not None})
+    return Identity(who or "everyone")
 
 
 def open_engine(location: str | Path) -> Engine:
@@ -114,8 +115,8 @@ class KnowledgeStore:
     def open(
         cls, location: str | Path | None = None, *, embedder: str | Embedder | None = None
     ) -> KnowledgeStore:
-        """Open (or create) the store at ``location`` (default ``$KS_STORE``, else ``./.ks``)."""
-        where = location or os.environ.get("KS_STORE") or DEFAULT_STORE
+        """Open (or create) the store at ``location`` (default ``./.ks``)."""
+        where = location or DEFAULT_STORE
         return cls(open_engine(where), embedder=embedder)
 
     def close(self) -> None:
@@ -132,7 +133,7 @@ class KnowledgeStore:
     def embedder_spec(self) -> str:
         if isinstance(self._embedder_arg, str):
             return self._embedder_arg
-        recorded = getattr(self.engine, "model_spec", lambda: None)()
+        recorded = self.engine.writer.model_spec()
         return str(recorded) if recorded else "default"
 
     @property
@@ -140,7 +141,7 @@ class KnowledgeStore:
         """The store's embedder (the one its vectors were made with)."""
         if self._embedder is None:
             self._embedder = open_embedder(self.embedder_spec)
-        recorded = self.engine.model()
+        recorded = self.engine.writer.model()
         if recorded is not None and recorded != (self._embedder.model_id, self._embedder.dimension):
             raise ModelMismatch(
                 f"this store was built with {recorded[0]} ({recorded[1]} dimensions), not"
@@ -167,7 +168,7 @@ class KnowledgeStore:
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         loaded = load_paths(paths, format=format, source=source, default_acl=acl or None)
         return ingest_entities(
-            self.engine,
+            self.engine.writer,
             self.embedder,
             self.embedder_spec,
             [r.entity for r in loaded.records],
@@ -218,7 +219,7 @@ class KnowledgeStore:
             seen[entity.uid] = line
             entities.append(entity)
         return ingest_entities(
-            self.engine,
+            self.engine.writer,
             self.embedder,
             self.embedder_spec,
             entities,
@@ -231,12 +232,23 @@ class KnowledgeStore:
         """Delete entities (their chunks and outgoing edges) as one publish."""
         if not isinstance(uids, DeleteRequest) and not uids:
             raise InvalidRequest("delete needs at least one uid", field="uids")
-        request = _request(DeleteRequest, uids, uids=uids)
+        request = request_of(DeleteRequest, uids, uids=uids)
         unique = list(dict.fromkeys(request.uids))
-        root = self.engine.delete(unique)
-        return DeleteReport(content_root=root, deleted=len(unique))
+        published = self.engine.writer.delete(unique)
+        return DeleteReport(content_root=published.root, deleted=published.deleted)
 
-    # -- primitives ------------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------------
+    @contextmanager
+    def reader(self, identity: IdentityLike = None) -> Iterator[StoreReader]:
+        """One point-in-time view for ``identity`` (default: everyone), for several reads.
+
+        ``with store.reader("user:sam") as r: r.search(…); r.content(uid)`` — one
+        catalog snapshot, the derived indexes at that snapshot, the identity
+        expanded once: every answer carries the same content root.
+        """
+        with self.engine.reader(_identity(identity)) as engine_reader:
+            yield StoreReader(engine_reader, lambda: self.embedder)
+
     def lexical(
         self,
         text: str | LexicalRequest,
@@ -247,11 +259,8 @@ class KnowledgeStore:
         explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = _request(LexicalRequest, text, query=text, k=k, filters=filters, explain=explain)
-        answer = self.engine.lexical(
-            _identity(identity), request.query, request.k, request.filters.value
-        )
-        return answer if request.explain else answer.model_copy(update={"explain": None})
+        with self.reader(identity) as r:
+            return r.lexical(text, k=k, filters=filters, explain=explain)
 
     def vector(
         self,
@@ -263,24 +272,8 @@ class KnowledgeStore:
         explain: bool = False,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
-        if isinstance(query, np.ndarray):
-            request = VectorRequest.parse(
-                vector=np.asarray(query, dtype=np.float32).reshape(-1).tolist(),
-                k=k,
-                explain=explain,
-                **({} if filters is None else {"filters": filters}),
-            )
-        else:
-            request = _request(
-                VectorRequest, query, query=query, k=k, filters=filters, explain=explain
-            )
-        who = _identity(identity)
-        if request.vector is not None:
-            vec = np.asarray(request.vector, dtype=np.float32)
-        else:
-            vec = self.embedder.embed_query(request.query)
-        answer = self.engine.vector(who, vec, request.k, request.filters.value)
-        return answer if request.explain else answer.model_copy(update={"explain": None})
+        with self.reader(identity) as r:
+            return r.vector(query, k=k, filters=filters, explain=explain)
 
     def search(
         self,
@@ -295,28 +288,16 @@ class KnowledgeStore:
         retrievers: Sequence[str | Retriever] | None = None,
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
-        request = _request(
-            SearchRequest,
-            text,
-            query=text,
-            k=k,
-            filters=filters,
-            mode=mode,
-            weights=weights,
-            explain=explain,
-        )
-        return fused.search(
-            self.engine,
-            lambda: self.embedder,
-            _identity(identity),
-            request.query,
-            k=request.k,
-            filters=request.filters.value,
-            mode=request.mode,
-            weights=request.weights,
-            explain=request.explain,
-            retrievers=retrievers,
-        )
+        with self.reader(identity) as r:
+            return r.search(
+                text,
+                k=k,
+                filters=filters,
+                mode=mode,
+                weights=weights,
+                explain=explain,
+                retrievers=retrievers,
+            )
 
     def sql(
         self,
@@ -327,10 +308,8 @@ class KnowledgeStore:
         k: int = 10,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
-        request = _request(SqlRequest, filters, filters=filters, order=order, k=k)
-        return self.engine.sql(
-            _identity(identity), request.filters.value, request.order_value, request.k
-        )
+        with self.reader(identity) as r:
+            return r.sql(filters, order=order, k=k)
 
     def aggregate(
         self,
@@ -341,10 +320,8 @@ class KnowledgeStore:
         filters: Any = None,
     ) -> AggregateAnswer:
         """A catalog metric by a dimension over the visible slice (DESIGN §2)."""
-        request = _request(
-            AggregateRequest, metric, metric=metric, dimension=dimension, filters=filters
-        )
-        return self.engine.aggregate(_identity(identity), request.spec, request.filters.value)
+        with self.reader(identity) as r:
+            return r.aggregate(metric, dimension, filters=filters)
 
     def graph(
         self,
@@ -357,16 +334,8 @@ class KnowledgeStore:
         k: int = 10,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
-        request = _request(
-            GraphRequest,
-            starts,
-            starts=starts,
-            depth=depth,
-            labels=labels,
-            direction=direction,
-            k=k,
-        )
-        return self.engine.graph(_identity(identity), request.value)
+        with self.reader(identity) as r:
+            return r.graph(starts, depth=depth, labels=labels, direction=direction, k=k)
 
     def query_graph(
         self,
@@ -377,20 +346,16 @@ class KnowledgeStore:
         lenient: bool = False,
     ) -> QueryAnswer:
         """Run a bounded, read-only openCypher query (docs/query_graph.md)."""
-        request = _request(QueryGraphRequest, text, query=text, params=params, lenient=lenient)
-        query = checked_query(request.query, request.params, lenient=request.lenient)
-        return self.engine.query_graph(_identity(identity), query, request.params)
+        with self.reader(identity) as r:
+            return r.query_graph(text, params, lenient=lenient)
 
     def content(self, uid: str | ContentRequest, *, identity: IdentityLike = None) -> Content:
         """The entity ``uid`` with its chunks and its edges to entities the caller can read.
 
         Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
         """
-        request = _request(ContentRequest, uid, uid=uid)
-        found = self.engine.content(_identity(identity), request.uid)
-        if found is None:
-            raise NotFound(f"no entity with uid {request.uid!r}", uid=request.uid)
-        return found
+        with self.reader(identity) as r:
+            return r.content(uid)
 
     # -- docs tools ------------------------------------------------------------------------------
     def docs_search(
@@ -402,8 +367,8 @@ class KnowledgeStore:
         filters: Any = None,
     ) -> SearchAnswer:
         """Fused search over every type but ``codeSample``."""
-        request = _request(DocsSearchRequest, text, query=text, k=k, filters=filters)
-        return knowledge.docs_search(self, _identity(identity), request)
+        with self.reader(identity) as r:
+            return r.docs_search(text, k=k, filters=filters)
 
     def code_sample_search(
         self,
@@ -412,10 +377,10 @@ class KnowledgeStore:
         identity: IdentityLike = None,
         k: int = 10,
         filters: Any = None,
-    ) -> knowledge.CodeSamples:
+    ) -> CodeSamples:
         """Fused search over ``codeSample`` entities: each with its code, language and page."""
-        request = _request(DocsSearchRequest, text, query=text, k=k, filters=filters)
-        return knowledge.code_sample_search(self, _identity(identity), request)
+        with self.reader(identity) as r:
+            return r.code_sample_search(text, k=k, filters=filters)
 
     def search_knowledge(
         self,
@@ -424,10 +389,10 @@ class KnowledgeStore:
         identity: IdentityLike = None,
         k: int = 5,
         filters: Any = None,
-    ) -> knowledge.Knowledge:
+    ) -> Knowledge:
         """Fused search as cited passages and one context block, for a chat model."""
-        request = _request(KnowledgeRequest, text, query=text, k=k, filters=filters)
-        return knowledge.search_knowledge(self, _identity(identity), request)
+        with self.reader(identity) as r:
+            return r.search_knowledge(text, k=k, filters=filters)
 
     def get_related(
         self,
@@ -438,90 +403,138 @@ class KnowledgeStore:
         depth: int = 1,
         direction: str = "both",
         k: int = 10,
-    ) -> docs_tools.Related:
+    ) -> Related:
         """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
-        request = _request(
-            RelatedRequest, uid, uid=uid, labels=labels, depth=depth, direction=direction, k=k
-        )
-        return docs_tools.get_related(
-            self,
-            request.uid,
-            identity=_identity(identity),
-            labels=request.labels,
-            depth=request.depth,
-            direction=request.direction,
-            k=request.k,
-        )
+        with self.reader(identity) as r:
+            return r.get_related(uid, labels=labels, depth=depth, direction=direction, k=k)
 
     def get_learning_path(
         self, uid: str | LearningPathRequest, *, identity: IdentityLike = None
-    ) -> docs_tools.LearningPath:
+    ) -> LearningPath:
         """The ordered path or module ``uid`` belongs to, with ``uid``'s place in it."""
-        request = _request(LearningPathRequest, uid, uid=uid)
-        return docs_tools.get_learning_path(self, request.uid, identity=_identity(identity))
+        with self.reader(identity) as r:
+            return r.get_learning_path(uid)
 
     def resolve_xref(
         self, ref: str | XrefRequest, *, identity: IdentityLike = None
-    ) -> docs_tools.XrefResolution:
+    ) -> XrefResolution:
         """A uid, an href (with or without ``#anchor``) or an exact title → the entity."""
-        request = _request(XrefRequest, ref, ref=ref)
-        return docs_tools.resolve_xref(self, request.ref, identity=_identity(identity))
+        with self.reader(identity) as r:
+            return r.resolve_xref(ref)
 
     def graph_facets(
         self, uids: Sequence[str] | FacetsRequest, *, identity: IdentityLike = None
-    ) -> docs_tools.GraphFacets:
+    ) -> GraphFacets:
         """Visible neighbours of a result set, counted by edge label and entity type."""
-        request = _request(FacetsRequest, uids, uids=uids)
-        return docs_tools.graph_facets(self, request.uids, identity=_identity(identity))
+        with self.reader(identity) as r:
+            return r.graph_facets(uids)
 
     # -- store -------------------------------------------------------------------------------------
     def stats(self) -> StoreStats:
-        return self.engine.stats()
+        return self.engine.writer.stats()
 
     @property
     def is_empty(self) -> bool:
-        return self.engine.is_empty()
+        return self.engine.writer.is_empty()
 
     def content_root(self) -> str:
-        return self.engine.content_root()
+        return self.engine.writer.content_root()
 
     def rebuild(self, *, progress: bool = False) -> None:
-        self.engine.rebuild(progress=progress)
+        self.engine.writer.rebuild(progress=progress)
 
     # -- ACL administration ---------------------------------------------------------------------------
     def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
         """Let ``principal`` read ``uid`` (one publish)."""
-        request = _request(AclRequest, uid, uid=uid, principal=principal)
-        root = self.engine.grant(request.uid, request.principal)
+        request = request_of(AclRequest, uid, uid=uid, principal=principal)
+        root = self.engine.admin.grant(request.uid, request.principal)
         return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
     def revoke(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
         """Stop ``principal`` reading ``uid`` through its ACL (one publish)."""
-        request = _request(AclRequest, uid, uid=uid, principal=principal)
-        root = self.engine.revoke(request.uid, request.principal)
+        request = request_of(AclRequest, uid, uid=uid, principal=principal)
+        root = self.engine.admin.revoke(request.uid, request.principal)
         return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
-        return self.engine.acl_show(uid)
+        return self.engine.admin.acl_show(uid)
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        return self.engine.acl_explain(principal, uid)
+        return self.engine.admin.acl_explain(principal, uid)
 
     def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
         """Make ``member`` a member of ``group``; the member's groups after it."""
-        request = _request(MemberRequest, group, group=group, member=member)
-        self.engine.add_member(request.group, request.member)
-        return self.engine.principal_show(request.member)
+        request = request_of(MemberRequest, group, group=group, member=member)
+        self.engine.admin.add_member(request.group, request.member)
+        return self.engine.admin.principal_show(request.member)
 
     def remove_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
         """Remove ``member`` from ``group``; the member's groups after it."""
-        request = _request(MemberRequest, group, group=group, member=member)
-        self.engine.remove_member(request.group, request.member)
-        return self.engine.principal_show(request.member)
+        request = request_of(MemberRequest, group, group=group, member=member)
+        self.engine.admin.remove_member(request.group, request.member)
+        return self.engine.admin.principal_show(request.member)
 
     def principal_show(self, principal: str | PrincipalRequest) -> PrincipalInfo:
-        request = _request(PrincipalRequest, principal, principal=principal)
-        return self.engine.principal_show(request.principal)
+        request = request_of(PrincipalRequest, principal, principal=principal)
+        return self.engine.admin.principal_show(request.principal)
 
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
-        return self.engine.load_memberships(pairs)
+        return self.engine.admin.load_memberships(pairs)
+
+
+# -- the docs tools as functions of a store (the public API of ``knowledge_store``) --------------
+Source = KnowledgeStore | StoreReader | Engine
+
+
+@contextmanager
+def _reading(source: Source, identity: IdentityLike) -> Iterator[StoreReader]:
+    if isinstance(source, StoreReader):
+        yield source
+        return
+    store = source if isinstance(source, KnowledgeStore) else KnowledgeStore(source)
+    with store.reader(identity) as r:
+        yield r
+
+
+def get_related(
+    source: Source,
+    uid: str,
+    *,
+    identity: IdentityLike = None,
+    labels: Sequence[str] = (),
+    depth: int = 1,
+    direction: str = "both",
+    k: int = 10,
+) -> Related:
+    """Entities linked to ``uid`` within ``depth`` ≤ 3 hops, ranked as the graph primitive."""
+    with _reading(source, identity) as r:
+        return r.get_related(uid, labels=labels, depth=depth, direction=direction, k=k)
+
+
+def get_learning_path(source: Source, uid: str, *, identity: IdentityLike = None) -> LearningPath:
+    """The path/module ``uid`` belongs to, in order, with ``uid``'s place in it.
+
+    Walks partOf up to the root (the top ancestor, choosing the best-ranked
+    parent where there are several), then lists the root's tree depth-first,
+    siblings by ``position`` (then title, uid). For a root uid, its whole tree.
+    """
+    with _reading(source, identity) as r:
+        return r.get_learning_path(uid)
+
+
+def resolve_xref(source: Source, ref: str, *, identity: IdentityLike = None) -> XrefResolution:
+    """Resolve a uid, an href (with or without ``#anchor``) or an exact title."""
+    with _reading(source, identity) as r:
+        return r.resolve_xref(ref)
+
+
+def graph_facets(
+    source: Source, uids: Sequence[str], *, identity: IdentityLike = None
+) -> GraphFacets:
+    """Counts of distinct visible neighbours of ``uids``, by edge label and by entity type.
+
+    A neighbour linked by two labels counts once under each label and once in
+    total. Unreadable or missing uids contribute nothing.
+    """
+    with _reading(source, identity) as r:
+        return r.graph_facets(list(uids))

@@ -21,7 +21,7 @@ import pytest
 
 from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
-from knowledge_store.model import DEFAULT_ORDER, Entity, Filters, Identity
+from knowledge_store.model import Entity
 from knowledge_store.store import KnowledgeStore
 
 WRITERS = 3
@@ -59,11 +59,13 @@ def _writer(store: KnowledgeStore, n: int, log: Log, shared: str) -> Callable[[]
                     removed: set[str] = set()
                 elif choice < 0.25 and mine:
                     gone = mine.pop(rng.randrange(len(mine)))
-                    root = store.engine.publish([], [gone], kind="delete")
+                    root = store.engine.writer.publish([], [gone], kind="delete").root
                     added, removed = set(), {gone}
                 else:
                     uids = [f"w{n}:{i}:{j}" for j in range(rng.randint(1, 3))]
-                    root = store.engine.publish([_entity(u) for u in uids], [], kind="ingest")
+                    root = store.engine.writer.publish(
+                        [_entity(u) for u in uids], [], kind="ingest"
+                    ).root
                     mine.extend(uids)
                     added, removed = set(uids), set()
                 with log.lock:
@@ -78,7 +80,7 @@ def _reader(store: KnowledgeStore, log: Log, stop: threading.Event) -> Callable[
     def run() -> None:
         try:
             while not stop.is_set():
-                answer = store.engine.sql(Identity(), Filters(), DEFAULT_ORDER, 1000)
+                answer = store.sql(k=1000)
                 with log.lock:
                     log.observed.append(
                         (answer.content_root, frozenset(h.uid for h in answer.hits))
@@ -105,7 +107,7 @@ def _roots_in_order(store: KnowledgeStore) -> list[str]:
 
 def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     shared = "shared"
-    base = store.engine.publish([_entity(shared)], [], kind="ingest")
+    base = store.engine.writer.publish([_entity(shared)], [], kind="ingest").root
     log = Log()
     log.changes[base] = ({shared}, set())
     stop = threading.Event()
@@ -143,14 +145,14 @@ def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     assert {
         f"user:w{n}-{i}" for n in range(WRITERS) for i in range(3, PUBLISHES_PER_WRITER, 4)
     } <= acl
-    final = {h.uid for h in store.engine.sql(Identity(), Filters(), DEFAULT_ORDER, 1000).hits}
+    final = {h.uid for h in store.sql(k=1000).hits}
     assert final == set(expected[chain[-1]])
 
 
 @pytest.mark.parametrize("engine_kind", ["postgres"], indirect=True)
 def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     """A reader answers at the old root while a big publish is still uncommitted."""
-    store.engine.publish([_entity("before")], [], kind="ingest")
+    store.engine.writer.publish([_entity("before")], [], kind="ingest")
     old = store.content_root()
     release = threading.Event()
     inside = threading.Event()
@@ -168,12 +170,12 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     thread.start()
     assert inside.wait(10)
     started = time.monotonic()
-    answer = engine.sql(Identity(), Filters(), DEFAULT_ORDER, 10)
+    answer = store.sql(k=10)
     assert time.monotonic() - started < 2.0
     assert answer.content_root == old and {h.uid for h in answer.hits} == {"before"}
     release.set()
     thread.join(10)
-    assert {h.uid for h in engine.sql(Identity(), Filters(), DEFAULT_ORDER, 10).hits} == {
+    assert {h.uid for h in store.sql(k=10).hits} == {
         "before",
         "during",
     }

@@ -25,10 +25,10 @@ from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.engines.postgres.schema import MIGRATIONS, Migration
 from knowledge_store.errors import InvalidRequest, QueryTimeout, StoreError
-from knowledge_store.graphquery.runner import checked_query
-from knowledge_store.graphquery.traversal import FANOUT_CAP
+from knowledge_store.graphquery.check import checked_query
 from knowledge_store.model import (
     DEFAULT_ORDER,
+    FANOUT_CAP,
     AggregateSpec,
     Edge,
     Entity,

@@ -18,7 +18,7 @@ from knowledge_store.engines.postgres.schema import (
     vector_ddl,
 )
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.graphquery.runner import checked_query
+from knowledge_store.graphquery.check import checked_query
 from knowledge_store.model import Filters
 
 
@@ -131,12 +131,13 @@ def test_query_graph_compiles_to_postgresql_with_values_bound() -> None:
         "MATCH (a:page {uid: $u})-[:xref*1..3]->(b) WHERE b.title STARTS WITH $p"
         " AND b.uid IN $l RETURN b.uid, count(*) AS n ORDER BY n DESC LIMIT $k"
     )
-    compiled = prepare_query_graph(checked_query(text, params), params, "user:zqx9")
+    held = ["everyone", "user:zqx9"]
+    compiled = prepare_query_graph(checked_query(text, params), params, held)
     assert "zqx9" not in compiled.sql
-    assert "%(principal)s" in compiled.sql and ":principal" not in compiled.sql
+    assert "%(held)s" in compiled.sql and ":held" not in compiled.sql
     assert "CROSS JOIN" in compiled.sql and "jsonb_array_elements_text" in compiled.sql
     assert "starts_with(" in compiled.sql and "json_each" not in compiled.sql
-    assert compiled.params["principal"] == "user:zqx9"
+    assert compiled.params["held"] == held
     assert POSTGRES.multiple_recursive_selects is False
 
 

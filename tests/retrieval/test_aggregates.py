@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from knowledge_store.engines.embedded.fields import _bucket_sql
 from knowledge_store.engines.sql.aggregate import bucket_key, bucket_keys, shape_rows
+from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownField
 from knowledge_store.model import DIMENSIONS, METRICS, AggregateSpec, Filters
 from knowledge_store.store import KnowledgeStore
@@ -65,7 +65,7 @@ def test_sql_bucket_expression_matches_python(day: date) -> None:
     stamp = f"{day.isoformat()}T12:34:56Z"
     conn.execute("INSERT INTO e VALUES (?)", (stamp,))
     for gran in ("day", "week", "month"):
-        sql = _bucket_sql("created_at", gran)
+        sql = SQLITE.bucket("e.created_at", gran)
         (got,) = conn.execute(f"SELECT {sql} FROM e AS e").fetchone()
         assert got == bucket_key(stamp, gran)
     iso = day.isocalendar()

@@ -9,13 +9,13 @@ import pytest
 from knowledge_store.errors import BoundExceeded, InvalidRequest, NotFound
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import Identity
-from knowledge_store.retrieval.docs_tools import (
+from knowledge_store.store import (
+    KnowledgeStore,
     get_learning_path,
     get_related,
     graph_facets,
     resolve_xref,
 )
-from knowledge_store.store import KnowledgeStore
 from tests import graph_estate
 
 

@@ -224,3 +224,16 @@ def test_the_installed_entry_point_runs(cli_store: Path) -> None:
         "principals",
     ):
         assert command in help_text
+
+
+def test_the_cli_reads_ks_as_and_ks_store_and_the_library_reads_neither(
+    cli_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KS_AS", "group:sre")
+    monkeypatch.setenv("KS_STORE", str(cli_store))
+    result = runner.invoke(app, ["lexical", "ERR-1042", "--json"])  # no --store, no --as
+    assert [h["uid"] for h in json.loads(result.stdout)["hits"]] == ["ticket:1042"]
+    from knowledge_store.store import KnowledgeStore
+
+    with KnowledgeStore.open(cli_store) as store:  # the library's default is everyone
+        assert store.lexical("ERR-1042").hits == []

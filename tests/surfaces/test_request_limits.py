@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from knowledge_store.engines.sqlfilters import filter_clause, named, pyformat
+from knowledge_store.engines.sql.dialect import POSTGRES, SQLITE
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.model import MAX_FILTER_VALUES, Filters
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
@@ -85,12 +86,12 @@ def test_the_limits_corpus(app: Any, case: Case) -> None:
 
 
 # -- lists: one bound parameter, whatever the length -------------------------------------------------
-@pytest.mark.parametrize("style", [named, pyformat], ids=["sqlite", "postgres"])
-def test_a_filter_list_is_one_parameter_and_the_statement_does_not_grow(style: Any) -> None:
-    one, _ = filter_clause(Filters.build(uid=["a"], not_type=["x"]), placeholder=style)
+@pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=["sqlite", "postgres"])
+def test_a_filter_list_is_one_parameter_and_the_statement_does_not_grow(dialect: Any) -> None:
+    one, _ = filter_clause(Filters.build(uid=["a"], not_type=["x"]), dialect)
     many, params = filter_clause(
         Filters.build(uid=[f"u{i}" for i in range(MAX_FILTER_VALUES)], not_type=["x", "y"]),
-        placeholder=style,
+        dialect,
     )
     assert many == one  # the same text, so the same parse and plan
     assert len(params) == 2

@@ -1,26 +1,33 @@
-"""The Engine protocol: storage, the primitives, publishes and ACL administration.
+"""The engine protocols: a point-in-time reader, a writer, ACL administration.
 
-Everything above it (ingest pipeline, fusion, tools, surfaces) is
-engine-agnostic. Every read takes an :class:`~knowledge_store.model.Identity`
-and applies the ACL inside its query, before ranking.
+Everything above an engine (ingest pipeline, fusion, tools, surfaces) is
+engine-agnostic. An :class:`Engine` opens a :class:`Reader` for an identity:
+one snapshot of the catalog, the derived indexes at that snapshot, and the
+identity expanded once. Every read of the reader applies the ACL inside its
+query, before ranking, and takes typed values only — the store boundary
+parsed every string already.
+
+Primitives rank ids (``lexical``, ``vector``); the reader hydrates what an
+answer returns (``chunks``, ``entities``), once, late.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
     AclExplanation,
     AggregateAnswer,
     AggregateSpec,
     Chunk,
-    ChunkHits,
     Content,
     Entity,
     Filters,
@@ -33,9 +40,21 @@ from knowledge_store.model import (
     QueryAnswer,
     SqlHits,
     StoreStats,
+    VectorInfo,
 )
 
-__all__ = ["AclExplanation", "Engine", "PreparedEntity", "PrincipalInfo", "StoreStats", "Vector"]
+__all__ = [
+    "AclAdmin",
+    "ChunkRecord",
+    "Engine",
+    "EntityCard",
+    "PreparedEntity",
+    "Published",
+    "RankedChunks",
+    "Reader",
+    "Vector",
+    "Writer",
+]
 
 Vector = npt.NDArray[np.float32]
 
@@ -49,13 +68,95 @@ class PreparedEntity:
     vectors: Vector  # (len(chunks), dimension) float32, L2-normalised
 
 
-class Engine(Protocol):
-    """What every engine implements; tested by the conformance suite."""
+@dataclass(frozen=True)
+class Published:
+    """What a publish did (a plan that changed nothing publishes nothing: same root)."""
 
-    name: str
+    publish: int
+    root: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
 
-    # -- model and content --------------------------------------------------
+    @classmethod
+    def of(cls, plan: PublishPlan) -> Published:
+        if plan.empty:
+            return cls(plan.publish - 1, plan.parent)
+        return cls(plan.publish, plan.root, plan.added, plan.updated, plan.deleted)
+
+
+@dataclass(frozen=True)
+class RankedChunks:
+    """Chunk ids ranked by a primitive, best first, each visible to the reader, with
+    the uid of each chunk's entity (for folding to entities without hydrating)."""
+
+    ids: list[int]
+    uids: list[str]
+    scores: list[float]
+    vector: VectorInfo | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)  # for --explain
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """A chunk hydrated for an answer: its text and where it sits, with its entity's card."""
+
+    chunk_id: int
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class EntityCard:
+    """What a result shows of an entity."""
+
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    updated_at: str | None
+
+
+class Reader(Protocol):
+    """One point-in-time view for one identity. Every method reads that snapshot."""
+
+    @property
+    def content_root(self) -> str: ...
+    @property
+    def publish(self) -> int: ...
+    @property
+    def identity(self) -> Identity: ...
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The principals the identity holds, expanded once when the reader opened."""
+        ...
+
+    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks: ...
+    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks: ...
+    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
+    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]: ...
+    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits: ...
+    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer: ...
+    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]: ...
+    def graph(self, query: GraphQuery) -> GraphHits: ...
+    def query_graph(self, query: Query, params: Mapping[str, Any]) -> QueryAnswer: ...
+    def content(self, uid: str) -> Content | None: ...
+    def explain(self) -> dict[str, Any]:
+        """The snapshot (publish, root), the identity's expansion, the statements run."""
+        ...
+
+
+class Writer(Protocol):
+    """Publishes, the model, the embedding cache, figures and rebuilds."""
+
     def model(self) -> tuple[str, int] | None: ...
+    def model_spec(self) -> str | None: ...
     def set_model(self, model_id: str, dimension: int, spec: str) -> None: ...
     def content_root(self) -> str: ...
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]: ...
@@ -63,30 +164,16 @@ class Engine(Protocol):
     def cache_embeddings(self, items: Mapping[str, Vector]) -> None: ...
     def publish(
         self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
-    ) -> str: ...
-    def delete(self, uids: Sequence[str]) -> str: ...
+    ) -> Published: ...
+    def delete(self, uids: Sequence[str]) -> Published: ...
     def stats(self) -> StoreStats: ...
     def is_empty(self) -> bool: ...
     def rebuild(self, *, progress: bool = False) -> None: ...
-    def close(self) -> None: ...
 
-    # -- primitives -----------------------------------------------------------
-    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits: ...
-    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits: ...
-    def sql(self, identity: Identity, filters: Filters, order: Order, k: int) -> SqlHits: ...
-    def aggregate(
-        self, identity: Identity, spec: AggregateSpec, filters: Filters
-    ) -> AggregateAnswer: ...
-    def successors(
-        self, identity: Identity, uids: Sequence[str], filters: Filters
-    ) -> dict[str, str]: ...
-    def graph(self, identity: Identity, query: GraphQuery) -> GraphHits: ...
-    def query_graph(
-        self, identity: Identity, query: Query, params: Mapping[str, Any]
-    ) -> QueryAnswer: ...
-    def content(self, identity: Identity, uid: str) -> Content | None: ...
 
-    # -- ACL administration -----------------------------------------------------
+class AclAdmin(Protocol):
+    """ACL and membership administration (no identity: an operation, DESIGN §1)."""
+
     def grant(self, uid: str, principal: str) -> str: ...
     def revoke(self, uid: str, principal: str) -> str: ...
     def acl_show(self, uid: str) -> tuple[str, ...]: ...
@@ -95,3 +182,19 @@ class Engine(Protocol):
     def remove_member(self, group: str, member: str) -> None: ...
     def principal_show(self, principal: str) -> PrincipalInfo: ...
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded: ...
+
+
+class Engine(Protocol):
+    """What every engine implements; tested by the conformance suite."""
+
+    name: str
+
+    def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
+
+    @property
+    def writer(self) -> Writer: ...
+
+    @property
+    def admin(self) -> AclAdmin: ...
+
+    def close(self) -> None: ...

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge_store.engines.base import Engine, PreparedEntity
+from knowledge_store.engines.base import PreparedEntity, Writer
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, embedding_key
@@ -42,7 +42,7 @@ class _Pending:
 
 
 def _embed_and_cache(
-    engine: Engine, embedder: Embedder, texts: dict[str, str], *, progress: bool
+    engine: Writer, embedder: Embedder, texts: dict[str, str], *, progress: bool
 ) -> dict[str, np.ndarray]:
     """Embed in batches, caching each batch at once: an interrupted ingest keeps its work."""
     keys = list(texts)
@@ -74,7 +74,7 @@ def _skipped(paths: Sequence[Skipped]) -> list[SkippedPath]:
 
 
 def ingest_entities(
-    engine: Engine,
+    engine: Writer,
     embedder: Embedder,
     embedder_spec: str,
     entities: Sequence[Entity],
@@ -126,13 +126,13 @@ def ingest_entities(
         )
         for p in pending
     ]
-    root = engine.publish(prepared, [], kind="ingest")
-    added = sum(1 for e in changed if e.uid not in existing)
+    published = engine.publish(prepared, [], kind="ingest")
+    # The counts are the publish's own (planned in its transaction), not a guess from before it.
     return IngestReport(
-        content_root=root,
-        added=added,
-        updated=len(changed) - added,
-        unchanged=unchanged,
+        content_root=published.root,
+        added=published.added,
+        updated=published.updated,
+        unchanged=len(entities) - published.added - published.updated,
         deleted=0,
         rejected=list(rejected),
         skipped=_skipped(skipped),

@@ -1,35 +1,32 @@
 """Docs tools on the one bounded traversal: related entities, learning paths, xrefs, facets.
 
-Engine-agnostic: each tool calls the engine's ``graph`` primitive (the bounded
-breadth-first traversal) or ``query_graph`` (whose variable-length patterns
-walk the same traversal) — there is no other path into the graph, and both
-apply the caller's ACL inside their statements. Each tool returns a plain
-pydantic answer (``to_dict()`` is its JSON); an entity the caller can't read answers exactly
-like one that doesn't exist (``NotFound``).
+``KnowledgeStore.get_related`` & co. (and ``knowledge_store.get_related(store, …)``)
+open a reader and call these.
+
+Engine-agnostic: each tool runs on one reader (one snapshot for all its
+steps) and calls its ``graph`` primitive (the bounded breadth-first walk) or
+``query_graph`` (whose variable-length patterns compile the same step) —
+there is no other path into the graph, and both apply the caller's ACL inside
+their statements. Each tool returns a pydantic answer (``to_dict()`` is its
+JSON); an entity the caller can't read answers exactly like one that doesn't
+exist (``NotFound``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import Field
 
 from knowledge_store.errors import NotFound
-from knowledge_store.graphquery.runner import checked_query
-from knowledge_store.model import Answer, Direction, GraphHit, GraphQuery, Identity, QueryAnswer
-from knowledge_store.requests import (
-    FacetsRequest,
-    LearningPathRequest,
-    RelatedRequest,
-    XrefRequest,
-)
+from knowledge_store.graphquery.check import checked_query
+from knowledge_store.model import Answer, Direction, GraphHit, GraphQuery, QueryAnswer
+from knowledge_store.requests import RelatedRequest
 
 if TYPE_CHECKING:
-    from knowledge_store.engines.base import Engine
-    from knowledge_store.store import KnowledgeStore
+    from knowledge_store.retrieval.reader import StoreReader
 
 __all__ = [
     "GraphFacets",
@@ -39,26 +36,15 @@ __all__ = [
     "RelatedHit",
     "XrefMatch",
     "XrefResolution",
-    "get_learning_path",
-    "get_related",
-    "graph_facets",
-    "resolve_xref",
+    "facets",
+    "learning_path",
+    "related",
+    "xref",
 ]
 
-IdentityLike = Identity | str | None
 #: Levels of partOf walked up to find a path's root, and down to list its tree.
 LEARNING_DEPTH = 3
 _MAX_CANDIDATES = 20
-
-
-def _engine(source: Engine | KnowledgeStore) -> Engine:
-    return cast("Engine", getattr(source, "engine", source))
-
-
-def _identity(who: IdentityLike) -> Identity:
-    if isinstance(who, Identity):
-        return who
-    return Identity(who or os.environ.get("KS_AS") or "everyone")
 
 
 class XrefMatch(Answer):
@@ -79,17 +65,17 @@ class XrefMatch(Answer):
         )
 
 
-def _query(engine: Engine, identity: Identity, text: str, params: Mapping[str, Any]) -> QueryAnswer:
-    return engine.query_graph(identity, checked_query(text, params), params)
+def _query(r: StoreReader, text: str, params: Mapping[str, Any]) -> QueryAnswer:
+    return r.engine.query_graph(checked_query(text, params), params)
 
 
-def _lookup(engine: Engine, identity: Identity, uid: str) -> XrefMatch | None:
-    answer = _query(engine, identity, "MATCH (n {uid: $uid}) RETURN n", {"uid": uid})
+def _lookup(r: StoreReader, uid: str) -> XrefMatch | None:
+    answer = _query(r, "MATCH (n {uid: $uid}) RETURN n", {"uid": uid})
     return XrefMatch.from_node(answer.rows[0][0]) if answer.rows else None
 
 
-def _require(engine: Engine, identity: Identity, uid: str) -> XrefMatch:
-    found = _lookup(engine, identity, uid)
+def _require(r: StoreReader, uid: str) -> XrefMatch:
+    found = _lookup(r, uid)
     if found is None:
         raise NotFound(f"no entity with uid {uid!r}", uid=uid)
     return found
@@ -114,24 +100,10 @@ class Related(Answer):
     capped: bool
 
 
-def get_related(
-    source: Engine | KnowledgeStore,
-    uid: str,
-    *,
-    identity: IdentityLike = None,
-    labels: Sequence[str] = (),
-    depth: int = 1,
-    direction: str = "both",
-    k: int = 10,
-) -> Related:
-    """Entities linked to ``uid`` within ``depth`` ≤ 3 hops, ranked as the graph primitive."""
-    request = RelatedRequest.parse(
-        uid=uid, labels=list(labels), depth=depth, direction=direction, k=k
-    )
-    engine, who = _engine(source), _identity(identity)
-    start = _require(engine, who, request.uid)
-    answer = engine.graph(
-        who,
+def related(r: StoreReader, request: RelatedRequest) -> Related:
+    """:func:`get_related` on one reader."""
+    start = _require(r, request.uid)
+    answer = r.engine.graph(
         GraphQuery(
             starts=(request.uid,),
             depth=request.depth,
@@ -175,11 +147,11 @@ class LearningPath(Answer):
     capped: bool = False
 
 
-def _root_chain(engine: Engine, who: Identity, uid: str) -> list[str]:
+def _root_chain(r: StoreReader, uid: str) -> list[str]:
     """``[uid, parent, …, root]`` along partOf, walking up in bounded steps."""
     chain = [uid]
     for _ in range(4):
-        up = engine.graph(who, _part_of(chain[-1], "out"))
+        up = r.engine.graph(_part_of(chain[-1], "out"))
         if not up.hits:
             break
         top = max(h.hops for h in up.hits)
@@ -195,7 +167,7 @@ def _root_chain(engine: Engine, who: Identity, uid: str) -> list[str]:
     return chain
 
 
-def _positions(engine: Engine, who: Identity, pairs: dict[str, str]) -> dict[str, int | None]:
+def _positions(r: StoreReader, pairs: dict[str, str]) -> dict[str, int | None]:
     """The partOf position of each child under its chosen parent (``pairs``: child → parent)."""
     out: dict[str, int | None] = {}
     children = sorted(pairs)
@@ -205,8 +177,7 @@ def _positions(engine: Engine, who: Identity, pairs: dict[str, str]) -> dict[str
         skip = 0
         while True:
             answer = _query(
-                engine,
-                who,
+                r,
                 "MATCH (c)-[r:partOf]->(p) WHERE c.uid IN $children AND p.uid IN $parents"
                 " RETURN c.uid, p.uid, r.position ORDER BY c.uid, p.uid SKIP $skip LIMIT 1000",
                 {"children": part, "parents": parents, "skip": skip},
@@ -220,24 +191,15 @@ def _positions(engine: Engine, who: Identity, pairs: dict[str, str]) -> dict[str
     return out
 
 
-def get_learning_path(
-    source: Engine | KnowledgeStore, uid: str, *, identity: IdentityLike = None
-) -> LearningPath:
-    """The path/module ``uid`` belongs to, in order, with ``uid``'s place in it.
-
-    Walks partOf up to the root (the top ancestor, choosing the best-ranked
-    parent where there are several), then lists the root's tree depth-first,
-    siblings by ``position`` (then title, uid). For a root uid, its whole tree.
-    """
-    uid = LearningPathRequest.parse(uid=uid).uid
-    engine, who = _engine(source), _identity(identity)
-    start = _require(engine, who, uid)
-    chain = _root_chain(engine, who, uid)
+def learning_path(r: StoreReader, uid: str) -> LearningPath:
+    """:func:`get_learning_path` on one reader."""
+    start = _require(r, uid)
+    chain = _root_chain(r, uid)
     root = chain[-1]
-    root_entity = start if root == uid else _require(engine, who, root)
-    down = engine.graph(who, _part_of(root, "in"))
+    root_entity = start if root == uid else _require(r, root)
+    down = r.engine.graph(_part_of(root, "in"))
     parent_of = {h.uid: h.path[-2].uid for h in down.hits}
-    positions = _positions(engine, who, parent_of) if parent_of else {}
+    positions = _positions(r, parent_of) if parent_of else {}
     children: dict[str, list[GraphHit]] = {}
     for h in down.hits:
         children.setdefault(parent_of[h.uid], []).append(h)
@@ -316,21 +278,16 @@ def _href_variants(base: str) -> list[str]:
     return list(dict.fromkeys(variants))
 
 
-def resolve_xref(
-    source: Engine | KnowledgeStore, ref: str, *, identity: IdentityLike = None
-) -> XrefResolution:
-    """Resolve a uid, an href (with or without ``#anchor``) or an exact title."""
-    ref = XrefRequest.parse(ref=ref.strip() if isinstance(ref, str) else ref).ref
-    engine, who = _engine(source), _identity(identity)
-    found = _lookup(engine, who, ref)
+def xref(r: StoreReader, ref: str) -> XrefResolution:
+    """:func:`resolve_xref` on one reader."""
+    found = _lookup(r, ref)
     if found is not None:
         return XrefResolution(ref=ref, matched_by="uid", entity=found)
     base, sep, anchor = ref.partition("#")
     if base:
         variants = _href_variants(base)
         answer = _query(
-            engine,
-            who,
+            r,
             "MATCH (n) WHERE n.href = $ref OR n.href IN $hrefs OR n.href STARTS WITH $prefix"
             " RETURN n ORDER BY n.uid LIMIT $limit",
             {"ref": ref, "hrefs": variants, "prefix": base + "#", "limit": _MAX_CANDIDATES},
@@ -343,8 +300,7 @@ def resolve_xref(
             pick = exact if len(exact) == 1 else matches
             return _resolution(ref, "href", pick, anchor if sep else None)
     answer = _query(
-        engine,
-        who,
+        r,
         "MATCH (n) WHERE n.title = $title RETURN n ORDER BY n.uid LIMIT $limit",
         {"title": ref, "limit": _MAX_CANDIDATES},
     )
@@ -379,27 +335,18 @@ class GraphFacets(Answer):
 _FACET_MATCH = "MATCH (s)-[r]-(n) WHERE s.uid IN $uids AND NOT n.uid IN $uids"
 
 
-def graph_facets(
-    source: Engine | KnowledgeStore, uids: Sequence[str], *, identity: IdentityLike = None
-) -> GraphFacets:
-    """Counts of distinct visible neighbours of ``uids``, by edge label and by entity type.
-
-    A neighbour linked by two labels counts once under each label and once in
-    total. Unreadable or missing uids contribute nothing.
-    """
-    unique = list(dict.fromkeys(FacetsRequest.parse(uids=list(uids)).uids))
-    engine, who = _engine(source), _identity(identity)
+def facets(r: StoreReader, uids: Sequence[str]) -> GraphFacets:
+    """:func:`graph_facets` on one reader."""
+    unique = list(dict.fromkeys(uids))
     params = {"uids": unique}
-    total = _query(engine, who, _FACET_MATCH + " RETURN count(DISTINCT n) AS n", params)
+    total = _query(r, _FACET_MATCH + " RETURN count(DISTINCT n) AS n", params)
     by_label = _query(
-        engine,
-        who,
+        r,
         _FACET_MATCH + " RETURN type(r) AS label, count(DISTINCT n) AS n ORDER BY n DESC, label",
         params,
     )
     by_type = _query(
-        engine,
-        who,
+        r,
         _FACET_MATCH + " RETURN n.type AS type, count(DISTINCT n) AS n ORDER BY n DESC, type",
         params,
     )

@@ -3,8 +3,8 @@
 Fused search with a fixed type filter, shaped for its reader: every type but
 code samples; code samples with their code, language and page; cited
 passages and one context block for a chat model. Each ranks exactly like
-``search`` — it is ``search`` — and reads the entities it returns in the
-same store.
+``search`` — it is ``search`` — and reads the entities it returns on the
+same reader: one snapshot for the whole answer.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import Answer, Identity, SearchAnswer
+from knowledge_store.model import Answer, SearchAnswer
 from knowledge_store.requests import DocsSearchRequest, KnowledgeRequest
 
 if TYPE_CHECKING:
-    from knowledge_store.store import KnowledgeStore
+    from knowledge_store.retrieval.reader import StoreReader
 
 __all__ = [
     "CODE_SAMPLE_TYPE",
@@ -98,10 +98,10 @@ def _with_types(request: DocsSearchRequest, **extra: list[str]) -> dict[str, Any
     return out
 
 
-def docs_search(store: KnowledgeStore, who: Identity, request: DocsSearchRequest) -> SearchAnswer:
+def docs_search(r: StoreReader, request: DocsSearchRequest) -> SearchAnswer:
     """Fused search over every type but ``codeSample``."""
     filters = _with_types(request, not_type=[CODE_SAMPLE_TYPE])
-    return store.search(request.query, identity=who, k=request.k, filters=filters)
+    return r.search(request.query, k=request.k, filters=filters)
 
 
 def code_of(body: str, attributes: dict[str, Any]) -> tuple[str, str | None]:
@@ -113,9 +113,7 @@ def code_of(body: str, attributes: dict[str, Any]) -> tuple[str, str | None]:
     return code, str(language) if language else None
 
 
-def code_sample_search(
-    store: KnowledgeStore, who: Identity, request: DocsSearchRequest
-) -> CodeSamples:
+def code_sample_search(r: StoreReader, request: DocsSearchRequest) -> CodeSamples:
     """Fused search over ``codeSample`` entities, each with its code, language and page."""
     types = request.filters.value.values("type")
     if types and CODE_SAMPLE_TYPE not in types:
@@ -125,10 +123,10 @@ def code_sample_search(
             field="filters.type",
         )
     filters = {**request.filters.as_mapping(), "type": [CODE_SAMPLE_TYPE]}
-    answer = store.search(request.query, identity=who, k=request.k, filters=filters)
+    answer = r.search(request.query, k=request.k, filters=filters)
     samples: list[CodeSample] = []
     for result in answer.results:
-        content = store.content(result.uid, identity=who)
+        content = r.content(result.uid)
         entity = content.entity
         code, language = code_of(entity.body, entity.attributes)
         page = next(
@@ -163,11 +161,9 @@ def citation(title: str, heading: tuple[str, ...] | list[str], href: str | None)
     return f"{path} ({href})" if href else path
 
 
-def search_knowledge(store: KnowledgeStore, who: Identity, request: KnowledgeRequest) -> Knowledge:
+def search_knowledge(r: StoreReader, request: KnowledgeRequest) -> Knowledge:
     """Fused search as numbered sources with cited passages, and the context block."""
-    answer = store.search(
-        request.query, identity=who, k=request.k, filters=request.filters.as_mapping()
-    )
+    answer = r.search(request.query, k=request.k, filters=request.filters.as_mapping())
     results: list[KnowledgeSource] = []
     blocks: list[str] = []
     for n, result in enumerate(answer.results, start=1):

@@ -58,6 +58,7 @@ def _main(
             "--store",
             help="a directory (embedded) · pg:DIR · postgresql://… (default: $KS_STORE, else ./.ks)",
             show_default=False,
+            envvar="KS_STORE",
         ),
     ] = None,
 ) -> None:
@@ -65,11 +66,21 @@ def _main(
 
 
 # -- shared options -------------------------------------------------------------------------
+# The environment's defaults are read here, by the CLI, never by the library.
 AsOpt = Annotated[
     str | None,
     typer.Option(
-        "--as", help="identity to read as (default: $KS_AS, else everyone)", show_default=False
+        "--as",
+        help="identity to read as (default: $KS_AS, else everyone)",
+        show_default=False,
+        envvar="KS_AS",
+        show_envvar=False,
     ),
+]
+#: ``serve --as``: the identity of an MCP stdio session only (serve reads $KS_AS for stdio).
+ServeAsOpt = Annotated[
+    str | None,
+    typer.Option("--as", help="identity of the MCP stdio session (default: $KS_AS, else everyone)"),
 ]
 KOpt = Annotated[int, typer.Option("--k", help="number of results", min=1, max=1000)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
@@ -115,7 +126,7 @@ def _filters(
 def _store() -> Iterator[Any]:
     from knowledge_store.store import KnowledgeStore
 
-    store = KnowledgeStore.open(state.store_location)
+    store = KnowledgeStore.open(state.store_location)  # $KS_STORE comes in through --store
     try:
         yield store
     finally:
@@ -539,7 +550,7 @@ def eval_(
                 queries,
                 qrels,
                 filters=filters,
-                identity=Identity(as_ or os.environ.get("KS_AS") or "everyone"),
+                identity=Identity(as_ or "everyone"),
                 mode=mode,
                 weights=parse_weights(weights) if weights else None,
                 progress=not as_json and sys.stderr.isatty(),
@@ -572,7 +583,7 @@ def serve(
     mcp_stdio: Annotated[
         bool, typer.Option("--mcp-stdio", help="serve MCP on stdin/stdout instead of HTTP")
     ] = False,
-    as_: AsOpt = None,
+    as_: ServeAsOpt = None,
 ) -> None:
     """Serve: HTTP (REST /v1, GraphQL, MCP at /mcp, the search page) or MCP over stdio."""
     from knowledge_store.surfaces.serve import serve as run_server
@@ -710,7 +721,7 @@ def principals_load(file: Path, as_json: JsonOpt = False) -> None:
     _run(
         as_json,
         action,
-        lambda r: out.print(f"loaded {r['memberships']} memberships of {r['groups']} groups"),
+        lambda r: out.print(f"loaded {r.memberships} memberships of {r.groups} groups"),
     )
 
 

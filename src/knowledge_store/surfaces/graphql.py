@@ -26,7 +26,6 @@ from strawberry.scalars import JSON
 from strawberry.types import ExecutionContext, Info
 
 from knowledge_store.errors import KnowledgeStoreError
-from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
 from knowledge_store.surfaces.knowledge_tools import DOCS_TOOLS
@@ -484,8 +483,7 @@ async def _related(
 ) -> JSON:
     out = await _run(
         info,
-        docs_tools.get_related,
-        _store(info),
+        _store(info).get_related,
         uid,
         identity=_who(info).identity,
         depth=depth,
@@ -497,17 +495,14 @@ async def _related(
 
 
 async def _learning_path(info: Ctx, uid: str) -> JSON:
-    out = await _run(
-        info, docs_tools.get_learning_path, _store(info), uid, identity=_who(info).identity
-    )
+    out = await _run(info, _store(info).get_learning_path, uid, identity=_who(info).identity)
     return JSON(out.to_dict())
 
 
 async def _resolve_xref(info: Ctx, ref: str) -> JSON:
     out = await _run(
         info,
-        docs_tools.resolve_xref,
-        _store(info),
+        _store(info).resolve_xref,
         ref,
         identity=_who(info).identity,
         weight={"ref": ref},

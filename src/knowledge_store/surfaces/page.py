@@ -30,7 +30,6 @@ from markdown_it import MarkdownIt
 from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
 from knowledge_store.model import LIST_NAMES, Filters, Result, SearchAnswer
-from knowledge_store.retrieval import docs_tools
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
@@ -304,9 +303,7 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     ]
     facets = ""
     if answer.results:
-        found = docs_tools.graph_facets(
-            store, [r.uid for r in answer.results], identity=who.identity
-        )
+        found = store.graph_facets([r.uid for r in answer.results], identity=who.identity)
         by_label = "".join(
             f"<li>{e(label)} <b>{count}</b></li>" for label, count in found.by_label.items()
         )
@@ -392,7 +389,7 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     if first_line.lstrip("#").strip() == entity["title"] and first_line.startswith("#"):
         body = rest  # the page title is already the h1
     body_html = _MD.render(body)
-    related = docs_tools.get_related(store, uid, identity=who.identity, k=15)
+    related = store.get_related(uid, identity=who.identity, k=15)
     related_items = "".join(
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
         f" <span class='muted'>{e(h.path[-1].label or '')}"
@@ -401,7 +398,7 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     )
     path_html = ""
     try:
-        path = docs_tools.get_learning_path(store, uid, identity=who.identity)
+        path = store.get_learning_path(uid, identity=who.identity)
     except NotFound:
         path = None
     if path is not None and len(path.units) > 1:

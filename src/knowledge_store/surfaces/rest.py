@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import MAX_ACL_PRINCIPALS
-from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.harness import resolve_tool, visible_tools
 from knowledge_store.surfaces.knowledge_tools import (
@@ -286,8 +285,7 @@ async def resolve_xref(body: XrefArgs, svc: Svc, who: AnyCaller) -> dict[str, An
 @router.post("/graph_facets", summary="Neighbours of a result set, counted by label and type")
 async def graph_facets(body: FacetsBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
     facets = await svc.run(
-        docs_tools.graph_facets,
-        svc.store,
+        svc.store.graph_facets,
         body.uids,
         identity=who.identity,
         heavy=_heavy("graph_facets", body),

@@ -16,7 +16,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from knowledge_store.engines.base import PreparedEntity, Vector
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import fields as field_sql
 from knowledge_store.engines.postgres import graph as graph_sql
@@ -33,6 +33,7 @@ from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.db import Connection, Database, translate
+from knowledge_store.engines.postgres.legacy import LegacyReader
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.schema import (
     MIGRATIONS,
@@ -42,6 +43,7 @@ from knowledge_store.engines.postgres.schema import (
     vector_ddl,
 )
 from knowledge_store.engines.sql.aggregate import answer_rows
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import (
     InvalidRequest,
     ModelMismatch,
@@ -179,6 +181,19 @@ class PostgresEngine:
         engine.path = text
         return engine
 
+    # -- the engine protocol ---------------------------------------------------------------------------
+    @contextmanager
+    def reader(self, identity: Identity) -> Iterator[LegacyReader]:
+        yield LegacyReader(self, identity)
+
+    @property
+    def writer(self) -> PostgresEngine:
+        return self
+
+    @property
+    def admin(self) -> PostgresEngine:
+        return self
+
     # -- opening ---------------------------------------------------------------------------------------
     def _open(self, migrations: Sequence[Migration]) -> Features:
         """pgvector, the schema, migrations (under an advisory lock); the search path."""
@@ -307,11 +322,11 @@ class PostgresEngine:
 
     def publish(
         self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
-    ) -> str:
+    ) -> Published:
         with self.db.write() as conn, translate("publishing"):
             result = writes.apply_publish(conn, upserts, deletes, kind=kind)
         self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
-        return result.root
+        return Published(result.publish, result.root, result.added, result.updated, result.deleted)
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""
@@ -324,7 +339,7 @@ class PostgresEngine:
                 "ANALYZE entities, chunks, edges, lexical_postings, lexical_terms, acl_set_principals"
             )
 
-    def delete(self, uids: Sequence[str]) -> str:
+    def delete(self, uids: Sequence[str]) -> Published:
         missing = sorted(set(uids) - set(self.content_hashes(list(uids))))
         if missing:
             raise NotFound(
@@ -546,12 +561,13 @@ class PostgresEngine:
         self, identity: Identity, query: Query, params: Mapping[str, Any]
     ) -> QueryAnswer:
         """query_graph: one bounded, read-only statement under ``statement_timeout``."""
-        compiled = graph_sql.prepare_query_graph(query, params, identity.principal)
         limit_ms = graph_sql.statement_timeout_ms(QUERY_GRAPH_TIME_LIMIT_S)
         started = time.perf_counter()
         try:
             with self.db.read() as conn, translate("query_graph"):
                 _, root, _ = self._snapshot(conn)
+                held = acl.held_principals(conn, identity.principal)
+                compiled = graph_sql.prepare_query_graph(query, params, held)
                 conn.execute(f"SET LOCAL statement_timeout = {int(limit_ms)}")
                 raw = conn.execute(compiled.sql, compiled.params).fetchmany(compiled.limit + 1)
         except QueryTimeout as exc:

@@ -3,7 +3,7 @@
 The same statements as the embedded engine's (:mod:`..embedded.fields`), in
 PostgreSQL's dialect: identity expansion and the visible ACL sets first, then
 the primitive over visible entities only; FILTERS from
-:func:`~knowledge_store.engines.sqlfilters.filter_clause`. Only closed-list
+:func:`~knowledge_store.engines.sql.filters.filter_clause`. Only closed-list
 identifiers (order field, metric, bucket expression) are formatted into the
 text; every value is bound.
 """
@@ -16,7 +16,8 @@ from typing import Any
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import held_principals_cte
 from knowledge_store.engines.shared import EDGE_DIRECTIONS, content_answer
-from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import ORDER_FIELDS, AggregateSpec, Content, Filters, Order
 
@@ -50,7 +51,7 @@ def sql_statement(
 ) -> tuple[str, dict[str, Any]]:
     if order.field not in ORDER_FIELDS:  # Order is built by Order.parse; belt and braces
         raise InvalidRequest(f"cannot order by {order.field!r}")
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    where, params = filter_clause(filters, POSTGRES, alias="e")
     direction = "ASC" if order.direction == "asc" else "DESC"
     sql = (
         _head()
@@ -65,7 +66,7 @@ def sql_statement(
 def aggregate_statement(
     principal: str, spec: AggregateSpec, filters: Filters
 ) -> tuple[str, dict[str, Any]]:
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    where, params = filter_clause(filters, POSTGRES, alias="e")
     metric = _METRIC_SQL[spec.metric]
     if spec.field is None:
         key = "NULL::text"
@@ -84,7 +85,7 @@ def successors_statement(
     principal: str, uids: Sequence[str], filters: Filters
 ) -> tuple[str, dict[str, Any]]:
     """``old --supersededBy--> new`` pairs with both ends visible and ``new`` passing FILTERS."""
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    where, params = filter_clause(filters, POSTGRES, alias="e")
     sql = (
         _head() + "SELECT ed.src, e.uid FROM edges AS ed"
         " JOIN entities AS e ON e.uid = ed.dst"

@@ -20,74 +20,24 @@ read-only transaction.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from knowledge_store.engines.postgres.schema import VIS_CTE, held_cte, held_principals_cte
+from knowledge_store.engines.postgres.schema import held_principals_cte
+from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.graphquery.compiler import CompiledQuery, compile_query
-from knowledge_store.graphquery.dialect import Dialect
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S, GraphHit, PathStep
 
 __all__ = [
     "POSTGRES",
-    "PostgresDialect",
     "graph_hits_from_rows",
     "graph_statement",
     "prepare_query_graph",
     "statement_timeout_ms",
 ]
 
-
-@dataclass(frozen=True)
-class PostgresDialect(Dialect):
-    """query_graph's compiler, speaking PostgreSQL (psycopg ``%(name)s`` placeholders)."""
-
-    name: str = "postgresql"
-    #: PostgreSQL's JOIN needs ON; the compiler puts its conditions in WHERE.
-    inner_join: str = "CROSS JOIN"
-    #: A recursive CTE may reference itself once: both directions go through one union.
-    multiple_recursive_selects: bool = False
-
-    def param(self, name: str) -> str:
-        return f"%({name})s"
-
-    def acl_ctes(self) -> list[str]:
-        return [held_cte(self.param("principal")), VIS_CTE]
-
-    def list_rows(self, param: str) -> str:
-        return f"SELECT value FROM jsonb_array_elements_text({self.param(param)}::jsonb) AS value"
-
-    def indexed_list_rows(self, param: str) -> str:
-        return (
-            "SELECT x.ord - 1 AS pos, x.value FROM"
-            f" jsonb_array_elements_text({self.param(param)}::jsonb) WITH ORDINALITY AS x(value, ord)"
-        )
-
-    def bind_list(self, values: Sequence[Any]) -> Any:
-        return json.dumps(list(values), ensure_ascii=False, allow_nan=False)
-
-    def starts_with(self, expr: str, needle: str) -> str:
-        return f"starts_with({expr}, ({needle})::text)"
-
-    def ends_with(self, expr: str, needle: str) -> str:
-        n = f"({needle})::text"
-        return (
-            f"({expr} IS NOT NULL AND {n} IS NOT NULL AND (length({n}) = 0"
-            f" OR right({expr}, length({n})) = {n}))"
-        )
-
-    def contains(self, expr: str, needle: str) -> str:
-        return f"(strpos({expr}, ({needle})::text) > 0)"
-
-    def visible(self, alias: str) -> str:
-        return f"{alias}.acl_set IN (SELECT acl_set FROM vis)"
-
-
-POSTGRES = PostgresDialect()
 
 _USER_PARAM = re.compile(r"^q\d+$")
 
@@ -106,9 +56,11 @@ def _loose(value: Any) -> Any:
     return value
 
 
-def prepare_query_graph(query: Query, params: Mapping[str, Any], principal: str) -> CompiledQuery:
+def prepare_query_graph(
+    query: Query, params: Mapping[str, Any], held: Sequence[str]
+) -> CompiledQuery:
     """A checked query and its parameters → the one PostgreSQL statement (ACL inside)."""
-    compiled = compile_query(query, params, principal, dialect=POSTGRES)
+    compiled = compile_query(query, params, held, dialect=POSTGRES)
     bound = {k: (_loose(v) if _USER_PARAM.match(k) else v) for k, v in compiled.params.items()}
     return CompiledQuery(compiled.sql, bound, compiled.columns, compiled.limit, compiled.skip)
 

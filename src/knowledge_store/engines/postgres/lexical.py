@@ -37,7 +37,8 @@ from knowledge_store.engines.postgres.schema import (
     FIELD_TITLE,
     held_principals_cte,
 )
-from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Filters
 
@@ -73,7 +74,7 @@ class LexicalStatement:
 
 
 def _prefix(principal: str, filters: Filters) -> tuple[str, str, dict[str, Any]]:
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    where, params = filter_clause(filters, POSTGRES, alias="e")
     params["principal"] = principal
     return "WITH RECURSIVE " + held_principals_cte(), where, params
 

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.sql.publish import EMPTY_ROOT, content_root_of
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
 __all__ = [

@@ -31,7 +31,8 @@ from typing import Any, Literal
 import numpy as np
 
 from knowledge_store.engines.postgres.schema import Features, held_principals_cte
-from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.model import Filters
 
 __all__ = [
@@ -108,7 +109,7 @@ def plan_vector(visible: int, total: int, k: int, features: Features) -> VectorP
 
 def vector_count_statement(principal: str, filters: Filters) -> tuple[str, dict[str, Any]]:
     """``(visible chunks, total chunks)`` for the planner, the ACL join inside."""
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    where, params = filter_clause(filters, POSTGRES, alias="e")
     params["principal"] = principal
     sql = (
         "WITH RECURSIVE " + held_principals_cte() + " SELECT"
@@ -133,7 +134,7 @@ def vector_statement(
     plan: VectorPlan, principal: str, query: np.ndarray, k: int, filters: Filters
 ) -> tuple[str, dict[str, Any]]:
     """The one statement of a vector query under ``plan``: rows, then score, then scanned."""
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
+    where, params = filter_clause(filters, POSTGRES, alias="e")
     params.update(principal=principal, q=np.asarray(query, dtype=np.float32), k=k)
     head = "WITH RECURSIVE " + held_principals_cte()
     visible = f"e.acl_set IN (SELECT acl_set FROM vis) AND {where}"
