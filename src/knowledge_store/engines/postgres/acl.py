@@ -13,13 +13,13 @@ from collections.abc import Sequence
 
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.publish import load_entity
-from knowledge_store.engines.postgres.schema import held_principals_cte
 from knowledge_store.engines.shared import (
     cycle_error,
     explain_access,
     membership_path,
 )
 from knowledge_store.engines.shared import principal_info as shared_principal_info
+from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.errors import NotFound
 from knowledge_store.model import (
     AclExplanation,
@@ -47,13 +47,7 @@ _BUMP = (
 
 def held_principals(conn: Connection, principal: str) -> list[str]:
     """What ``principal`` holds: itself, ``everyone``, every group reached (sorted)."""
-    return [
-        str(p)
-        for (p,) in conn.execute(
-            "WITH RECURSIVE " + held_principals_cte() + " SELECT p FROM held ORDER BY p",
-            {"principal": principal},
-        )
-    ]
+    return [str(p) for (p,) in conn.execute(POSTGRES.expand_identity(), {"principal": principal})]
 
 
 def _groups_of(conn: Connection, members: Sequence[str]) -> dict[str, list[str]]:
