@@ -114,6 +114,21 @@ def test_a_tokenizer_thread_error_reaches_the_caller(monkeypatch):
     assert not [t for t in threading.enumerate() if t.name == "ks-tokenize"]
 
 
+def test_a_model_error_stops_the_tokenizer_thread(monkeypatch):
+    small = OnnxEmbedder(batch_size=1, slice_size=1)  # the queue fills at once
+    calls = []
+
+    def failing(session, ids, mask):
+        calls.append(len(ids))
+        raise RuntimeError("the model broke")
+
+    monkeypatch.setattr(small, "_run", failing)
+    with pytest.raises(RuntimeError, match="the model broke"):
+        small.embed(TOPIC * 4)
+    assert calls == [1]
+    assert not [t for t in threading.enumerate() if t.name == "ks-tokenize"]
+
+
 def test_int8_is_a_vector_space_of_its_own(onnx):
     int8 = open_embedder("onnx:int8")
     assert isinstance(int8, OnnxEmbedder)

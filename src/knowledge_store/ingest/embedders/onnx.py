@@ -308,21 +308,25 @@ class OnnxEmbedder:
         )
         stop = threading.Event()
 
+        def offer(item: _Batch | BaseException | None) -> bool:
+            """Queue ``item`` unless the consumer has stopped; False once it has."""
+            while not stop.is_set():
+                try:
+                    ahead.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def produce() -> None:
             try:
                 for start, texts in slices:
                     for batch in self._slice_batches(tokens, start, texts, owners):
-                        while not stop.is_set():
-                            try:
-                                ahead.put(batch, timeout=0.1)
-                                break
-                            except queue.Full:
-                                continue
-                        if stop.is_set():
+                        if not offer(batch):
                             return
-                ahead.put(None)
+                offer(None)
             except BaseException as exc:  # handed to the consumer, raised there
-                ahead.put(exc)
+                offer(exc)
 
         worker = threading.Thread(target=produce, name="ks-tokenize", daemon=True)
         worker.start()
