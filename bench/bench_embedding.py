@@ -37,7 +37,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "eval" / "postgres-docs" / "corpus.jsonl"
+EVAL = Path(os.environ.get("KS_EVAL_DIR", ROOT.parent / "shared" / "eval" / "postgres-docs"))
+CORPUS = EVAL / "corpus.jsonl"
 QUERIES = CORPUS.with_name("queries.jsonl")
 TORCH = "st:sentence-transformers/all-MiniLM-L6-v2"
 RUNTIMES = (TORCH, "onnx:fp32", "onnx:int8")
