@@ -99,17 +99,14 @@ class KnowledgeStore:
         Raises ``ModelMismatch`` when the given one makes other vectors than the
         store holds (``ks rebuild --reembed`` re-embeds the store in place).
         """
+        recorded = self.engine.model()
         if self._embedder is None:
             if isinstance(self._embedder_arg, str):
                 self._embedder = open_embedder(self._embedder_arg)
+            elif recorded is None:
+                self._embedder = open_embedder()
             else:
-                recorded = self.engine.model()
-                self._embedder = (
-                    open_embedder()
-                    if recorded is None
-                    else embedder_for(recorded[0], self.engine.model_spec())
-                )
-        recorded = self.engine.model()
+                self._embedder = embedder_for(recorded[0], self.engine.model_spec())
         if recorded is not None and recorded != (self._embedder.model_id, self._embedder.dimension):
             raise ModelMismatch(
                 f"this store's vectors are {recorded[0]} ({recorded[1]} dimensions), not"

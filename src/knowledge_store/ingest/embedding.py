@@ -125,7 +125,10 @@ def open_embedder(spec: str | None = None) -> Embedder:
                 spec=key,
                 allowed=list(EMBEDDER_SPECS),
             )
-        embedder = factory(rest)
+        embedder = factory(rest)  # cheap: models load on first use
+        # Two names of one embedder (st:all-MiniLM-L6-v2, st:sentence-transformers/…)
+        # share one instance, so the model loads once.
+        embedder = _CACHE.setdefault(spec_of(embedder), embedder)
         _CACHE[key] = embedder
         return embedder
 
