@@ -12,9 +12,10 @@ machine's drifting load hits all alike.
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding.py --only cli \\
         --cli onnx:fp32=.ks/pg15-fp32 --cli onnx:int8=.ks/pg15-int8 \\
         --cli st:sentence-transformers/all-MiniLM-L6-v2=.ks/pg15-fp32
-    # agreement over every chunk of built stores (the first is the reference)
+    # agreement over every chunk of built stores (the first is the reference), and
+    # 1,000 of its chunks embedded again on ONNX fp32
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding.py --only stores \\
-        --stores .ks/pg15-torch .ks/pg15-fp32 .ks/pg15-int8
+        --stores .ks/pg15-torch .ks/pg15-int8 --sample 1000 --runtimes onnx:fp32
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def throughput(args: argparse.Namespace, embedders: dict[str, object]) -> None:
 
     onnx = embedders.get("onnx:fp32")
     if onnx is not None:
-        tokens = onnx._loaded()[1]  # type: ignore[attr-defined]
+        tokens = onnx._loaded(parallel=False)[1]  # type: ignore[attr-defined]
         began = time.process_time()
         tokens.pieces(fitting, 32)
         spent = time.process_time() - began
@@ -243,6 +244,26 @@ def stores(args: argparse.Namespace) -> None:
         print(agreement_line(str(other), cos))
 
 
+def sampled(args: argparse.Namespace) -> None:
+    """Every k-th chunk of the reference store, embedded again on each runtime."""
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+    from knowledge_store.ingest.embedding import open_embedder
+
+    reference = Path(args.stores[0])
+    engine = EmbeddedEngine(reference)
+    contexts = engine.chunk_contexts(0, 1_000_000)
+    step = max(1, len(contexts) // args.sample)
+    chosen = contexts[::step][: args.sample]
+    with engine.catalog.read() as conn:
+        ids, stored = engine.catalog.chunk_vectors(conn, [c for c, _ in chosen])
+    engine.close()
+    assert list(ids) == [c for c, _ in chosen]
+    print(f"\n{len(chosen)} chunks (every {step}th) embedded again, against {reference}'s vectors")
+    for spec in args.runtimes.split(","):
+        vectors = open_embedder(spec).embed([text for _, text in chosen])
+        print(agreement_line(spec, np.sum(vectors * stored, axis=1)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--corpus", type=Path, default=CORPUS)
@@ -256,6 +277,9 @@ def main() -> None:
     parser.add_argument("--cli", action="append", default=[], metavar="SPEC=STORE")
     parser.add_argument("--cli-runs", type=int, default=10)
     parser.add_argument("--stores", nargs="+", default=[])
+    parser.add_argument(
+        "--sample", type=int, default=0, help="with --stores: embed N chunks of the first again"
+    )
     args = parser.parse_args()
 
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
@@ -271,6 +295,8 @@ def main() -> None:
         cold_cli(args)
     if args.stores:
         stores(args)
+    if args.stores and args.sample:
+        sampled(args)
 
 
 if __name__ == "__main__":
