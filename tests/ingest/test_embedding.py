@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.ingest.embedders.onnx import MODEL_IDS
 from knowledge_store.ingest.embedding import (
     DEFAULT_MODEL_ID,
+    DEFAULT_SPEC,
     Embedder,
     HashingEmbedder,
     OnnxEmbedder,
@@ -57,10 +59,11 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_default_embedder_identity():
     e = open_embedder()
-    assert e is open_embedder("default") is open_embedder(None) is open_embedder("onnx:fp32")
+    assert e is open_embedder("default") is open_embedder(None) is open_embedder(DEFAULT_SPEC)
     assert isinstance(e, Embedder)
     assert isinstance(e, OnnxEmbedder)
-    assert e.model_id == DEFAULT_MODEL_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    assert e.model_id == MODEL_IDS[e.quantization]
+    assert DEFAULT_MODEL_ID == "sentence-transformers/all-MiniLM-L6-v2"
     assert e.dimension == 384
     assert e.max_tokens == 256
 

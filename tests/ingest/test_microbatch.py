@@ -109,7 +109,8 @@ def test_a_failed_pass_fails_every_caller_in_it(embedder):
 def test_it_keeps_the_identity_of_what_it_wraps(embedder):
     batcher = MicroBatchingEmbedder(embedder)
     assert batcher.model_id == embedder.model_id
-    assert spec_of(batcher) == spec_of(embedder) == "onnx:fp32"
+    assert spec_of(batcher) == spec_of(embedder)
+    assert spec_of(embedder).startswith("onnx:")
     assert cache_id_of(batcher) == cache_id_of(embedder)
     assert batcher.embed(["a", "b"]).shape == (2, 384)
     with pytest.raises(Exception, match="a query is a str"):

@@ -46,7 +46,7 @@ LONG = " ".join([" ".join(TOPIC)] * 12)  # ~1,000 tokens: four windows
 
 @pytest.fixture(scope="module")
 def onnx() -> OnnxEmbedder:
-    e = open_embedder()
+    e = open_embedder("onnx:fp32")
     assert isinstance(e, OnnxEmbedder)
     return e
 
@@ -181,7 +181,7 @@ def test_export_once_into_a_fresh_cache_even_when_two_ask_at_once(tmp_path, monk
     # The digest is memoised: the 90 MB of weights are hashed once per cache.
     assert len(list((tmp_path / "cache" / "digests").iterdir())) == 1
     same = OnnxEmbedder()
-    assert same.embed_query(TOPIC[0]) @ open_embedder().embed_query(TOPIC[0]) > 0.99999
+    assert same.embed_query(TOPIC[0]) @ open_embedder("onnx:fp32").embed_query(TOPIC[0]) > 0.99999
 
 
 def _imported_by(command: list[str], env: dict[str, str]) -> set[str]:

@@ -32,6 +32,12 @@ ENGINES = ("embedded", "postgres")
 
 
 @pytest.fixture(scope="module")
+def fp32():
+    """The fp32 vector space, whatever the default is: the tests move stores off it."""
+    return open_embedder("onnx:fp32")
+
+
+@pytest.fixture(scope="module")
 def pg_database() -> str:
     return postgres_support.fresh_database("reembed")
 
@@ -43,8 +49,8 @@ def location(request: pytest.FixtureRequest, tmp_path: Path, pg_database: str) -
     return postgres_support.store_url(pg_database)
 
 
-def test_a_new_store_records_the_spec_and_the_model(location, embedder):
-    with KnowledgeStore.open(location, embedder=embedder) as store:
+def test_a_new_store_records_the_spec_and_the_model(location, fp32):
+    with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE)
         assert store.engine.model() == (DEFAULT_MODEL_ID, 384)
         assert store.engine.model_spec() == "onnx:fp32"
@@ -66,8 +72,8 @@ def test_pytorch_and_onnx_fp32_read_each_others_stores(tmp_path):
         assert store.stats().entities == 5
 
 
-def test_a_legacy_store_that_says_default_is_read_on_onnx(tmp_path, embedder):
-    with KnowledgeStore.open(tmp_path / "s", embedder=embedder) as store:
+def test_a_legacy_store_that_says_default_is_read_on_onnx(tmp_path, fp32):
+    with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE)
         with store.engine.catalog.write() as conn:  # what stores built before ONNX record
             store.engine.catalog.set_meta("embedder", "default", conn)
@@ -75,8 +81,8 @@ def test_a_legacy_store_that_says_default_is_read_on_onnx(tmp_path, embedder):
         assert store.embedder is open_embedder("onnx:fp32")
 
 
-def test_int8_vectors_are_refused_then_reembedded_in_place(location, embedder, monkeypatch):
-    with KnowledgeStore.open(location, embedder=embedder) as store:
+def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monkeypatch):
+    with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE)
         before = store.content_root()
         fp32_hit = store.vector("replica lag", identity="user:sam", k=1).hits[0]
@@ -105,13 +111,13 @@ def test_int8_vectors_are_refused_then_reembedded_in_place(location, embedder, m
     with KnowledgeStore.open(location) as store:  # the store now says int8
         assert store.embedder is open_embedder("onnx:int8")
         with pytest.raises(ModelMismatch):  # and refuses fp32 vectors
-            KnowledgeStore(store.engine, embedder=embedder).ingest_records(
+            KnowledgeStore(store.engine, embedder=fp32).ingest_records(
                 [{**ESTATE[0], "body": "changed"}]
             )
 
 
-def test_reembed_is_one_publish_and_every_vector_is_the_new_models(tmp_path, embedder):
-    with KnowledgeStore.open(tmp_path / "s", embedder=embedder) as store:
+def test_reembed_is_one_publish_and_every_vector_is_the_new_models(tmp_path, fp32):
+    with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE)
         (publishes,) = store.engine.catalog.execute("SELECT count(*) FROM publishes")[0]
         store.reembed("onnx:int8")
@@ -128,8 +134,8 @@ def test_reembed_is_one_publish_and_every_vector_is_the_new_models(tmp_path, emb
         assert np.allclose(stored, expected, atol=1e-5)
 
 
-def test_an_interrupted_reembed_resumes_from_the_cache(tmp_path, embedder, monkeypatch):
-    with KnowledgeStore.open(tmp_path / "s", embedder=embedder) as store:
+def test_an_interrupted_reembed_resumes_from_the_cache(tmp_path, fp32, monkeypatch):
+    with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE)
         int8 = open_embedder("onnx:int8")
         chunks = store.engine.chunk_contexts(0, 1000)
@@ -161,8 +167,8 @@ def test_an_interrupted_reembed_resumes_from_the_cache(tmp_path, embedder, monke
         assert store.engine.model()[0] == MODEL_IDS["int8"]
 
 
-def test_a_store_that_moved_on_is_not_reembedded(location, embedder):
-    with KnowledgeStore.open(location, embedder=embedder) as store:
+def test_a_store_that_moved_on_is_not_reembedded(location, fp32):
+    with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE)
         int8 = open_embedder("onnx:int8")
         contexts = store.engine.chunk_contexts(0, 1000)
@@ -182,28 +188,28 @@ def test_a_store_that_moved_on_is_not_reembedded(location, embedder):
         assert store.engine.model()[0] == DEFAULT_MODEL_ID
 
 
-def test_a_publish_of_another_models_vectors_is_refused(location, embedder):
-    with KnowledgeStore.open(location, embedder=embedder) as store:
+def test_a_publish_of_another_models_vectors_is_refused(location, fp32):
+    with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE[:1])
         with pytest.raises(ModelMismatch, match="re-embedded"):
             store.engine.publish([], ["guide:vacuum"], kind="delete", model="other-model")
         assert store.stats().entities == 1
 
 
-def test_reembedding_keeps_the_dimension(tmp_path, embedder):
-    with KnowledgeStore.open(tmp_path / "s", embedder=embedder) as store:
+def test_reembedding_keeps_the_dimension(tmp_path, fp32):
+    with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE[:2])
         with pytest.raises(InvalidRequest, match="keeps the dimension"):
             store.reembed("hash:64")
         assert store.engine.model() == (DEFAULT_MODEL_ID, 384)
 
 
-def test_cli_rebuild_reembed(tmp_path, embedder):
+def test_cli_rebuild_reembed(tmp_path, fp32):
     import os
     import subprocess
     import sys
 
-    with KnowledgeStore.open(tmp_path / "s", embedder=embedder) as store:
+    with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE)
     ks = str(Path(sys.executable).with_name("ks"))
     env = {k: v for k, v in os.environ.items() if k != "KS_EMBEDDER"}
