@@ -497,7 +497,7 @@ def rebuild(
         typer.Option(
             "--embedder",
             help="with --reembed: the embedder spec (default $KS_EMBEDDER, else the default,"
-            " onnx:fp32); see docs/embedding.md",
+            " onnx:int8); see docs/embedding.md",
         ),
     ] = None,
     as_json: JsonOpt = False,
