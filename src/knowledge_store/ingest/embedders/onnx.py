@@ -18,8 +18,8 @@ quantization) gives different vectors: its ``model_id`` ends in ``@int8``.
 ``embed`` sorts pieces by token count and pads each batch only to its own
 longest; a thread tokenizes the next slice of texts while the model runs on
 this one. ``embed_query`` runs one text with no batching at all. Ingest-sized
-work runs with as many intra-op threads as the process has cores
-(``$KS_ONNX_THREADS``), queries and small batches with one (see ``_loaded``);
+batches run with as many intra-op threads as the process has cores
+(``$KS_ONNX_THREADS``), a single query with one (see ``_loaded``);
 on the CUDA execution provider when onnxruntime has one (``$KS_ONNX_DEVICE``:
 ``auto``, ``cpu`` or ``gpu``), with the CPU as the fallback.
 """
@@ -222,12 +222,12 @@ class OnnxEmbedder:
     def _loaded(self, *, parallel: bool) -> tuple[Any, Tokens]:
         """A session and the tokenizer; ``parallel``: the one with ``threads`` intra-op threads.
 
-        Queries and small batches (a server's micro-batches) run on a one-thread
-        session: a short text gains little from a second thread, and on a busy
-        machine a pass that must wait for both of its threads to be scheduled
-        waits long (p90 29 ms against 8 ms for one int8 query, measured at load
-        23 on 2 cores). Ingest-sized work runs on ``threads``. Each session is
-        made on first use, so a process that only searches holds one.
+        A single text (``embed_query``) runs on a one-thread session: a short
+        text gains little from a second thread, and on a busy machine a pass
+        that must wait for both of its threads to be scheduled waits long (p90
+        29 ms against 8 ms for one int8 query, measured at load 23 on 2 cores).
+        Batches — ingest, a server's micro-batches — run on ``threads``. Each
+        session is made on first use, so a process that only searches holds one.
         """
         threads = self.threads if parallel else 1
         session = self._sessions.get(threads)
@@ -291,7 +291,7 @@ class OnnxEmbedder:
         items = check_texts(texts)
         if not items:
             return np.zeros((0, DEFAULT_DIMENSION), dtype=np.float32)
-        session, tokens = self._loaded(parallel=len(items) > self.batch_size)
+        session, tokens = self._loaded(parallel=len(items) > 1)
         owners: list[int] = []
         parts: list[Vectors] = []
         rows: list[int] = []
