@@ -76,9 +76,14 @@ def test_concurrent_queries_share_passes_and_get_their_own_rows(embedder):
     batcher = MicroBatchingEmbedder(inner, window_s=0.02)
     texts = QUERIES * 3
     vectors = concurrently(batcher, texts)
+    alone = {text: embedder.embed_query(text) for text in QUERIES}
+    reference = np.stack([alone[t] for t in QUERIES])
     for text, vector in zip(texts, vectors, strict=True):
         assert isinstance(vector, np.ndarray)
-        assert np.allclose(vector, embedder.embed_query(text), atol=1e-5)
+        # Its own row: int8 activations are quantized per batch, so a text's vector in a
+        # batch is close to (cosine > 0.9), not equal to, its vector alone.
+        assert float(vector @ alone[text]) > 0.9
+        assert QUERIES[int(np.argmax(reference @ vector))] == text
     assert sum(inner.sizes) == len(texts) == batcher.queries
     assert batcher.passes == len(inner.sizes) < len(texts)  # batched
     assert max(inner.sizes) > 1
