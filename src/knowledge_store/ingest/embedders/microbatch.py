@@ -7,7 +7,9 @@ call. The others wait for their row. With one caller at a time nothing waits
 but the window; under load, the texts that queue behind a running pass go
 together in the next — one pass of a few short texts costs little more than
 one text alone. ``window`` defaults to ``$KS_EMBED_WINDOW_MS`` (else
-:data:`WINDOW_MS`, the value bench/bench_serve.py measured best).
+:data:`WINDOW_MS`). bench/bench_serve.py ``--window-ms`` measures it; the runs so
+far (0, 1 and 3 ms on a shared, oversubscribed 2-core machine) did not tell the
+windows apart from the load's drift, so 1 ms is provisional.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from knowledge_store.ingest.embedders.core import (
 
 __all__ = ["MAX_BATCH", "WINDOW_MS", "MicroBatchingEmbedder"]
 
-#: The default batching window (milliseconds), measured with bench/bench_serve.py.
+#: The default batching window (milliseconds); provisional (see the module docstring).
 WINDOW_MS = 1.0
 MAX_BATCH = 32
 
