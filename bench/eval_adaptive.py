@@ -49,10 +49,14 @@ class Weighted:
 
     mode: str
     weights: Mapping[str, float]
+    normalise: str = "minmax"
 
     def fuse(self, lists: Sequence[RankedList]) -> list[Fused]:
         w = {lst.name: float(self.weights.get(lst.name, 1.0)) for lst in lists}
-        fused = (rrf if self.mode == "rrf" else convex)(lists, weights=w)
+        if self.mode == "rrf":
+            fused = rrf(lists, weights=w)
+        else:
+            fused = convex(lists, weights=w, normalise=self.normalise)
         return [f for f in fused if any(r is not None and w[n] > 0 for n, r in f.ranks.items())]
 
 
@@ -60,9 +64,9 @@ class Weighted:
 Chooser = Callable[[str, Sequence[RankedList]], Weighted]
 
 
-def fixed(mode: str, vector: float, lexical: float) -> Chooser:
+def fixed(mode: str, vector: float, lexical: float, normalise: str = "minmax") -> Chooser:
     weights = {"vector": vector, "lexical": lexical, "graph": GRAPH}
-    return lambda text, lists: Weighted(mode, weights)
+    return lambda text, lists: Weighted(mode, weights, normalise)
 
 
 def by_query(mode: str, vector: float, lexical: float, params: AdaptiveParams) -> Chooser:
@@ -104,6 +108,8 @@ def variants() -> dict[str, Chooser | str]:
     out["convex 0.5/0.5"] = fixed("convex", 0.5, 0.5)
     for alpha in (0.6, 0.7):
         out[f"convex {alpha:g}/{1 - alpha:g}"] = fixed("convex", alpha, 1 - alpha)
+    for norm in ("max", "zscore"):
+        out[f"convex 0.5/0.5, {norm}-normalised"] = fixed("convex", 0.5, 0.5, norm)
     out["rrf v=1 l=0.5"] = fixed("rrf", 1.0, 0.5)
     for q in (0.25, 0.5, 0.75):
         for ident in (1.0, 1.5):

@@ -56,6 +56,7 @@ from knowledge_store.model import (
     SearchAnswer,
     VectorInfo,
 )
+from knowledge_store.retrieval.adaptive import AdaptiveParams, AdaptiveWeights, adaptive_weights
 from knowledge_store.retrieval.fusion import Fused, RankedList, convex, rrf
 from knowledge_store.retrieval.retrievers import (
     Candidate,
@@ -82,14 +83,19 @@ __all__ = [
 
 #: Candidates each retriever returns (chunk hits before folding; entities).
 CANDIDATES = 100
-MODES: tuple[str, ...] = ("rrf", "convex")
+MODES: tuple[str, ...] = ("rrf", "convex", "adaptive")
 #: The fusion mode used when none is given.
 DEFAULT_MODE = "rrf"
 #: Per-list weights by mode; a list not named here weighs 1.
 DEFAULT_WEIGHTS: Mapping[str, Mapping[str, float]] = {
     "rrf": {"vector": 1.0, "lexical": 1.0, "graph": 0.05, "sql": 1.0},
     "convex": {"vector": 0.5, "lexical": 0.5, "graph": 0.05, "sql": 1.0},
+    "adaptive": {"vector": 0.5, "lexical": 0.5, "graph": 0.05, "sql": 1.0},
 }
+#: ``adaptive``: the mode its per-query weights fuse with, and how the query scales
+#: them (:mod:`.adaptive`; chosen by bench/eval_adaptive.py, docs/relevance.md).
+ADAPTIVE_BASE = "convex"
+ADAPTIVE = AdaptiveParams(question=0.5, identifier=1.0)
 #: How many fused entities of the query stage seed the expand stage.
 SEEDS = 10
 DEFAULT_DEPTH = 1
@@ -127,10 +133,18 @@ class Fusion:
     def weight(self, name: str) -> float:
         return float(self.weights.get(name, 1.0))
 
+    def for_query(self, text: str | None) -> tuple[Fusion, AdaptiveWeights | None]:
+        """The fusion for one query: ``adaptive`` picks its weights from the text (and says why)."""
+        if self.mode != "adaptive" or text is None:
+            return self, None
+        chosen = adaptive_weights(text, self.weights, ADAPTIVE)
+        return Fusion(ADAPTIVE_BASE, chosen.weights), chosen
+
     def fuse(self, lists: Sequence[RankedList]) -> list[Fused]:
         """Fuse ``lists``; an entity found only by lists of weight 0 is left out."""
         weights = {lst.name: self.weight(lst.name) for lst in lists}
-        fused = (rrf if self.mode == "rrf" else convex)(lists, weights=weights)
+        mode = ADAPTIVE_BASE if self.mode == "adaptive" else self.mode
+        fused = (rrf if mode == "rrf" else convex)(lists, weights=weights)
         return [
             f
             for f in fused
@@ -232,9 +246,10 @@ def search(
             f" the lists are {', '.join(names)}",
             allowed=names,
         )
-    fusion = Fusion.of(fusion.mode, weights)
     filters = filters or Filters()
     query = text if text is not None and text.strip() else None
+    requested = Fusion.of(fusion.mode, weights)
+    fusion, adapted = requested.for_query(query)
     request = Request(query, filters, k=max(CANDIDATES, k), depth=depth)
 
     started = time.perf_counter()
@@ -320,8 +335,9 @@ def search(
         ms["total_without_embed"] = round(ms["total"] - ms.get("embed", 0.0), 3)
         shown = max(k, 10)
         details = {
-            "mode": fusion.mode,
+            "mode": requested.mode,
             "weights": {name: fusion.weight(name) for name in names},
+            **({"adaptive": adapted.explain()} if adapted is not None else {}),
             "retrievers": [
                 {
                     "name": r.name,
@@ -344,7 +360,7 @@ def search(
             "fused": [r.uid for r in results],
             "ms": ms,
         }
-    return SearchAnswer(content_root, fusion.mode, results, vector_info, details)
+    return SearchAnswer(content_root, requested.mode, results, vector_info, details)
 
 
 def _successors(
