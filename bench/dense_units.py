@@ -103,6 +103,7 @@ def entity_units(page: Record) -> list[Unit]:
 VARIANTS: dict[str, tuple[Callable[[Record], list[Unit]], bool]] = {
     "baseline": (baseline_units, True),
     "ours": (chunk_units(200, 32, "path"), False),
+    "ours-trunc": (chunk_units(200, 32, "path"), True),
     "ours-title": (chunk_units(200, 32, "title"), False),
     "ours-none": (chunk_units(200, 32, "none"), False),
     "ours-128": (chunk_units(128, 16, "path"), False),

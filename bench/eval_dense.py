@@ -145,11 +145,13 @@ def runs_for(
     for tau in (0.02, 0.05):
         runs[f"ours, fold soft-max τ={tau:g}"] = ranked(ours.pages, ours.page_lse(s, best, tau))
     for variant, label in (
+        ("ours-trunc", "texts over the window cut, not averaged"),
         ("ours-none", "chunk text alone (no prefix)"),
         ("ours-title", "title prefix only"),
         ("ours-128", "128-token chunks"),
     ):
-        if cache.missing(units_of(eval_set, variant)[1]) == 0:
+        _, texts, truncated = units_of(eval_set, variant)
+        if cache.missing(texts, truncated=truncated) == 0:
             m = Matrix.of(eval_set, variant, cache)
             runs[f"ours, {label}"] = ranked(m.pages, m.page_max(m.unit_scores(queries)))
     if cache.missing(units_of(eval_set, "entity")[1]) == 0:

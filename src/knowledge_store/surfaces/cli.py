@@ -264,7 +264,9 @@ def search(
     created_to: CreatedTo = None,
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
-    mode: Annotated[str | None, typer.Option("--mode", help="rrf (default) | convex")] = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="rrf (default) | convex | adaptive")
+    ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", help="e.g. vector=1,lexical=1,graph=1,sql=1")
     ] = None,
