@@ -35,6 +35,7 @@ from knowledge_store.retrieval.adaptive import AdaptiveParams, adaptive_weights
 from knowledge_store.retrieval.compare import paired_bootstrap, per_query
 from knowledge_store.retrieval.evaluation import Collected, collect
 from knowledge_store.retrieval.fusion import Fused, RankedList, agreement, convex, rrf
+from knowledge_store.retrieval.retrievers import CHUNKS_PER_ENTITY
 from knowledge_store.retrieval.search import fuse_stages
 from knowledge_store.store import KnowledgeStore
 
@@ -69,9 +70,13 @@ def fixed(mode: str, vector: float, lexical: float, normalise: str = "minmax") -
     return lambda text, lists: Weighted(mode, weights, normalise)
 
 
-def by_query(mode: str, vector: float, lexical: float, params: AdaptiveParams) -> Chooser:
+def by_query(
+    mode: str, vector: float, lexical: float, params: AdaptiveParams, normalise: str = "minmax"
+) -> Chooser:
     base = {"vector": vector, "lexical": lexical, "graph": GRAPH}
-    return lambda text, lists: Weighted(mode, adaptive_weights(text, base, params).weights)
+    return lambda text, lists: Weighted(
+        mode, adaptive_weights(text, base, params).weights, normalise
+    )
 
 
 def by_agreement(mode: str, vector: float, lexical: float, boost: float) -> Chooser:
@@ -106,29 +111,30 @@ def variants() -> dict[str, Chooser | str]:
     out: dict[str, Chooser | str] = {"vector alone": "vector", "lexical alone": "lexical"}
     out["rrf 1/1 (seed default)"] = fixed("rrf", 1.0, 1.0)
     out["convex 0.5/0.5"] = fixed("convex", 0.5, 0.5)
-    for alpha in (0.6, 0.7):
-        out[f"convex {alpha:g}/{1 - alpha:g}"] = fixed("convex", alpha, 1 - alpha)
+    out["convex 0.6/0.4"] = fixed("convex", 0.6, 0.4)
     for norm in ("max", "zscore"):
         out[f"convex 0.5/0.5, {norm}-normalised"] = fixed("convex", 0.5, 0.5, norm)
     out["rrf v=1 l=0.5"] = fixed("rrf", 1.0, 0.5)
-    for q in (0.25, 0.5, 0.75):
+    for q in (0.25, 0.5):
         for ident in (1.0, 1.5):
             params = AdaptiveParams(question=q, identifier=ident)
             tag = f"question ×{q:g}, identifier ×{ident:g}"
             out[f"rrf 1/1, {tag}"] = by_query("rrf", 1.0, 1.0, params)
             out[f"convex 0.5/0.5, {tag}"] = by_query("convex", 0.5, 0.5, params)
+            out[f"convex 0.5/0.5 max-norm, {tag}"] = by_query(
+                "convex", 0.5, 0.5, params, normalise="max"
+            )
     for boost in (-0.5, 0.5):
         out[f"rrf 1/1, agreement boost {boost:+g}"] = by_agreement("rrf", 1.0, 1.0, boost)
-        out[f"convex 0.5/0.5, agreement boost {boost:+g}"] = by_agreement("convex", 0.5, 0.5, boost)
+    out["convex 0.5/0.5, agreement boost +0.5"] = by_agreement("convex", 0.5, 0.5, 0.5)
     out["rrf 1/1, lexical margin → ×[0.5, 1.5]"] = by_margin("rrf", 1.0, 1.0, 0.5, 1.5)
-    out["convex 0.5/0.5, lexical margin → ×[0.5, 1.5]"] = by_margin("convex", 0.5, 0.5, 0.5, 1.5)
     return out
 
 
 def collected_lists(eval_set: EvalSet, store: KnowledgeStore) -> Collected:
     """The query-stage lists of every query, cached per store content root."""
     cache = CACHE / f"lists-{eval_set.name}.pickle"
-    key = f"{store.content_root()}:{len(eval_set.queries)}:{FILTERS}"
+    key = f"{store.content_root()}:{len(eval_set.queries)}:{FILTERS}:{CHUNKS_PER_ENTITY}"
     saved = None
     if cache.exists():
         with cache.open("rb") as handle:

@@ -185,6 +185,12 @@ class VectorCache:
             print(f"  embedding {len(items):,} texts {label}", file=sys.stderr, flush=True)
             for i in range(0, len(items), self.batch):
                 part = items[i : i + self.batch]
+                # Another process sharing the cache may have embedded some meanwhile.
+                done_elsewhere = self.lookup(k for k, _ in part)
+                found.update(done_elsewhere)
+                part = [(k, t) for k, t in part if k not in done_elsewhere]
+                if not part:
+                    continue
                 vecs = self._embed([t for _, t in part], truncated=truncated)
                 rows = [
                     (k, v.astype(np.float32).tobytes())
@@ -193,7 +199,7 @@ class VectorCache:
                 with self.conn:
                     self.conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
                 found.update({k: v for (k, _), v in zip(part, vecs, strict=True)})
-                done = i + len(part)
+                done = min(i + self.batch, len(items))
                 rate = done / (time.perf_counter() - started)
                 print(
                     f"  {done:,}/{len(items):,} ({rate:.1f}/s) {label}",
@@ -225,6 +231,41 @@ class VectorCache:
             show_progress_bar=False,
         )
         return np.asarray(out, dtype=np.float32)
+
+
+def store_texts(eval_set: EvalSet) -> tuple[list[Any], list[str]]:
+    """The set's entities and every distinct text ingest embeds for them (in ingest's order)."""
+    from knowledge_store.ingest.loaders import load_paths
+    from knowledge_store.ingest.pipeline import chunk_entity
+
+    loaded = load_paths(
+        [eval_set.path / "corpus.jsonl"], format=None, source=None, default_acl=None
+    )
+    entities = [r.entity for r in loaded.records]
+    texts = list(dict.fromkeys(c.context_text(e.title) for e in entities for c in chunk_entity(e)))
+    return entities, texts
+
+
+def fill_from_the_end(eval_set: EvalSet, cache: VectorCache, peers: Sequence[Path]) -> None:
+    """Embed the set's store texts from the last one backwards, re-importing ``peers``' caches.
+
+    Another worker building the same store embeds in ingest's order; working
+    from the other end, the two meet in the middle and nothing is embedded twice.
+    """
+    from knowledge_store.ingest.embedding import DEFAULT_MODEL_ID, embedding_key
+
+    _, texts = store_texts(eval_set)
+    while True:
+        for peer in peers:
+            if (peer / "catalog.sqlite").exists():
+                cache.import_store(peer)
+        keys = [embedding_key(DEFAULT_MODEL_ID, t) for t in texts]
+        have = cache.lookup(keys)
+        todo = [t for k, t in zip(keys, texts, strict=True) if k not in have]
+        print(f"  {eval_set.name}: {len(todo):,} store texts left", file=sys.stderr, flush=True)
+        if not todo:
+            return
+        cache.vectors(todo[-cache.batch :], label=f"{eval_set.name} store, from the end")
 
 
 def build_store(eval_set: EvalSet, cache: VectorCache) -> Path:

@@ -18,16 +18,16 @@ engine's primitives; every primitive applies the caller's ACL inside its own
 query. Fusion itself is the pure functions of :mod:`.fusion`; the stage
 logic the planner and the evaluation share is :func:`fuse_stages`.
 
-Defaults — chosen by measurement on the postgres-docs eval set (1,500
-queries, code samples excluded; ``bench/eval_fusion.py`` prints the table,
-with paired 95 % bootstrap intervals):
+Defaults — chosen by measurement across both shared eval sets together
+(postgres-docs: 1,500 index terms; sqlite-git-faq: 28 FAQ questions; code
+samples excluded; the macro mean of the two with a stratified paired
+bootstrap; ``bench/eval_adaptive.py``, docs/relevance.md):
 
-* ``rrf`` with vector = lexical = 1: nDCG@10 0.829 against lexical alone
-  0.802 and vector alone 0.741. Convex 0.5/0.5 (0.834), rrf with vector 0.8
-  (0.834) and lexical weighted up per query where the lists disagree
-  (``fusion.agreement``, 0.834) are all within +0.005 of it; the gain is a
-  lexical tilt on a set whose README warns it favours exact words, so the
-  default stays unbiased and the tilt is one ``--weights vector=0.8`` away;
+* ``convex`` 0.5/0.5 (min-max per list): nDCG@10 0.834 / 0.527 against
+  ``rrf`` (k=60, 1/1) 0.830 / 0.465: macro +0.033 [+0.011, +0.056]. Recall@100
+  equal. ``rrf`` stays available by name. ``adaptive`` (convex with the lexical
+  weight halved for questions, :mod:`.adaptive`) adds +0.005 [−0.021, +0.030]
+  over convex: not shown to help on these sets, so it is not the default;
 * graph weight 0.05 (rrf) / 0.05 (convex): the graph list alone is no ranking
   (nDCG@10 0.007: a seed's neighbours are rarely the answer) and at weight
   ≥ 0.25 it costs nDCG (−0.005 at 0.25, −0.21 at 1). At 0.05 it changes
@@ -85,7 +85,7 @@ __all__ = [
 CANDIDATES = 100
 MODES: tuple[str, ...] = ("rrf", "convex", "adaptive")
 #: The fusion mode used when none is given.
-DEFAULT_MODE = "rrf"
+DEFAULT_MODE = "convex"
 #: Per-list weights by mode; a list not named here weighs 1.
 DEFAULT_WEIGHTS: Mapping[str, Mapping[str, float]] = {
     "rrf": {"vector": 1.0, "lexical": 1.0, "graph": 0.05, "sql": 1.0},

@@ -265,7 +265,7 @@ def search(
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
     mode: Annotated[
-        str | None, typer.Option("--mode", help="rrf (default) | convex | adaptive")
+        str | None, typer.Option("--mode", help="convex (default) | rrf | adaptive")
     ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", help="e.g. vector=1,lexical=1,graph=1,sql=1")
@@ -512,7 +512,9 @@ def eval_(
     created_to: CreatedTo = None,
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
-    mode: Annotated[str, typer.Option("--mode", help="rrf | convex")] = "rrf",
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="convex (default) | rrf | adaptive")
+    ] = None,
     weights: Annotated[str | None, typer.Option("--weights", help="fusion weights")] = None,
     as_json: JsonOpt = False,
 ) -> None:
