@@ -41,7 +41,7 @@ def _result(answer: SearchAnswer, uid: str) -> Any:
 # -- the shape of an answer ----------------------------------------------------------------------
 def test_every_result_has_a_rank_in_every_list(fields_store: KnowledgeStore) -> None:
     answer = fields_store.search("vacuum dead tuples", k=5)
-    assert answer.mode == "convex" and answer.content_root == fields_store.content_root()
+    assert answer.mode == "adaptive" and answer.content_root == fields_store.content_root()
     assert _uids(answer)[0] == "doc:vacuum"
     top = answer.to_dict()["results"][0]
     assert list(top["ranks"]) == list(LIST_NAMES)
@@ -81,7 +81,7 @@ def test_explain_shows_the_lists_and_the_timings(fields_store: KnowledgeStore) -
     for stage in ("embed", "vector", "lexical", "fuse", "total", "total_without_embed"):
         assert stage in explain["ms"], stage
     assert explain["fused"] == _uids(answer)
-    assert answer.to_dict()["explain"]["mode"] == "convex"
+    assert answer.to_dict()["explain"]["mode"] == "adaptive"
 
 
 # -- FILTERS and the ACL restrict every list -------------------------------------------------------

@@ -23,11 +23,14 @@ Defaults — chosen by measurement across both shared eval sets together
 samples excluded; the macro mean of the two with a stratified paired
 bootstrap; ``bench/eval_adaptive.py``, docs/relevance.md):
 
-* ``convex`` 0.5/0.5 (min-max per list): nDCG@10 0.834 / 0.527 against
-  ``rrf`` (k=60, 1/1) 0.830 / 0.465: macro +0.033 [+0.011, +0.056]. Recall@100
-  equal. ``rrf`` stays available by name. ``adaptive`` (convex with the lexical
-  weight halved for questions, :mod:`.adaptive`) adds +0.005 [−0.021, +0.030]
-  over convex: not shown to help on these sets, so it is not the default;
+* ``adaptive``: convex 0.5/0.5 (min-max per list) whose lexical weight is
+  halved for a question or a long plain-words request (:mod:`.adaptive`;
+  ``--explain`` says which and why). Against ``rrf`` (k=60, 1/1), with the
+  retrievers' chunk over-fetch: sqlite-git-faq 0.535 vs 0.476, +0.059 [+0.005,
+  +0.117]; postgres-docs it is convex on 1,483 of 1,500 queries (convex vs rrf
+  there +0.004 [−0.003, +0.011]). Plain convex is as good on index terms but
+  loses to it on the questions once lists are deeper (0.514); ``rrf`` and
+  ``convex`` stay available by name;
 * graph weight 0.05 (rrf) / 0.05 (convex): the graph list alone is no ranking
   (nDCG@10 0.007: a seed's neighbours are rarely the answer) and at weight
   ≥ 0.25 it costs nDCG (−0.005 at 0.25, −0.21 at 1). At 0.05 it changes
@@ -85,7 +88,7 @@ __all__ = [
 CANDIDATES = 100
 MODES: tuple[str, ...] = ("rrf", "convex", "adaptive")
 #: The fusion mode used when none is given.
-DEFAULT_MODE = "convex"
+DEFAULT_MODE = "adaptive"
 #: Per-list weights by mode; a list not named here weighs 1.
 DEFAULT_WEIGHTS: Mapping[str, Mapping[str, float]] = {
     "rrf": {"vector": 1.0, "lexical": 1.0, "graph": 0.05, "sql": 1.0},

@@ -265,7 +265,7 @@ def search(
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
     mode: Annotated[
-        str | None, typer.Option("--mode", help="convex (default) | rrf | adaptive")
+        str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
     ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", help="e.g. vector=1,lexical=1,graph=1,sql=1")
@@ -513,7 +513,7 @@ def eval_(
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
     mode: Annotated[
-        str | None, typer.Option("--mode", help="convex (default) | rrf | adaptive")
+        str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
     ] = None,
     weights: Annotated[str | None, typer.Option("--weights", help="fusion weights")] = None,
     as_json: JsonOpt = False,
