@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from knowledge_store.model import Filters, Identity
-from knowledge_store.retrieval.retrievers import (
-    CHUNKS_PER_ENTITY,
-    LexicalRetriever,
-    Request,
-    VectorRetriever,
-)
+from knowledge_store.retrieval import retrievers
+from knowledge_store.retrieval.retrievers import LexicalRetriever, Request, VectorRetriever
 from knowledge_store.store import KnowledgeStore
 
 _SECTIONS = "\n\n".join(
@@ -35,8 +33,9 @@ RECORDS = [
 
 
 def test_k_entities_come_back_even_when_one_entity_owns_the_top_chunks(
-    store: KnowledgeStore,
+    store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(retrievers, "CHUNKS_PER_ENTITY", 4)
     store.ingest_records(RECORDS)
     assert store.stats().chunks >= 5  # the long page alone has more chunks than k
     request = Request("vacuum dead tuples", Filters(), k=2)
@@ -48,4 +47,4 @@ def test_k_entities_come_back_even_when_one_entity_owns_the_top_chunks(
         uids = [uid for uid, _ in ranking.entity_list().items]
         # Asking the engine for k=2 chunks gave two chunks of doc:long: one entity.
         assert len(uids) == 2 and uids[0] == "doc:long", retriever.name
-        assert len(ranking.candidates) <= 2 * CHUNKS_PER_ENTITY
+        assert len(ranking.candidates) <= 2 * 4

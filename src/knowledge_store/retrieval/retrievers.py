@@ -61,9 +61,12 @@ __all__ = [
 #: entity, and on the shared eval sets 100 chunk hits folded to only 32–42 entities,
 #: so a list's "top 100" was a top 35: vector Recall@100 0.970 on postgres-docs and
 #: 0.833 on sqlite-git-faq against 0.990 and 0.948 for the same vectors ranked
-#: exhaustively. Four chunks per entity restores it (0.990 and 0.939;
-#: bench/eval_dense.py, docs/relevance.md); the list is then cut to ``k`` entities.
-CHUNKS_PER_ENTITY = 4
+#: exhaustively. Four per entity restores it (0.986 and 0.939 through the store;
+#: bench/eval_dense.py, docs/relevance.md) but leaves fused nDCG@10 and Recall@100
+#: as they were, and today, when every chunk hit is hydrated with its text before
+#: fusion, it costs 2.2× the fused search's time (bench/bench_fetch_latency.py).
+#: So it stays 1 until hits are hydrated after fusion (issue 12); then set 4.
+CHUNKS_PER_ENTITY = 1
 
 Granularity = Literal["chunk", "entity"]
 Stage = Literal["query", "expand"]

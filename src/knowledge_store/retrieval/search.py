@@ -25,12 +25,11 @@ bootstrap; ``bench/eval_adaptive.py``, docs/relevance.md):
 
 * ``adaptive``: convex 0.5/0.5 (min-max per list) whose lexical weight is
   halved for a question or a long plain-words request (:mod:`.adaptive`;
-  ``--explain`` says which and why). Against ``rrf`` (k=60, 1/1), with the
-  retrievers' chunk over-fetch: sqlite-git-faq 0.535 vs 0.476, +0.059 [+0.005,
-  +0.117]; postgres-docs it is convex on 1,483 of 1,500 queries (convex vs rrf
-  there +0.004 [−0.003, +0.011]). Plain convex is as good on index terms but
-  loses to it on the questions once lists are deeper (0.514); ``rrf`` and
-  ``convex`` stay available by name;
+  ``--explain`` says which and why). Against ``rrf`` (k=60, 1/1): macro
+  +0.038 [+0.008, +0.070] (postgres-docs 0.833 vs 0.830, sqlite-git-faq 0.537
+  vs 0.465); against plain convex +0.005 [−0.021, +0.030], and with the lists
+  4× deeper (``retrievers.CHUNKS_PER_ENTITY``) +0.020 on the questions where
+  convex loses 0.013. ``rrf`` and ``convex`` stay available by name;
 * graph weight 0.05 (rrf) / 0.05 (convex): the graph list alone is no ranking
   (nDCG@10 0.007: a seed's neighbours are rarely the answer) and at weight
   ≥ 0.25 it costs nDCG (−0.005 at 0.25, −0.21 at 1). At 0.05 it changes
