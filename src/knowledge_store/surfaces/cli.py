@@ -277,7 +277,9 @@ def search(
     created_to: CreatedTo = None,
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
-    mode: Annotated[str | None, typer.Option("--mode", help="rrf (default) | convex")] = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
+    ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", help="e.g. vector=1,lexical=1,graph=1,sql=1")
     ] = None,
@@ -551,7 +553,9 @@ def eval_(
     created_to: CreatedTo = None,
     updated_from: UpdatedFrom = None,
     updated_to: UpdatedTo = None,
-    mode: Annotated[str, typer.Option("--mode", help="rrf | convex")] = "rrf",
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
+    ] = None,
     weights: Annotated[str | None, typer.Option("--weights", help="fusion weights")] = None,
     as_json: JsonOpt = False,
 ) -> None:
