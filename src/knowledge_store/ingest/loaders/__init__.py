@@ -1,30 +1,48 @@
-"""Loaders: paths → validated entities and rejections (DESIGN §1, §7).
+"""Loaders: paths and URLs → validated entities and rejections (DESIGN §1, §7).
 
 ``load_paths`` reads every path with one of :data:`FORMATS` — given, or told
-by each file's extension — and returns the good records and the rejected ones.
-Within one load a uid may appear once; a second occurrence is rejected naming
-the first.
+by each file's extension; an ``http(s)://`` URL is a web site (``web``) — and
+returns the good records and the rejected ones, and what it found present
+but did not read (see :class:`LoadResult`). Within one load a uid may appear
+once; a second occurrence is rejected naming the first.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from knowledge_store.errors import InvalidRequest, Rejection
-from knowledge_store.ingest.loaders.base import LoadedRecord, LoadResult, Options
+from knowledge_store.ingest.loaders.base import (
+    FetchFailure,
+    LoadedRecord,
+    LoadResult,
+    Options,
+    SourceInfo,
+)
 from knowledge_store.ingest.loaders.html import read_html_page
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
 from knowledge_store.ingest.loaders.markdown import read_markdown_page
 from knowledge_store.ingest.loaders.pages import Page, site_records
+from knowledge_store.ingest.loaders.web import WebOptions, is_url, load_site, site_source
 from knowledge_store.model import check_principal
 
-__all__ = ["EXTENSIONS", "FORMATS", "LoadResult", "LoadedRecord", "load_paths"]
+__all__ = [
+    "EXTENSIONS",
+    "FORMATS",
+    "FetchFailure",
+    "LoadResult",
+    "LoadedRecord",
+    "SourceInfo",
+    "WebOptions",
+    "load_paths",
+]
 
-FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html")
-#: The file extensions each format reads when it walks a folder (and auto-detection uses).
+FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html", "web")
+#: The file extensions each file format reads when it walks a folder (and auto-detection uses).
 EXTENSIONS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl",),
     "learn": (".json",),
@@ -57,6 +75,11 @@ def _walk(folder: Path) -> Iterator[Path]:
 
 def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
     """``(format, file, root)`` for each file to read under ``path``."""
+    if format == "web":
+        raise InvalidRequest(
+            f"--format web reads web sites: give an http:// or https:// URL, not {str(path)!r}",
+            path=str(path),
+        )
     if not path.exists():
         raise InvalidRequest(f"{str(path)!r} does not exist", path=str(path))
     if path.is_file():
@@ -102,33 +125,68 @@ def _read(
     yield from site_records(pages, options)
 
 
+def _source_info(path: Path, steps: list[tuple[str, Path, Path]], source: str | None) -> SourceInfo:
+    formats = sorted({name for name, _, _ in steps})
+    pages = [root for name, _, root in steps if name in _PAGE_READERS]
+    name = source or (Path(os.path.abspath(pages[0])).name if pages else None)
+    return SourceInfo(name, ",".join(formats), os.path.abspath(path))
+
+
+def _read_sites(
+    urls: Sequence[str], options: Options, web: WebOptions, result: LoadResult
+) -> Iterator[LoadedRecord | Rejection]:
+    for url in urls:
+        site = load_site(url, options, web)
+        if site.report is not None:
+            result.crawls.append(site.report)
+            result.failed.extend(site.report.failed)
+        result.unchanged.extend(site.unchanged)
+        result.sources.append(SourceInfo(options.source or site_source(url), "web", url))
+        yield from site.records
+        yield from site.rejections
+
+
 def load_paths(
     paths: Sequence[str | Path],
     *,
     format: str | None,
     source: str | None,
     default_acl: Sequence[str] | None,
+    web: WebOptions | None = None,
 ) -> LoadResult:
-    """Read ``paths`` (files or folders) into validated entities and rejections.
+    """Read ``paths`` (files, folders or web site URLs) into validated entities and rejections.
 
     ``format`` is one of :data:`FORMATS`, or None to tell each file by its
-    extension. ``source`` (``--source``) sets every entity's source;
-    ``default_acl`` (``--acl``) is the ACL of records that have none — with no
-    default such records are rejected. Raises :class:`InvalidRequest` for an
-    unknown format, a missing path or a bad ``--acl`` principal.
+    extension (a string starting ``http://``/``https://`` is a site to crawl).
+    ``source`` (``--source``) sets every entity's source; ``default_acl``
+    (``--acl``) is the ACL of records that have none — with no default such
+    records are rejected. ``web`` bounds the crawl of sites and gives the
+    uid prefix and crawl state. Raises :class:`InvalidRequest` for an unknown
+    format, a missing path, a bad ``--acl`` principal, or a site that can't be
+    crawled at all.
     """
     _check_format(format)
     if default_acl is not None:
         default_acl = tuple(check_principal(principal) for principal in default_acl)
     if not paths:
-        raise InvalidRequest("no path to load; give at least one file or folder")
-    plan = [step for path in paths for step in _plan(Path(path), format)]
+        raise InvalidRequest("no path to load; give at least one file, folder or URL")
+    urls = [str(path) for path in paths if is_url(path)]
+    if urls and format not in (None, "web"):
+        raise InvalidRequest(
+            f"{urls[0]!r} is a web site; read it with --format web, not {format}",
+            path=urls[0],
+        )
+    plans = [(Path(path), _plan(Path(path), format)) for path in paths if not is_url(path)]
+    plan = [step for _, steps in plans for step in steps]
     options = Options(
         source=source, default_acl=None if default_acl is None else tuple(default_acl)
     )
-    result = LoadResult()
+    result = LoadResult(sources=[_source_info(path, steps, source) for path, steps in plans])
     first_seen: dict[str, str] = {}
-    for item in _read(plan, options):
+    items = itertools.chain(
+        _read(plan, options), _read_sites(urls, options, web or WebOptions(), result)
+    )
+    for item in items:
         if isinstance(item, Rejection):
             result.rejections.append(item)
             continue
