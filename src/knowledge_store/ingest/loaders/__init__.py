@@ -13,6 +13,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from knowledge_store.errors import InvalidRequest, Rejection
 from knowledge_store.ingest.loaders.base import (
@@ -27,8 +28,10 @@ from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
 from knowledge_store.ingest.loaders.markdown import read_markdown_page
 from knowledge_store.ingest.loaders.pages import Page, site_records
-from knowledge_store.ingest.loaders.web import WebOptions, is_url, load_site, site_source
 from knowledge_store.model import check_principal
+
+if TYPE_CHECKING:
+    from knowledge_store.ingest.loaders.web import WebOptions
 
 __all__ = [
     "EXTENSIONS",
@@ -37,7 +40,6 @@ __all__ = [
     "LoadResult",
     "LoadedRecord",
     "SourceInfo",
-    "WebOptions",
     "load_paths",
 ]
 
@@ -53,6 +55,10 @@ _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix i
 
 PageReader = Callable[[Path, Path, str], Page | Rejection]
 _PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": read_html_page}
+
+
+def _is_url(path: str | Path) -> bool:
+    return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
 
 
 def _check_format(format: str | None) -> None:
@@ -133,8 +139,12 @@ def _source_info(path: Path, steps: list[tuple[str, Path, Path]], source: str | 
 
 
 def _read_sites(
-    urls: Sequence[str], options: Options, web: WebOptions, result: LoadResult
+    urls: Sequence[str], options: Options, web: WebOptions | None, result: LoadResult
 ) -> Iterator[LoadedRecord | Rejection]:
+    # Imported here: the crawler imports the HTML loader, which imports this package.
+    from knowledge_store.ingest.loaders.web import WebOptions, load_site, site_source
+
+    web = web or WebOptions()
     for url in urls:
         site = load_site(url, options, web)
         if site.report is not None:
@@ -170,22 +180,20 @@ def load_paths(
         default_acl = tuple(check_principal(principal) for principal in default_acl)
     if not paths:
         raise InvalidRequest("no path to load; give at least one file, folder or URL")
-    urls = [str(path) for path in paths if is_url(path)]
+    urls = [str(path) for path in paths if _is_url(path)]
     if urls and format not in (None, "web"):
         raise InvalidRequest(
             f"{urls[0]!r} is a web site; read it with --format web, not {format}",
             path=urls[0],
         )
-    plans = [(Path(path), _plan(Path(path), format)) for path in paths if not is_url(path)]
+    plans = [(Path(path), _plan(Path(path), format)) for path in paths if not _is_url(path)]
     plan = [step for _, steps in plans for step in steps]
     options = Options(
         source=source, default_acl=None if default_acl is None else tuple(default_acl)
     )
     result = LoadResult(sources=[_source_info(path, steps, source) for path, steps in plans])
     first_seen: dict[str, str] = {}
-    items = itertools.chain(
-        _read(plan, options), _read_sites(urls, options, web or WebOptions(), result)
-    )
+    items = itertools.chain(_read(plan, options), _read_sites(urls, options, web, result))
     for item in items:
         if isinstance(item, Rejection):
             result.rejections.append(item)

@@ -24,7 +24,6 @@ figures and the crawl-state updates to save once the batch is published.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from posixpath import splitext
@@ -56,13 +55,11 @@ __all__ = [
     "CrawlReport",
     "SiteLoad",
     "WebOptions",
-    "is_url",
     "load_site",
     "site_source",
     "url_uid",
 ]
 
-_URL = re.compile(r"^https?://", re.IGNORECASE)
 _INDEX_PAGES = ("index.html", "index.htm")
 _PAGE_SUFFIXES = (".html", ".htm")
 
@@ -74,11 +71,6 @@ class WebOptions:
     limits: CrawlLimits = field(default_factory=CrawlLimits)
     uid_prefix: str = ""
     state: CrawlState | None = None
-
-
-def is_url(path: object) -> bool:
-    """True for a string that starts with ``http://`` or ``https://``."""
-    return isinstance(path, str) and bool(_URL.match(path))
 
 
 def site_source(url: str) -> str:
