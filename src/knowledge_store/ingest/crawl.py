@@ -251,20 +251,19 @@ def followed_links(page: Fetched, scope: str) -> list[str]:
 
 
 class _Pace:
-    """Request starts at least ``interval`` seconds apart, across threads."""
+    """Request starts at least ``interval`` seconds apart, across threads (the interval may be
+    raised between requests: robots.txt is read before its crawl delay is known)."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        self._next = 0.0
+        self._last: float | None = None
         self._lock = threading.Lock()
 
     def wait(self) -> None:
-        if self.interval <= 0:
-            return
         with self._lock:
             now = time.monotonic()
-            start = max(now, self._next)
-            self._next = start + self.interval
+            start = now if self._last is None else max(now, self._last + self.interval)
+            self._last = start
         if start > now:
             time.sleep(start - now)
 

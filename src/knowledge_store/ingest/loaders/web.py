@@ -149,6 +149,10 @@ class SiteLoad:
     report: CrawlReport | None = None
 
 
+def _noindex(page: Fetched) -> bool:
+    return "noindex" in page.robots or "none" in page.robots
+
+
 class _Site:
     """The pages a crawl reached, by URL: to resolve parents and links to uids."""
 
@@ -158,7 +162,9 @@ class _Site:
         self.uids: dict[str, str] = {}
         self.moved: dict[str, str] = {}
         for outcome in result.outcomes:
-            if isinstance(outcome, Fetched | Unchanged):
+            if isinstance(outcome, Unchanged) or (
+                isinstance(outcome, Fetched) and not _noindex(outcome)
+            ):
                 self.uids[outcome.url] = self.uid(outcome.url)
                 self.moved[outcome.requested] = outcome.url
 
@@ -236,10 +242,16 @@ def load_site(url: str, options: Options, web: WebOptions) -> SiteLoad:
     )
     report.updates.update(result.sitemaps)
     load = SiteLoad(report=report)
+    read_as: dict[str, str] = {}
     for outcome in result.outcomes:
         if isinstance(outcome, Fetched):
-            if "noindex" in outcome.robots or "none" in outcome.robots:
+            if _noindex(outcome):
                 report.skipped.append((outcome.url, "the page says noindex"))
+                report.updates[outcome.url] = None
+                continue
+            first = read_as.setdefault(site.uid(outcome.url), outcome.url)
+            if first != outcome.url:  # …/ and …/index.html: one page, one uid
+                report.skipped.append((outcome.url, f"the same uid as {first}"))
                 report.updates[outcome.url] = None
                 continue
             items, remembered = _page(outcome, site, source, options)
