@@ -17,6 +17,7 @@ from knowledge_store.ingest.crawl_state import JsonFileCrawlState, MemoryCrawlSt
 from knowledge_store.ingest.loaders import LoadResult, load_paths
 from knowledge_store.ingest.loaders.web import WebOptions, url_uid
 from knowledge_store.model import Entity
+from knowledge_store.store import KnowledgeStore
 from tests.ingest.site_server import Route, Site, page, serve
 
 FAST = CrawlLimits(delay_s=0, concurrency=4, timeout_s=2)
@@ -434,3 +435,21 @@ def test_bad_limits_are_request_errors() -> None:
         CrawlLimits(max_pages=0)
     with pytest.raises(InvalidRequest, match="timeout_s"):
         CrawlLimits(timeout_s=0)
+
+
+# -- into a store ---------------------------------------------------------------------------------
+
+
+def test_crawled_pages_publish_and_a_recrawl_publishes_nothing(
+    site: Site, store: KnowledgeStore
+) -> None:
+    state = MemoryCrawlState()
+    first = crawl(site, state)
+    report = store.ingest_records([record.entity for record in first.records])
+    first.crawls[0].save(state)  # after the publish, as a sync must
+    assert report.added == 6
+    hits = store.lexical("pip install thing", identity="everyone", k=3).hits
+    assert hits[0].uid in ("guide/setup", "guide/setup#code-1")
+    again = crawl(site, state)
+    assert store.ingest_records([record.entity for record in again.records]).added == 0
+    assert set(again.unchanged) == set(entities(first))
