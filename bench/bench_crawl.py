@@ -9,7 +9,7 @@ robots.txt disallows the two pages the eval set left out (bookindex.html: the in
 come from; legalnotice.html), so the crawled corpus is the eval set's.
 
     .venv/bin/python bench/bench_crawl.py [--html DIR] [--concurrency 8] [--delay 0]
-    .venv/bin/python bench/bench_crawl.py --store /tmp/crawled --eval   # + ingest, + ks eval
+    .venv/bin/python bench/bench_crawl.py --eval /tmp/ks-crawl --compare [--lexical-only]
 
 Page uids are ``pg15:<file name without .html>`` (``uid_prefix="pg15:"``): the eval set's.
 """
@@ -18,20 +18,23 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import mimetypes
+import re
 import subprocess
 import tempfile
 import threading
 import time
+import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
 from common import CACHE, EVAL, table
 
 PACKAGE = "postgresql-doc-15=15.20-0+deb12u1"
@@ -117,8 +120,21 @@ def main() -> None:
     parser.add_argument("--html", type=Path, help="a folder of HTML docs (default: PostgreSQL 15)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds between requests")
-    parser.add_argument("--store", type=Path, help="ingest the crawled pages into this store")
-    parser.add_argument("--eval", action="store_true", help="ks eval the store (needs --store)")
+    parser.add_argument(
+        "--eval",
+        type=Path,
+        metavar="DIR",
+        help="ingest the crawled pages into a new store under DIR and `ks eval` it",
+    )
+    parser.add_argument(
+        "--compare", action="store_true", help="with --eval: the JSONL corpus too, side by side"
+    )
+    parser.add_argument(
+        "--lexical-only",
+        action="store_true",
+        help="with --eval: embed with word hashes instead of the model (minutes, not an hour);"
+        " only the lexical figures then mean anything",
+    )
     args = parser.parse_args()
 
     from knowledge_store.ingest.crawl import CrawlLimits
@@ -171,27 +187,75 @@ def main() -> None:
     first = runs["first crawl"]
     for rejection in first.rejections[:5]:
         print("rejected:", rejection.describe())
-    if args.store:
-        ingest_and_eval(args.store, first, evaluate_it=args.eval)
+    if args.eval:
+        entities = [record.entity for record in first.records]
+        crawled = ingest_and_eval(args.eval / "crawled", entities, lexical_only=args.lexical_only)
+        jsonl = None
+        if args.compare:
+            corpus = EVAL / "corpus.jsonl"
+            jsonl = ingest_and_eval(args.eval / "jsonl", corpus, lexical_only=args.lexical_only)
+        compare(crawled, jsonl, args.lexical_only)
 
 
-def ingest_and_eval(where: Path, load: object, *, evaluate_it: bool) -> None:
+class TokenHashEmbedder:
+    """Word-count vectors hashed into 256 dimensions: no model, for ``--lexical-only`` runs.
+
+    Its vectors carry no meaning: only the lexical figures of such a run say anything.
+    """
+
+    model_id = "bench:token-hash-256"
+    dimension = 256
+    max_tokens = 1_000_000
+
+    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                out[row, zlib.crc32(word.encode()) % self.dimension] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return out / norms
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def ingest_and_eval(
+    where: Path, entities: list[Any] | Path, *, lexical_only: bool
+) -> dict[str, Any]:
+    """Ingest (records, or a JSONL file) into the store at ``where``; ``ks eval`` it, code
+    samples left out (the set's judgements are pages)."""
     from knowledge_store.model import Filters
     from knowledge_store.retrieval.evaluation import evaluate
     from knowledge_store.store import KnowledgeStore
 
-    with KnowledgeStore.open(where) as store:
+    embedder = TokenHashEmbedder() if lexical_only else None
+    with KnowledgeStore.open(where, embedder=embedder) as store:
         began = time.perf_counter()
-        report = store.ingest_records([r.entity for r in load.records], progress=True)  # type: ignore[attr-defined]
-        print(f"ingested into {where}: {report.to_dict()} in {time.perf_counter() - began:.0f} s")
-        if evaluate_it:
-            scores = evaluate(
-                store,
-                EVAL / "queries.jsonl",
-                EVAL / "qrels.tsv",
-                filters=Filters.build(not_types=["codeSample"]),
-            )
-            print(json.dumps(scores, indent=1))
+        if isinstance(entities, Path):
+            report = store.ingest([entities], progress=True)
+        else:
+            report = store.ingest_records(entities, progress=True)
+        print(f"ingested into {where} in {time.perf_counter() - began:.0f} s: {report.to_dict()}")
+        return evaluate(
+            store,
+            EVAL / "queries.jsonl",
+            EVAL / "qrels.tsv",
+            filters=Filters.build(not_types=["codeSample"]),
+        )
+
+
+def compare(crawled: dict[str, Any], jsonl: dict[str, Any] | None, lexical_only: bool) -> None:
+    lists = ("lexical",) if lexical_only else ("lexical", "vector", "fused")
+    rows = []
+    for name in lists:
+        row: dict[str, Any] = {"list": name, "crawled nDCG@10": crawled[name]["ndcg@10"]}
+        if jsonl is not None:
+            row["JSONL nDCG@10"] = jsonl[name]["ndcg@10"]
+            row["difference"] = crawled[name]["ndcg@10"] - jsonl[name]["ndcg@10"]
+        row["crawled Recall@100"] = crawled[name]["recall@100"]
+        rows.append(row)
+    table(rows, f"ks eval, {crawled['queries']} queries, code samples excluded")
 
 
 if __name__ == "__main__":
