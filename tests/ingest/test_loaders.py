@@ -234,7 +234,10 @@ def test_learn_units_map_to_entities() -> None:
 
 
 def test_learn_units_get_code_samples() -> None:
-    entities = by_uid(load(FIXTURES / "learn" / "units.json", default_acl=["everyone"]))
+    result = load(FIXTURES / "learn" / "units.json", default_acl=["everyone"])
+    entities = by_uid(result)
+    derived = {r.entity.uid: r.derived_from for r in result.records if r.derived_from}
+    assert derived["intro.unit-1#code-1"] == "intro.unit-1"
     sample = entities["intro.unit-1#code-1"]
     assert sample.type == "codeSample"
     assert sample.title == "What is a store? › example 1"

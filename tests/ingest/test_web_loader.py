@@ -118,6 +118,8 @@ def test_a_site_is_crawled_through_its_links_into_pages(site: Site) -> None:
     assert edges(setup, "xref") == {"api"}  # the navigation link to the index is not a xref
     assert edges(found["index"], "xref") == {"guide/index", "new"}  # old.html → new.html
     assert found["guide/setup#code-1"].body.endswith("```sh\npip install thing\n```")
+    derived = {r.entity.uid: r.derived_from for r in result.records if r.derived_from}
+    assert derived == {"guide/setup#code-1": "guide/setup"}
     assert result.rejections == [] and result.unchanged == [] and result.failed == []
     report = result.crawls[0]
     assert report.complete and report.scope == site.url("/docs/")

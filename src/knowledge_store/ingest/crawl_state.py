@@ -64,7 +64,10 @@ class PageState:
 
 
 class CrawlState(Protocol):
-    """Per ``(source, url)`` state: read by a crawl, written after its batch is published."""
+    """Per ``(source, url)`` state: read by a crawl, written after its batch is published.
+
+    A crawl calls ``get`` from its worker threads: an implementation must allow that.
+    """
 
     def get(self, source: str, url: str) -> PageState | None: ...
 

@@ -16,11 +16,16 @@ __all__ = ["FetchFailure", "LoadResult", "LoadedRecord", "Options", "SourceInfo"
 
 @dataclass(frozen=True)
 class LoadedRecord:
-    """One valid entity and where it came from (``line`` is None for whole-file records)."""
+    """One valid entity and where it came from (``line`` is None for whole-file records).
+
+    ``derived_from`` is the uid of the record a loader split it off (a page's
+    code sample): it lives and goes with that record.
+    """
 
     file: str
     line: int | None
     entity: Entity
+    derived_from: str | None = None
 
 
 @dataclass(frozen=True)

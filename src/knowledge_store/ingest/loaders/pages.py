@@ -155,7 +155,7 @@ def page_entities(
         return
     entity, samples, rejected = with_code_samples(entity, file=file, line=None)
     yield LoadedRecord(file, None, entity)
-    yield from (LoadedRecord(file, None, sample) for sample in samples)
+    yield from (LoadedRecord(file, None, sample, entity.uid) for sample in samples)
     yield from rejected
 
 
