@@ -254,6 +254,8 @@ def compare(crawled: dict[str, Any], jsonl: dict[str, Any] | None, lexical_only:
             row["JSONL nDCG@10"] = jsonl[name]["ndcg@10"]
             row["difference"] = crawled[name]["ndcg@10"] - jsonl[name]["ndcg@10"]
         row["crawled Recall@100"] = crawled[name]["recall@100"]
+        if jsonl is not None:
+            row["JSONL Recall@100"] = jsonl[name]["recall@100"]
         rows.append(row)
     table(rows, f"ks eval, {crawled['queries']} queries, code samples excluded")
 

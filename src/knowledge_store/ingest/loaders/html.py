@@ -142,6 +142,8 @@ def parse_html(html: str) -> HtmlPage:
     if main is not None:
         _strip_chrome(main, is_body=main.tag in ("body", "html", "-undef"))
         links = [node.attributes.get("href") or "" for node in main.css("a[href]")]
+        for node in main.css("a[title]"):  # a tooltip, not content: `[text](href)` is enough
+            del node.attrs["title"]
         body = markdownify(
             main.html or "",
             heading_style="ATX",
