@@ -353,6 +353,13 @@ def test_a_server_error_on_recrawl_keeps_the_page_and_its_links(site: Site) -> N
     assert not again.crawls[0].complete and again.crawls[0].gone == [site.url("/docs/missing.html")]
 
 
+def test_the_links_remembered_for_a_failed_page_keep_their_depth(site: Site) -> None:
+    state = crawled_and_saved(site)
+    site.routes["/docs/guide/"] = Route("oops", status=503, content_type="text/plain")
+    crawl(site, state, limits=CrawlLimits(delay_s=0, max_depth=1))
+    assert site.requested("/docs/guide/") and not site.requested("/docs/guide/setup.html")
+
+
 def test_the_json_file_state_carries_validators_to_the_next_run(site: Site, tmp_path: Path) -> None:
     with JsonFileCrawlState(tmp_path / "state.json") as state:
         crawl(site, state).crawls[0].save(state)

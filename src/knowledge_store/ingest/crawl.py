@@ -524,7 +524,8 @@ class _Crawler:
                     allowed = allowed[:budget]
                 budget -= len(allowed)
                 frontier = []
-                for outcome in pool.map(lambda item: self._fetch(*item), allowed):
+                outcomes = pool.map(lambda item: self._fetch(*item), allowed)
+                for (_, depth), outcome in zip(allowed, outcomes, strict=True):
                     final = outcome.url
                     if isinstance(outcome, Fetched | Unchanged):
                         if final in reached:
@@ -532,7 +533,6 @@ class _Crawler:
                         reached.add(final)
                         seen.add(final)
                     self._record(outcome)
-                    depth = getattr(outcome, "depth", 0)
                     if not follow or depth >= self.limits.max_depth:
                         continue
                     for link in self._links(outcome):
