@@ -142,6 +142,14 @@ def test_a_redirect_is_followed_and_the_final_url_recorded(site: Site) -> None:
     assert len(site.requested("/docs/new.html")) == 1  # reached once, by the redirect
 
 
+def test_a_link_through_a_redirect_to_a_page_also_linked_directly_is_a_xref(site: Site) -> None:
+    index = site.routes["/docs/"]
+    index.body = index.body.replace('href="old.html"', 'href="new.html"')  # read first, directly
+    site.routes["/docs/guide/"].body = page("Guide", '<p>See <a href="../old.html">old</a>.</p>')
+    found = entities(crawl(site))
+    assert edges(found["guide/index"], "xref") == {"new"}  # old.html redirected to it
+
+
 def test_a_redirect_out_of_the_site_is_not_followed(site: Site) -> None:
     site.routes["/docs/old.html"].headers["Location"] = "/blog/post.html"
     result = crawl(site)

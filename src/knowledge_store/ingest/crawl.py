@@ -173,13 +173,15 @@ class CrawlStats:
 
 @dataclass
 class Crawl:
-    """Everything one crawl saw, in the order it saw it."""
+    """Everything one crawl saw, in the order it saw it; ``aliases`` maps each URL that
+    redirected to the page it reached."""
 
     start: str
     scope: str
     source: str
     sitemap: str | None = None
     outcomes: list[Outcome] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
     sitemaps: dict[str, PageState | None] = field(default_factory=dict)
     failed_sitemaps: list[Failed] = field(default_factory=list)
     stats: CrawlStats = field(default_factory=CrawlStats)
@@ -528,6 +530,8 @@ class _Crawler:
                 for (_, depth), outcome in zip(allowed, outcomes, strict=True):
                     final = outcome.url
                     if isinstance(outcome, Fetched | Unchanged):
+                        if outcome.requested != final:
+                            self.result.aliases[outcome.requested] = final
                         if final in reached:
                             continue
                         reached.add(final)

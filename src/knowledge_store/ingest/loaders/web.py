@@ -160,13 +160,12 @@ class _Site:
         self.scope = result.scope
         self.prefix = prefix
         self.uids: dict[str, str] = {}
-        self.moved: dict[str, str] = {}
+        self.moved = result.aliases
         for outcome in result.outcomes:
             if isinstance(outcome, Unchanged) or (
                 isinstance(outcome, Fetched) and not _noindex(outcome)
             ):
                 self.uids[outcome.url] = self.uid(outcome.url)
-                self.moved[outcome.requested] = outcome.url
 
     def uid(self, url: str) -> str:
         return url_uid(url, self.scope, self.prefix)
