@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,7 @@ from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.crawl import CrawlLimits, normal_url, scope_of
 from knowledge_store.ingest.crawl_state import JsonFileCrawlState, MemoryCrawlState, PageState
 from knowledge_store.ingest.loaders import LoadResult, load_paths
+from knowledge_store.ingest.loaders.pages import default_uid
 from knowledge_store.ingest.loaders.web import WebOptions, url_uid
 from knowledge_store.model import Entity
 from knowledge_store.store import KnowledgeStore
@@ -418,6 +420,22 @@ def test_the_scope_is_the_start_folder(start: str, scope: str) -> None:
 def test_urls_map_to_uids_as_files_do(url: str, uid: str) -> None:
     assert url_uid(url, "https://h/docs/") == uid
     assert url_uid(url, "https://h/docs/", "pg15:") == "pg15:" + uid
+
+
+@given(
+    st.lists(
+        st.text(alphabet="abcé -_%0", min_size=1, max_size=8),
+        min_size=1,
+        max_size=3,
+    ),
+    st.sampled_from([".html", ".htm"]),
+)
+def test_a_page_has_the_uid_its_file_would_have(parts: list[str], suffix: str) -> None:
+    relative = "/".join(parts) + suffix
+    url = "https://h/docs/" + quote(relative)
+    assert url_uid(normal_url(url), "https://h/docs/") == default_uid(
+        Path("/root") / relative, Path("/root")
+    )
 
 
 @given(
