@@ -266,6 +266,19 @@ def test_a_robots_txt_the_site_fails_to_serve_stops_the_crawl(site: Site) -> Non
     assert [hit.path for hit in site.log] == ["/robots.txt"]
 
 
+def test_robots_txt_rules_for_our_user_agent_and_wildcards_are_obeyed(site: Site) -> None:
+    site.routes["/robots.txt"].body = (
+        "User-agent: *\nDisallow: /\n\n"
+        "User-agent: knowledge-store\nDisallow: /docs/api\nDisallow: /docs/*new$\n"
+    )
+    site.routes["/docs/guide/"].body = page(
+        "Guide", '<p><a href="setup.html">setup</a>, <a href="../new">new</a></p>'
+    )
+    found = entities(crawl(site))
+    assert "api" not in found and "guide/setup" in found and "new" in found  # new.html, not new
+    assert not site.requested("/docs/api.html") and not site.requested("/docs/new")
+
+
 def test_a_missing_robots_txt_allows_everything(site: Site) -> None:
     del site.routes["/robots.txt"]
     assert "private/secret" in entities(crawl(site))
