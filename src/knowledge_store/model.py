@@ -15,13 +15,26 @@ from datetime import UTC, date, datetime, time
 from functools import cached_property
 from typing import Any, Literal
 
-from knowledge_store.errors import InvalidRequest, UnknownLabel
+from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 
 __all__ = [
     "ENTITY_FIELDS",
     "EVERYONE",
     "LABELS",
+    "LIGHT_K",
+    "LIGHT_LIST_VALUES",
+    "LIGHT_QUERY_CHARS",
+    "MAX_ACL_PRINCIPALS",
+    "MAX_FILTER_VALUES",
+    "MAX_GRAPHQL_ALIASES",
+    "MAX_GRAPHQL_DEPTH",
+    "MAX_GRAPHQL_FIELDS",
+    "MAX_GRAPHQL_SELECTIONS",
+    "MAX_GRAPHQL_TOKENS",
+    "MAX_INGEST_BYTES",
     "MAX_K",
+    "MAX_REQUEST_BYTES",
+    "PRINCIPAL_PATTERN",
     "AggregateAnswer",
     "Chunk",
     "ChunkHit",
@@ -43,6 +56,7 @@ __all__ = [
     "VectorInfo",
     "check_k",
     "check_label",
+    "check_list_bound",
     "check_membership",
     "check_principal",
     "compose_context",
@@ -64,7 +78,9 @@ LABELS: tuple[str, ...] = (
 _LABEL_SET = frozenset(LABELS)
 
 EVERYONE = "everyone"
-_PRINCIPAL = re.compile(r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$")
+#: What a principal looks like (matched whole: a trailing newline is not allowed).
+PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
+_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
 
 def check_label(label: str) -> str:
@@ -80,7 +96,7 @@ def check_label(label: str) -> str:
 
 def check_principal(principal: str) -> str:
     """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
-    if not isinstance(principal, str) or not _PRINCIPAL.match(principal):
+    if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
         shown = principal if isinstance(principal, str) else repr(principal)
         raise InvalidRequest(
             f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
@@ -99,6 +115,48 @@ def check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
     return k
+
+
+# -- request bounds: declared once here, read by every surface (docs/serving.md, "Limits") ----------
+#: The most values one FILTERS list (type, not_type, source, status, uid) may hold.
+MAX_FILTER_VALUES = 1000
+#: The most principals a default ACL (``--acl``, ``?acl=``, the ingest tool's ``acl``) may name.
+MAX_ACL_PRINCIPALS = 100
+#: The largest HTTP request body, in bytes, of every route but the admin ingest.
+MAX_REQUEST_BYTES = 1024 * 1024
+#: The largest body of ``POST /v1/admin/ingest``, in bytes.
+MAX_INGEST_BYTES = 64 * 1024 * 1024
+#: GraphQL: the deepest selection (introspection fields aside).
+MAX_GRAPHQL_DEPTH = 8
+#: GraphQL: aliases in one document.
+MAX_GRAPHQL_ALIASES = 10
+#: GraphQL: fields written in one document, at every level (validation is quadratic in them).
+MAX_GRAPHQL_SELECTIONS = 500
+#: GraphQL: lexical tokens in one document (parsing stops beyond it); long lists go in variables.
+MAX_GRAPHQL_TOKENS = 2000
+#: GraphQL: top-level fields of one operation — each is one store call, run one after another.
+MAX_GRAPHQL_FIELDS = 10
+#: A request within all the LIGHT_* bounds runs in the servers' light lane; one over any of
+#: them (or a GraphQL document with several store calls) waits its turn in the heavy lane.
+LIGHT_K = 10
+#: See LIGHT_K: the longest query text of a light request.
+LIGHT_QUERY_CHARS = 256
+#: See LIGHT_K: the most values in any list (a FILTERS list, starts, uids) of a light request.
+LIGHT_LIST_VALUES = 10
+
+
+def check_list_bound(
+    field: str, values: Sequence[Any], maximum: int, *, name: str | None = None
+) -> None:
+    """Raise ``BoundExceeded`` when the list ``field`` holds more than ``maximum`` values."""
+    if len(values) > maximum:
+        raise BoundExceeded(
+            f"{name or repr(field)} holds {len(values)} values; the maximum is {maximum}."
+            " Split the request, or narrow it with other filters",
+            field=field,
+            maximum=maximum,
+            found=len(values),
+        )
 
 
 def check_membership(group: str, member: str) -> None:
@@ -284,7 +342,15 @@ class Filters:
         updated_from: str | None = None,
         updated_to: str | None = None,
     ) -> Filters:
-        """Validate and normalise user-given filter values (dates, inverted ranges)."""
+        """Validate and normalise user-given filter values (dates, inverted ranges, list bounds)."""
+        for name, values in (
+            ("type", types),
+            ("not_type", not_types),
+            ("source", sources),
+            ("status", statuses),
+            ("uid", uids),
+        ):
+            check_list_bound(name, values, MAX_FILTER_VALUES, name=f"the filter {name!r}")
 
         def stamp(name: str, value: str | None, end: bool) -> str | None:
             if value is None:
@@ -483,7 +549,7 @@ class SearchAnswer:
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What an ingest batch did."""
+    """What an ingest batch did; ``skipped`` lists the paths a load would not read."""
 
     content_root: str
     added: int
@@ -491,6 +557,7 @@ class IngestReport:
     unchanged: int
     deleted: int
     rejected: list[Any] = field(default_factory=list)
+    skipped: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -500,6 +567,7 @@ class IngestReport:
             "unchanged": self.unchanged,
             "deleted": self.deleted,
             "rejected": [r.to_dict() for r in self.rejected],
+            "skipped": [s.to_dict() for s in self.skipped],
         }
 
 

@@ -4,7 +4,9 @@
 by each file's extension; an ``http(s)://`` URL is a web site (``web``) — and
 returns the good records and the rejected ones, and what it found present
 but did not read (see :class:`LoadResult`). Within one load a uid may appear
-once; a second occurrence is rejected naming the first.
+once; a second occurrence is rejected naming the first. Only regular files
+inside the folder given are read; links out of it, FIFOs, devices and sockets
+are skipped and reported (:mod:`.files`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from knowledge_store.ingest.loaders.base import (
     Options,
     SourceInfo,
 )
+from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_folder
 from knowledge_store.ingest.loaders.html import read_html_page
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
@@ -39,6 +42,7 @@ __all__ = [
     "FetchFailure",
     "LoadResult",
     "LoadedRecord",
+    "Skipped",
     "SourceInfo",
     "load_paths",
 ]
@@ -53,7 +57,7 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
 }
 _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix in suffixes}
 
-PageReader = Callable[[Path, Path, str], Page | Rejection]
+PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
 _PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": read_html_page}
 
 
@@ -70,25 +74,19 @@ def _check_format(format: str | None) -> None:
         )
 
 
-def _walk(folder: Path) -> Iterator[Path]:
-    """The files under ``folder``, sorted, hidden files and folders left out."""
-    for current, folders, files in os.walk(folder):
-        folders[:] = sorted(name for name in folders if not name.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield Path(current) / name
+def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipped]:
+    """``(format, file, folder)`` for each file to read under ``path``, and what was skipped.
 
-
-def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
-    """``(format, file, root)`` for each file to read under ``path``."""
+    A file named on its own is read within the folder it sits in.
+    """
     if format == "web":
         raise InvalidRequest(
             f"--format web reads web sites: give an http:// or https:// URL, not {str(path)!r}",
             path=str(path),
         )
-    if not path.exists():
+    if not os.path.lexists(path):
         raise InvalidRequest(f"{str(path)!r} does not exist", path=str(path))
-    if path.is_file():
+    if not path.is_dir():
         name = format or _FORMAT_OF.get(path.suffix.lower())
         if name is None:
             raise InvalidRequest(
@@ -98,12 +96,14 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
             )
         return [(name, path, path.parent)]
     wanted = EXTENSIONS[format] if format else tuple(_FORMAT_OF)
-    plan = [
-        (format or _FORMAT_OF[file.suffix.lower()], file, path)
-        for file in _walk(path)
-        if file.suffix.lower() in wanted
+    plan: list[tuple[str, Path, Path] | Skipped] = [
+        found
+        if isinstance(found, Skipped)
+        else (format or _FORMAT_OF[found.suffix.lower()], found, path)
+        for found in walk_folder(path)
+        if isinstance(found, Skipped) or found.suffix.lower() in wanted
     ]
-    if not plan:
+    if not any(isinstance(step, tuple) for step in plan):
         raise InvalidRequest(
             f"the folder {str(path)!r} holds no {' / '.join(wanted)} file to load", path=str(path)
         )
@@ -111,18 +111,33 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
 
 
 def _read(
-    plan: Iterable[tuple[str, Path, Path]], options: Options
-) -> Iterator[LoadedRecord | Rejection]:
+    plan: Iterable[tuple[str, Path, Path] | Skipped], options: Options
+) -> Iterator[LoadedRecord | Rejection | Skipped]:
     pages: list[Page] = []
-    for name, file, root in plan:
+    for step in plan:
+        if isinstance(step, Skipped):
+            yield step
+            continue
+        name, file, folder = step
         shown = str(file)
+        try:
+            opened = open_regular(file, folder)
+        except OSError as exc:
+            yield Rejection(shown, None, None, None, f"cannot read the file: {exc.strerror}")
+            continue
+        if isinstance(opened, Skipped):
+            yield opened
+            continue
         if name == "jsonl":
-            yield from read_jsonl(file, shown, options)
-        elif name == "learn":
-            yield from read_learn(file, shown, options)
+            yield from read_jsonl(opened, shown, options)
+            continue
+        with opened:
+            data = opened.read()
+        if name == "learn":
+            yield from read_learn(data, shown, options)
         else:
             absolute = Path(os.path.abspath(file))
-            page = _PAGE_READERS[name](absolute, Path(os.path.abspath(root)), shown)
+            page = _PAGE_READERS[name](data, absolute, Path(os.path.abspath(folder)), shown)
             if isinstance(page, Rejection):
                 yield page
             else:
@@ -131,16 +146,19 @@ def _read(
     yield from site_records(pages, options)
 
 
-def _source_info(path: Path, steps: list[tuple[str, Path, Path]], source: str | None) -> SourceInfo:
-    formats = sorted({name for name, _, _ in steps})
-    pages = [root for name, _, root in steps if name in _PAGE_READERS]
+def _source_info(
+    path: Path, steps: list[tuple[str, Path, Path] | Skipped], source: str | None
+) -> SourceInfo:
+    read = [step for step in steps if isinstance(step, tuple)]
+    formats = sorted({name for name, _, _ in read})
+    pages = [folder for name, _, folder in read if name in _PAGE_READERS]
     name = source or (Path(os.path.abspath(pages[0])).name if pages else None)
     return SourceInfo(name, ",".join(formats), os.path.abspath(path))
 
 
 def _read_sites(
     urls: Sequence[str], options: Options, web: WebOptions | None, result: LoadResult
-) -> Iterator[LoadedRecord | Rejection]:
+) -> Iterator[LoadedRecord | Rejection | Skipped]:
     # Imported here: the crawler imports the HTML loader, which imports this package.
     from knowledge_store.ingest.loaders.web import WebOptions, load_site, site_source
 
@@ -150,6 +168,7 @@ def _read_sites(
         if site.report is not None:
             result.crawls.append(site.report)
             result.failed.extend(site.report.failed)
+            yield from (Skipped(skipped, reason) for skipped, reason in site.report.skipped)
         result.unchanged.extend(site.unchanged)
         result.sources.append(SourceInfo(options.source or site_source(url), "web", url))
         yield from site.records
@@ -170,10 +189,11 @@ def load_paths(
     extension (a string starting ``http://``/``https://`` is a site to crawl).
     ``source`` (``--source``) sets every entity's source; ``default_acl``
     (``--acl``) is the ACL of records that have none — with no default such
-    records are rejected. ``web`` bounds the crawl of sites and gives the
-    uid prefix and crawl state. Raises :class:`InvalidRequest` for an unknown
-    format, a missing path, a bad ``--acl`` principal, or a site that can't be
-    crawled at all.
+    records are rejected. ``web`` bounds the crawl of sites and gives the uid
+    prefix and crawl state. A path that is not a regular file inside the folder
+    given is skipped, not read (``result.skipped``; so are URLs a crawl leaves
+    out). Raises :class:`InvalidRequest` for an unknown format, a missing path,
+    a bad ``--acl`` principal, or a site that can't be crawled at all.
     """
     _check_format(format)
     if default_acl is not None:
@@ -195,6 +215,9 @@ def load_paths(
     first_seen: dict[str, str] = {}
     items = itertools.chain(_read(plan, options), _read_sites(urls, options, web, result))
     for item in items:
+        if isinstance(item, Skipped):
+            result.skipped.append(item)
+            continue
         if isinstance(item, Rejection):
             result.rejections.append(item)
             continue

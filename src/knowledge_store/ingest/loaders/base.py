@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from knowledge_store.errors import Rejection
+from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import Entity
 
 if TYPE_CHECKING:
@@ -65,9 +66,10 @@ class SourceInfo:
 
 @dataclass
 class LoadResult:
-    """The records of one load, in reading order, every record that was rejected, and
-    what is present in the sources but was not read.
+    """The records of one load, in reading order, every record rejected, every path skipped,
+    and what is present in the sources but was not read.
 
+    ``skipped``: paths (and URLs) not read on purpose, with the reason.
     ``unchanged``: uids whose pages answered ``304 Not Modified`` (with the
     entities derived from them): present, as stored. ``failed``: pages that could
     not be read this time; their ``uids`` are present too. A sync deletes
@@ -78,6 +80,7 @@ class LoadResult:
 
     records: list[LoadedRecord] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     failed: list[FetchFailure] = field(default_factory=list)
     crawls: list[CrawlReport] = field(default_factory=list)
