@@ -163,8 +163,37 @@ class Writer(Protocol):
     def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]: ...
     def cache_embeddings(self, items: Mapping[str, Vector]) -> None: ...
     def publish(
-        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
-    ) -> Published: ...
+        self,
+        upserts: Sequence[PreparedEntity],
+        deletes: Sequence[str],
+        *,
+        kind: str,
+        model: str | None = None,
+    ) -> Published:
+        """One publish; with ``model``, refused (ModelMismatch) unless the store records it."""
+        ...
+
+    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
+        """``(chunk id, embedded text)`` of up to ``limit`` chunks with ids above ``after``."""
+        ...
+
+    def replace_embeddings(
+        self,
+        ids: Sequence[int],
+        vectors: Vector,
+        *,
+        model_id: str,
+        dimension: int,
+        spec: str,
+        base_root: str,
+    ) -> str:
+        """Every chunk's vector and the recorded model, as one publish (kind ``reembed``).
+
+        ``ids`` must be every chunk of the store at ``base_root``; a store that
+        has moved on since is refused (StoreError), and nothing changes.
+        """
+        ...
+
     def delete(self, uids: Sequence[str]) -> Published: ...
     def stats(self) -> StoreStats: ...
     def is_empty(self) -> bool: ...

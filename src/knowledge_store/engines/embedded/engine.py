@@ -68,6 +68,17 @@ class View:
     dense: Generation | None
 
 
+def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
+    """A publish of vectors made by ``model`` into a store that records another is refused."""
+    if model is not None and recorded is not None and recorded[0] != model:
+        raise ModelMismatch(
+            f"this store's vectors are now {recorded[0]}, not {model} (it was re-embedded"
+            " meanwhile); nothing was published — ingest again",
+            store_model=recorded[0],
+            model=model,
+        )
+
+
 class EmbeddedEngine:
     """The default engine. ``EmbeddedEngine(path)`` opens or creates the store directory."""
 
@@ -339,6 +350,53 @@ class EmbeddedEngine:
     def content_root(self) -> str:
         return self.catalog.latest_publish()[1]
 
+    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
+        with self.catalog.read() as conn:
+            return self.catalog.chunk_contexts(conn, after, limit)
+
+    def replace_embeddings(
+        self,
+        ids: Sequence[int],
+        vectors: Vector,
+        *,
+        model_id: str,
+        dimension: int,
+        spec: str,
+        base_root: str,
+    ) -> str:
+        """Every vector and the recorded model as one publish, like any publish: the
+        dense index is rebuilt from ``vectors`` and Tantivy's watermark moves (its
+        texts are unchanged) before the catalog transaction commits."""
+        matrix = np.asarray(vectors, dtype=np.float32)
+        keys = np.asarray(ids, dtype=np.int64)
+        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+        with self._writer():
+            self._catch_up()
+            dense = self.dense
+            lexical_done = False
+            try:
+                with self.catalog.write() as conn:
+                    publish, root = self.catalog.replace_embeddings(
+                        conn, ids, matrix, meta, base_root=base_root
+                    )
+                    self.lexical_index.commit(publish)
+                    lexical_done = True
+                    if dense is not None:
+                        dense.clear()
+                        dense.add(keys, matrix)
+                        dense.mark(publish)
+            except BaseException:
+                if lexical_done:
+                    self._rebuild_lexical(self.catalog.latest_publish()[0])
+                self.lexical_index.rollback()
+                if dense is not None:
+                    dense.reload()
+                    self._catch_up(persist=False)
+                raise
+            if dense is not None:
+                dense.save(publish)
+            return root
+
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
         return self.catalog.content_hashes(uids)
 
@@ -357,10 +415,15 @@ class EmbeddedEngine:
         *,
         kind: str,
         acl_only: Sequence[Entity] = (),
+        model: str | None = None,
     ) -> Published:
         """One publish: planned and written in the catalog's write transaction, the derived
-        indexes updated before that transaction commits (see the module docstring)."""
+        indexes updated before that transaction commits (see the module docstring).
+
+        With ``model``, refused (ModelMismatch) unless the store records that model.
+        """
         with self._writer():
+            _check_model(self.model(), model)
             self._catch_up()
             dense = self.dense
             lexical_done = False
