@@ -40,7 +40,7 @@ app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
 
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _State:
