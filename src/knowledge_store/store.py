@@ -146,12 +146,13 @@ class KnowledgeStore:
         seen: dict[str, int] = {}
         for line, record in enumerate(records, start=1):
             try:
-                entity = (
-                    record
-                    if isinstance(record, Entity)
-                    else record_to_entity(
-                        record, file="<records>", line=line, default_acl=acl, source=None
-                    )
+                # An Entity is held to the same rules as a record: it is one, built in Python.
+                entity = record_to_entity(
+                    record.to_record() if isinstance(record, Entity) else record,
+                    file="<records>",
+                    line=line,
+                    default_acl=acl,
+                    source=None,
                 )
             except InvalidRecord as exc:
                 rejected.append(exc.rejection)

@@ -57,11 +57,11 @@ def _writer(store: KnowledgeStore, n: int, log: Log, shared: str) -> Callable[[]
                     removed: set[str] = set()
                 elif choice < 0.25 and mine:
                     gone = mine.pop(rng.randrange(len(mine)))
-                    root = store.engine.publish([], [gone], kind="delete")
+                    root = store.engine.publish([], [gone], kind="delete").root
                     added, removed = set(), {gone}
                 else:
                     uids = [f"w{n}:{i}:{j}" for j in range(rng.randint(1, 3))]
-                    root = store.engine.publish([_entity(u) for u in uids], [], kind="ingest")
+                    root = store.engine.publish([_entity(u) for u in uids], [], kind="ingest").root
                     mine.extend(uids)
                     added, removed = set(uids), set()
                 with log.lock:
@@ -103,7 +103,7 @@ def _roots_in_order(store: KnowledgeStore) -> list[str]:
 
 def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     shared = "shared"
-    base = store.engine.publish([_entity(shared)], [], kind="ingest")
+    base = store.engine.publish([_entity(shared)], [], kind="ingest").root
     log = Log()
     log.changes[base] = ({shared}, set())
     stop = threading.Event()

@@ -8,7 +8,7 @@ import pytest
 
 from knowledge_store.errors import InvalidRecord, InvalidRequest, Rejection
 from knowledge_store.ingest.records import MAX_BODY_CHARS, RECORD_KEYS, record_to_entity
-from knowledge_store.model import LABELS, Edge
+from knowledge_store.model import LABELS, MAX_UID_CHARS, Edge
 
 
 def good(**changes: Any) -> dict[str, Any]:
@@ -108,8 +108,8 @@ def test_a_body_over_the_limit_is_rejected_saying_the_limit() -> None:
 
 
 def test_a_long_uid_or_one_with_control_characters_is_rejected() -> None:
-    assert "limit is 512" in rejection(good(uid="u" * 513)).message
-    assert build(good(uid="u" * 512)).uid == "u" * 512
+    assert f"limit is {MAX_UID_CHARS}" in rejection(good(uid="u" * (MAX_UID_CHARS + 1))).message
+    assert build(good(uid="u" * MAX_UID_CHARS)).uid == "u" * MAX_UID_CHARS
     assert "control characters" in rejection(good(uid="a\nb")).message
 
 

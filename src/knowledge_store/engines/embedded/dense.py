@@ -51,7 +51,7 @@ import numpy.typing as npt
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Strategy, VectorInfo
 
-__all__ = ["DenseIndex"]
+__all__ = ["DenseIndex", "remove_leftovers"]
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +355,10 @@ class DenseIndex:
         return index, row_ids, live, int(header["watermark"])
 
     @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
     def watermark(self) -> int:
         """The publish id of the last save (0 for a new or unreadable index)."""
         return self._watermark
@@ -509,6 +513,22 @@ class DenseIndex:
         """Release the in-memory index (unsaved changes are dropped)."""
         with self._lock:
             self._reset()
+
+
+def remove_leftovers(path: Path) -> list[str]:
+    """Remove the temp files of killed ``save`` calls (``<name>.tmp<pid>``); the names removed.
+
+    Call only while holding the store's write lock: only a writer saves, so no
+    live process is writing one of them.
+    """
+    removed = []
+    for entry in Path(path).parent.glob(f"{Path(path).name}.tmp*"):
+        with contextlib.suppress(FileNotFoundError):
+            entry.unlink()
+        removed.append(entry.name)
+    if removed:
+        log.warning("dense index: removed temp files of a killed writer: %s", removed)
+    return removed
 
 
 def inner_products(index: Any, q: FloatArray, rows: IdArray) -> FloatArray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -28,6 +29,7 @@ from knowledge_store.engines.base import (
     AclExplanation,
     PreparedEntity,
     PrincipalInfo,
+    PublishResult,
     StoreStats,
     Vector,
 )
@@ -35,10 +37,13 @@ from knowledge_store.engines.embedded import fields
 from knowledge_store.engines.embedded import graph as graphs
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex
+from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
 from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
 from knowledge_store.engines.shared import (
     EDGE_DIRECTIONS,
+    ChunkIds,
+    check_prepared,
     content_answer,
     cycle_error,
     explain_access,
@@ -64,7 +69,10 @@ from knowledge_store.retrieval.filters import parse_order
 
 __all__ = ["EmbeddedEngine"]
 
+log = logging.getLogger(__name__)
+
 _WRITE_LOCK_TIMEOUT_S = 120.0
+_DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
 
 
@@ -91,9 +99,12 @@ class EmbeddedEngine:
         self._dense: DenseIndex | None = None
         self._allowed_cache: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
         self._refresh_lock = threading.Lock()
+        #: Why the derived indexes could not catch up last time (None: they did).
+        self.derived_error: str | None = None
+        self.chunk_ids = self.catalog.chunk_ids()
         with self._writer(wait=False) as acquired:
             if acquired:
-                self._catch_up()
+                self._recover()
 
     # -- opening the derived indexes --------------------------------------------------
     def _open_lexical(self) -> LexicalIndex:
@@ -113,7 +124,7 @@ class EmbeddedEngine:
             model = self.model()
             if model is None:
                 return None
-            self._dense = DenseIndex(self.path / "dense.hnsw", model[1])
+            self._dense = DenseIndex(self.path / _DENSE_FILE, model[1])
         return self._dense
 
     # -- the single writer ----------------------------------------------------------------
@@ -160,14 +171,41 @@ class EmbeddedEngine:
             self._thread_lock.release()
 
     # -- derived index catch-up ---------------------------------------------------------------
+    def _recover(self) -> None:
+        """At open, holding the write lock: repair what a killed writer or an older
+        version left, then catch the derived indexes up (a failure is logged, never
+        raised: the catalog-backed primitives answer regardless)."""
+        remove_dense_leftovers(self.path / _DENSE_FILE)
+        self.lexical_index.remove_leftovers()
+        self.catalog.repair_timestamps()
+        self._catch_up_or_log()
+
     def _catch_up(self, *, persist: bool = True) -> None:
-        """Apply every publish the derived indexes have not seen (idempotent)."""
+        """Apply every publish the derived indexes have not seen (idempotent).
+
+        Behind means a writer died between its catalog commit and its index
+        commits: its leftovers go first (a delete file its Tantivy commit wrote
+        without recording it would collide with this commit's).
+        """
         latest, _ = self.catalog.latest_publish()
         if self.lexical_index.watermark < latest:
+            self.lexical_index.remove_leftovers()
             self._apply_lexical(self.lexical_index.watermark, latest)
         dense = self.dense
         if dense is not None and dense.watermark < latest:
+            remove_dense_leftovers(self.path / _DENSE_FILE)
             self._apply_dense(dense, dense.watermark, latest, persist=persist)
+        self.derived_error = None
+
+    def _catch_up_or_log(self) -> None:
+        """``_catch_up`` for writers: a derived index that can't catch up must not stop a
+        publish (deleting the record it chokes on is one) nor an open; readers of that
+        index get the error, and ``ks rebuild`` rebuilds it."""
+        try:
+            self._catch_up()
+        except StoreError as exc:
+            self.derived_error = exc.message
+            log.warning("derived indexes behind the catalog: %s", exc.message)
 
     def _apply_lexical(self, since: int, latest: int) -> None:
         ops = self.catalog.ops_since(since)
@@ -193,7 +231,7 @@ class EmbeddedEngine:
         if removed:
             dense.remove(removed)
         with self.catalog.read() as conn:
-            ids, vectors = self.catalog.chunk_vectors(conn, added)
+            ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
         if len(ids):
             dense.add(ids, vectors)
         if persist:
@@ -209,17 +247,26 @@ class EmbeddedEngine:
         ):
             return
         with self._refresh_lock:
-            self.lexical_index.reload()
-            dense = self.dense
-            if dense is not None and dense.watermark < latest:
-                dense.reload_if_newer()
-            if self.lexical_index.watermark < latest:
-                with self._writer(wait=False) as acquired:
-                    if acquired:  # nobody is writing: a writer died before its commit
-                        self._apply_lexical(self.lexical_index.watermark, latest)
-            if dense is not None and dense.watermark < latest:
-                # In memory only: the writer process saves the file.
-                self._apply_dense(dense, dense.watermark, latest, persist=False)
+            try:
+                self.lexical_index.reload()
+                dense = self.dense
+                if dense is not None and dense.watermark < latest:
+                    dense.reload_if_newer()
+                if self.lexical_index.watermark < latest:
+                    with self._writer(wait=False) as acquired:
+                        if acquired:  # nobody is writing: a writer died before its commit
+                            self.lexical_index.remove_leftovers()
+                            self._apply_lexical(self.lexical_index.watermark, latest)
+                if dense is not None and dense.watermark < latest:
+                    # In memory only: the writer process saves the file.
+                    self._apply_dense(dense, dense.watermark, latest, persist=False)
+            except StoreError as exc:
+                self.derived_error = exc.message
+                raise StoreError(
+                    f"{exc.message}. The derived indexes are behind the catalog: sql, aggregate,"
+                    " graph, query_graph and content still answer; `ks rebuild` rebuilds them",
+                    **exc.details,
+                ) from exc
 
     # -- model and content ----------------------------------------------------------------------
     def model(self) -> tuple[str, int] | None:
@@ -266,12 +313,14 @@ class EmbeddedEngine:
 
     def publish(
         self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
-    ) -> str:
+    ) -> PublishResult:
+        model = self.model()
+        check_prepared(upserts, None if model is None else model[1])
         with self._writer():
-            self._catch_up()
-            _, root = self.catalog.apply_publish(upserts, deletes, kind=kind)
-            self._catch_up()
-            return root
+            self._catch_up_or_log()
+            result = self.catalog.apply_publish(upserts, deletes, kind=kind)
+            self._catch_up_or_log()
+            return result
 
     def delete(self, uids: Sequence[str]) -> str:
         missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))
@@ -280,35 +329,58 @@ class EmbeddedEngine:
                 f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
                 uids=missing,
             )
-        return self.publish([], list(uids), kind="delete")
+        return self.publish([], list(uids), kind="delete").root
 
     def is_empty(self) -> bool:
         return not self.catalog.has_chunks()
 
     def stats(self) -> StoreStats:
+        """Counts from the catalog; the derived indexes' state beside them (never a failure)."""
         with self.catalog.read() as conn:
-            _, root = self.catalog.latest_publish(conn)
+            latest, root = self.catalog.latest_publish(conn)
             entities, chunks, edges = self.catalog.counts(conn)
         model = self.model()
+        try:
+            segments = self.lexical_index.num_segments()
+        except StoreError as exc:
+            segments, self.derived_error = 0, exc.message
+        dense = self._dense
+        indexes = {
+            "publish": latest,
+            "lexical": self.lexical_index.watermark,
+            "dense": None if dense is None else dense.watermark,
+            "error": self.derived_error,
+        }
         return StoreStats(
             content_root=root,
             entities=entities,
             chunks=chunks,
             edges=edges,
-            segments=self.lexical_index.num_segments(),
+            segments=segments,
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
-            extra={"engine": self.name, "path": str(self.path)},
+            extra={"engine": self.name, "path": str(self.path), "indexes": indexes},
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
-        """Rebuild Tantivy and HNSW from the catalog."""
+        """Rebuild Tantivy and HNSW from the catalog, whatever state they are in.
+
+        Never fails on data the catalog holds: a date that can't be read is left out
+        of its lexical document, a vector the dense index can't take is left out of it
+        (both logged); a lexical index that can't even be cleared is recreated.
+        """
         with self._writer():
+            remove_dense_leftovers(self.path / _DENSE_FILE)
+            self.lexical_index.remove_leftovers()
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
-            self.lexical_index.clear()
+            try:
+                self.lexical_index.clear()
+            except StoreError as exc:
+                log.warning("rebuild: the lexical index can't be cleared (%s); recreating it", exc)
+                self.lexical_index.recreate()
             dense = self.dense
             if dense is not None:
                 dense.clear()
@@ -318,7 +390,8 @@ class EmbeddedEngine:
                     part = ids[i : i + _REBUILD_BATCH]
                     with self.catalog.read() as conn:
                         docs = self._lexical_docs(conn, part)
-                        vids, vectors = self.catalog.chunk_vectors(conn, part)
+                        if dense is not None:
+                            vids, vectors = self.catalog.chunk_vectors(conn, part, dense.dimension)
                     self.lexical_index.add(docs)
                     if dense is not None and len(vids):
                         dense.add(vids, vectors)
@@ -327,6 +400,7 @@ class EmbeddedEngine:
             if dense is not None:
                 dense.save(latest)
             self._allowed_cache.clear()
+            self.derived_error = None
 
     def close(self) -> None:
         self.lexical_index.close()
@@ -348,7 +422,7 @@ class EmbeddedEngine:
             rows = self.catalog.checked_chunks(
                 conn, [c for c, _, _ in found], identity.principal, filters
             )
-        hits = _hits(((c, s) for c, _, s in found), rows, k)
+        hits = _hits(((c, s) for c, _, s in found), rows, k, self.chunk_ids)
         explain = {
             "identity": identity.principal,
             "held_principals": len(held),
@@ -385,7 +459,12 @@ class EmbeddedEngine:
             rows = self.catalog.checked_chunks(
                 conn, [int(i) for i in ids], identity.principal, filters
             )
-        hits = _hits(zip((int(i) for i in ids), (float(s) for s in scores), strict=True), rows, k)
+        hits = _hits(
+            zip((int(i) for i in ids), (float(s) for s in scores), strict=True),
+            rows,
+            k,
+            self.chunk_ids,
+        )
         explain = {
             "identity": identity.principal,
             "held_principals": len(held),
@@ -505,7 +584,7 @@ class EmbeddedEngine:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
         entity = (*row[1:10], json.loads(row[10]))
-        return {"content_root": root, **content_answer(entity, chunks, edges)}
+        return {"content_root": root, **content_answer(entity, chunks, edges, self.chunk_ids)}
 
     # -- ACL administration -------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -522,9 +601,9 @@ class EmbeddedEngine:
                 raise NotFound(f"no entity with uid {uid!r}", uid=uid)
             if self.catalog.content_hashes([uid]).get(uid) == entity.content_hash:
                 return self.content_root()
-            self._catch_up()
-            _, root = self.catalog.apply_publish([], [], kind=change, acl_only=[entity])
-            self._catch_up()
+            self._catch_up_or_log()
+            root = self.catalog.apply_publish([], [], kind=change, acl_only=[entity]).root
+            self._catch_up_or_log()
             return root
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
@@ -620,7 +699,10 @@ def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
 
 
 def _hits(
-    ranked: Iterator[tuple[int, float]] | Any, rows: Mapping[int, ChunkRow], k: int
+    ranked: Iterator[tuple[int, float]] | Any,
+    rows: Mapping[int, ChunkRow],
+    k: int,
+    chunk_ids: ChunkIds,
 ) -> list[ChunkHit]:
     hits: list[ChunkHit] = []
     for chunk_id, score in ranked:
@@ -630,7 +712,7 @@ def _hits(
         hits.append(
             ChunkHit(
                 uid=row.uid,
-                chunk_id=row.chunk_id,
+                chunk_id=chunk_ids(row.uid, row.ordinal),
                 title=row.title,
                 type=row.type,
                 score=score,

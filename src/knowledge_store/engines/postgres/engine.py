@@ -28,6 +28,7 @@ from knowledge_store.engines.base import (
     AclExplanation,
     PreparedEntity,
     PrincipalInfo,
+    PublishResult,
     StoreStats,
     Vector,
 )
@@ -48,6 +49,7 @@ from knowledge_store.engines.postgres.schema import (
     Migration,
     vector_ddl,
 )
+from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, check_prepared
 from knowledge_store.errors import (
     BoundExceeded,
     InvalidRequest,
@@ -114,10 +116,10 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
-def _chunk_hit(row: Sequence[Any], rank: int) -> ChunkHit:
+def _chunk_hit(row: Sequence[Any], rank: int, chunk_ids: ChunkIds) -> ChunkHit:
     return ChunkHit(
         uid=str(row[1]),
-        chunk_id=int(row[0]),
+        chunk_id=chunk_ids(str(row[1]), int(row[0])),
         title=str(row[2]),
         type=str(row[3]),
         href=row[4],
@@ -156,6 +158,7 @@ class PostgresEngine:
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
+        self.chunk_ids = self._chunk_ids()
 
     @classmethod
     def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
@@ -192,6 +195,17 @@ class PostgresEngine:
             conn.close()
         self.db.search_path = path
         return features
+
+    def _chunk_ids(self) -> ChunkIds:
+        """The store's public chunk ids (its secret made on first open)."""
+        with self.db.write() as conn, translate("reading the chunk id key"):
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                (CHUNK_KEY_META, ChunkIds.new_key()),
+            )
+            key = self._meta(conn, CHUNK_KEY_META)
+        assert key is not None
+        return ChunkIds(key)
 
     # -- snapshot helpers ---------------------------------------------------------------------------
     def _snapshot(self, conn: Connection) -> tuple[int, str, str | None]:
@@ -308,11 +322,13 @@ class PostgresEngine:
 
     def publish(
         self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
-    ) -> str:
+    ) -> PublishResult:
+        model = self.model()
+        check_prepared(upserts, None if model is None else model[1])
         with self.db.write() as conn, translate("publishing"):
             result = writes.apply_publish(conn, upserts, deletes, kind=kind)
         self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
-        return result.root
+        return result
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""
@@ -332,7 +348,7 @@ class PostgresEngine:
                 f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
                 uids=missing,
             )
-        return self.publish([], list(uids), kind="delete")
+        return self.publish([], list(uids), kind="delete").root
 
     def is_empty(self) -> bool:
         with translate("reading"):
@@ -404,7 +420,7 @@ class PostgresEngine:
         with self.db.read() as conn, translate("lexical search"):
             _, root, _ = self._snapshot(conn)
             rows = conn.execute(statement.sql, statement.params).fetchall()
-        hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
+        hits = [_chunk_hit(r, rank, self.chunk_ids) for rank, r in enumerate(rows, start=1)]
         explain = {
             "identity": identity.principal,
             "ranker": self.lexical_ranker,
@@ -457,7 +473,7 @@ class PostgresEngine:
                     plan, identity.principal, vector, k, filters
                 )
                 rows = conn.execute(statement, params).fetchall()
-        hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
+        hits = [_chunk_hit(r, rank, self.chunk_ids) for rank, r in enumerate(rows, start=1)]
         scanned = (
             plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
         )
@@ -603,7 +619,7 @@ class PostgresEngine:
         """
         with self.db.read() as conn, translate(f"reading entity {uid!r}"):
             _, root, _ = self._snapshot(conn)
-            found = field_sql.content(conn, identity.principal, uid)
+            found = field_sql.content(conn, identity.principal, uid, self.chunk_ids)
         return None if found is None else {"content_root": root, **found}
 
     # -- ACL administration ----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from knowledge_store.errors import InvalidRecord, Rejection
 from knowledge_store.ingest.loaders.base import LoadedRecord, Options, decode_utf8
-from knowledge_store.ingest.records import record_to_entity
+from knowledge_store.ingest.records import JsonProblem, loads_strict, record_to_entity
 
 __all__ = ["read_jsonl"]
 
@@ -26,7 +26,7 @@ def read_jsonl(path: Path, file: str, options: Options) -> Iterator[LoadedRecord
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
+                obj = loads_strict(text)
             except json.JSONDecodeError as exc:
                 yield Rejection(
                     file,
@@ -34,6 +34,11 @@ def read_jsonl(path: Path, file: str, options: Options) -> Iterator[LoadedRecord
                     None,
                     None,
                     f"malformed JSON: {exc.msg} at column {exc.colno}; each line must be one JSON object",
+                )
+                continue
+            except JsonProblem as exc:
+                yield Rejection(
+                    file, number, None, exc.key, f"{exc.msg}; nothing of this line was taken"
                 )
                 continue
             try:
