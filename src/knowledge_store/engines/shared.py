@@ -76,6 +76,8 @@ def check_prepared(upserts: Sequence[PreparedEntity], dimension: int | None) -> 
     for prepared in upserts:
         uid = prepared.entity.uid
         vectors = np.asarray(prepared.vectors)
+        if not prepared.chunks and vectors.size == 0:
+            continue  # no chunk, no vector: nothing reaches a derived index
         expected = (len(prepared.chunks), dimension or (vectors.shape[-1] if vectors.ndim else 0))
         if vectors.ndim != 2 or vectors.shape != expected:
             raise StoreError(

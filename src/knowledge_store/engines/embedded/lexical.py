@@ -420,7 +420,14 @@ class LexicalIndex:
             _translate("reloading", self._index.reload)
 
     def clear(self) -> None:
-        """Drop every document now (committed, watermark 0): the start of a rebuild."""
+        """Drop every document now (committed, watermark 0): the start of a rebuild.
+
+        The watermark goes to 0 *before* the documents go: a watermark may lag the
+        index (replaying is idempotent) but never lead it — killed between the two,
+        an emptied index still claiming the latest publish was never caught up.
+        """
+        self._write_sidecar(0)
+        self._watermark = 0
         with self._writing("clearing") as writer:
             writer.delete_all_documents()
         self.commit(0)
