@@ -9,11 +9,7 @@ One writer at a time (a file lock); readers never take it.
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
-import os
-import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -39,12 +35,10 @@ from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
-from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
+from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
-    EDGE_DIRECTIONS,
     ChunkIds,
     check_prepared,
-    content_answer,
     cycle_error,
     explain_access,
     principal_info,
@@ -71,7 +65,6 @@ __all__ = ["EmbeddedEngine"]
 
 log = logging.getLogger(__name__)
 
-_WRITE_LOCK_TIMEOUT_S = 120.0
 _DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
 
@@ -92,9 +85,7 @@ class EmbeddedEngine:
         except OSError as exc:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
-        self._lock_path = self.path / "write.lock"
-        self._thread_lock = threading.RLock()
-        self._lock_depth = 0
+        self._write_lock = WriteLock(self.path)
         self.lexical_index = self._open_lexical()
         self._dense: DenseIndex | None = None
         self._allowed_cache: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
@@ -130,45 +121,9 @@ class EmbeddedEngine:
     # -- the single writer ----------------------------------------------------------------
     @contextmanager
     def _writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the store's write lock: a thread lock in this process, a file lock across them.
-
-        Re-entrant in one thread. With ``wait=False`` it yields False at once
-        when someone else is writing (readers use that; they never wait).
-        """
-        if not self._thread_lock.acquire(
-            blocking=wait, timeout=_WRITE_LOCK_TIMEOUT_S if wait else -1
-        ):
-            if not wait:
-                yield False
-                return
-            raise StoreError(f"timed out waiting for the write lock of {self.path}")
-        try:
-            if self._lock_depth:
-                self._lock_depth += 1
-                try:
-                    yield True
-                finally:
-                    self._lock_depth -= 1
-                return
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not _flock(fd, _WRITE_LOCK_TIMEOUT_S if wait else 0.0):
-                os.close(fd)
-                if not wait:
-                    yield False
-                    return
-                raise StoreError(
-                    f"another process has been writing to {self.path} for over"
-                    f" {_WRITE_LOCK_TIMEOUT_S:.0f} s; try again when it is done"
-                )
-            self._lock_depth = 1
-            try:
-                yield True
-            finally:
-                self._lock_depth = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-        finally:
-            self._thread_lock.release()
+        """Hold the store's write lock (see ``writelock``); readers pass ``wait=False``."""
+        with self._write_lock.hold(wait=wait) as held:
+            yield held
 
     # -- derived index catch-up ---------------------------------------------------------------
     def _recover(self) -> None:
@@ -545,46 +500,9 @@ class EmbeddedEngine:
         return graphs.run_query_graph(self.catalog, identity, text, params, lenient=lenient)
 
     def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
-        """One entity with its chunks and its edges to visible entities, or None.
-
-        None both when ``uid`` does not exist and when ``identity`` may not read
-        it: the caller can't tell the two apart. The ACL check is the catalog's
-        one condition (``schema.visible``), as in every primitive.
-        """
-        try:
-            with self.catalog.read() as conn:
-                _, root = self.catalog.latest_publish(conn)
-                row = conn.execute(
-                    HELD_PRINCIPALS + "SELECT e.id, e.uid, e.type, e.title, e.body, e.source,"
-                    " e.status, e.created_at, e.updated_at, e.href, e.attributes"
-                    f" FROM entities AS e WHERE e.uid = :uid AND {visible(by_key=True)}",
-                    {"principal": identity.principal, "uid": uid},
-                ).fetchone()
-                if row is None:
-                    return None
-                chunks = [
-                    (*c[:3], json.loads(c[3]), *c[4:])
-                    for c in conn.execute(
-                        'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
-                        " WHERE entity = ? ORDER BY ordinal",
-                        (row[0],),
-                    )
-                ]
-                edges = {
-                    direction: conn.execute(
-                        HELD_PRINCIPALS
-                        + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-                        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
-                        f" WHERE g.{near} = :uid AND {visible('o', by_key=True)}"
-                        " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
-                        {"principal": identity.principal, "uid": uid},
-                    ).fetchall()
-                    for direction, near, far in EDGE_DIRECTIONS
-                }
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
-        entity = (*row[1:10], json.loads(row[10]))
-        return {"content_root": root, **content_answer(entity, chunks, edges, self.chunk_ids)}
+        """One entity with its chunks and its edges to visible entities, or None
+        (alike for a missing uid and one the caller may not read; see ``fields``)."""
+        return fields.content(self.catalog, identity, uid, self.chunk_ids)
 
     # -- ACL administration -------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -668,18 +586,6 @@ class EmbeddedEngine:
                     if chain:
                         raise cycle_error(group, member, chain, bulk=True)
         return {"groups": len(groups), "memberships": len(set(pairs))}
-
-
-def _flock(fd: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
 
 
 def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
