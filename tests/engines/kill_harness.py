@@ -236,6 +236,8 @@ def soak(
     kills: int,
     rng: random.Random,
     report: Callable[[str, KillFigures], None] | None = None,
+    *,
+    max_delay: float = 1.0,
 ) -> dict[str, KillFigures]:
     """``kills`` kills of each writer on one store (seeded first); the figures per writer."""
     if not (path / "catalog.sqlite").exists():
@@ -246,7 +248,7 @@ def soak(
         while got.tried < kills:
             if writer in ("delete", "revoke") and got.tried % 5 == 0:
                 reseed(path, embedder)
-            if not kill_once(path, writer, rng):
+            if not kill_once(path, writer, rng, max_delay=max_delay):
                 reseed(path, embedder)
                 continue
             latest, lexical, dense = _watermarks(path)

@@ -227,3 +227,23 @@ def test_the_rejection_describes_file_line_uid_and_field() -> None:
         build(good(edges=[{"label": "mentions", "to": "b"}]))
     message = caught.value.message
     assert "in.jsonl:7" in message and "doc:1" in message and "edges[0].label" in message
+
+
+def test_the_documented_record_limits_are_the_declared_ones() -> None:
+    """docs/cli.md "What a record may hold" names each bound of model.py beside its value."""
+    import re
+    from pathlib import Path
+
+    from knowledge_store import model
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    found = {
+        name: int(number.replace(",", ""))
+        for number, name in re.findall(r"([\d,]+)[A-Za-z\s]*\(`(MAX_\w+)`[);]", text)
+    }
+    declared = {
+        name: getattr(model, name)
+        for name in model.__all__
+        if name.startswith("MAX_") and name != "MAX_K"
+    }
+    assert found == declared
