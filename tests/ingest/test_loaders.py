@@ -394,6 +394,15 @@ def test_markdown_with_bad_front_matter_is_rejected(tmp_path: Path) -> None:
     assert found.field == "front matter" and "YAML" in found.message
 
 
+def test_a_key_twice_in_front_matter_is_rejected_not_the_last_one_taken(tmp_path: Path) -> None:
+    """A second ``acl:`` made a private page public, as a duplicate JSON key did."""
+    (tmp_path / "page.md").write_text(
+        "---\nacl: [user:owner]\nacl: [everyone]\n---\n# Page\n\nText.\n", encoding="utf-8"
+    )
+    found = only_rejection(load(tmp_path))
+    assert found.field == "front matter" and "'acl' appears twice" in found.message
+
+
 def test_markdown_without_acl_and_without_default_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "page.md").write_text("# Page\n\nText.\n", encoding="utf-8")
     found = only_rejection(load(tmp_path))
