@@ -98,3 +98,33 @@ def test_a_filter_value_that_is_not_text_is_an_invalid_request(
     with pytest.raises(InvalidRequest) as caught:
         store.sql({"uid": [uid]})
     assert caught.value.http_status == status
+
+
+def test_a_lone_surrogate_a_caller_sends_is_an_invalid_request_everywhere(
+    store: KnowledgeStore,
+) -> None:
+    """It was a raw UnicodeEncodeError (a 500 over HTTP) from lexical, search, content,
+    acl show, grant, delete: text no engine can bind is the caller's error."""
+    from knowledge_store.errors import InvalidRequest
+
+    store.ingest_records([GOOD])
+    bad = "\ud800x"
+    calls = {
+        "lexical": lambda: store.lexical(bad),
+        "vector": lambda: store.vector(bad),
+        "search": lambda: store.search(bad),
+        "sql": lambda: store.sql({"uid": [bad]}),
+        "graph": lambda: store.graph([bad]),
+        "content": lambda: store.content(bad),
+        "acl show": lambda: store.acl_show(bad),
+        "acl explain": lambda: store.acl_explain("user:a", bad),
+        "grant": lambda: store.grant(bad, "user:a"),
+        "grant to": lambda: store.grant("good:1", f"user:{bad}"),
+        "delete": lambda: store.delete([bad]),
+        "query": lambda: store.query_graph("MATCH (n {uid: $u}) RETURN n.uid", {"u": bad}),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InvalidRequest):
+            call()
+            pytest.fail(f"{name} took a lone surrogate")
+    assert store.stats().entities == 1
