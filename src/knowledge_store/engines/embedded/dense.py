@@ -51,7 +51,7 @@ import numpy.typing as npt
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Strategy, VectorInfo
 
-__all__ = ["DenseIndex", "remove_leftovers"]
+__all__ = ["DenseIndex", "file_watermark", "remove_leftovers"]
 
 log = logging.getLogger(__name__)
 
@@ -386,15 +386,7 @@ class DenseIndex:
             return self._load()
 
     def _peek_watermark(self) -> int:
-        """The watermark in the file's header (-1 if it can't be read)."""
-        try:
-            with self._path.open("rb") as fh:
-                if fh.read(len(_MAGIC)) != _MAGIC:
-                    return -1
-                (length,) = struct.unpack("<I", fh.read(4))
-                return int(json.loads(fh.read(length))["watermark"])
-        except (OSError, ValueError, KeyError, TypeError, struct.error):
-            return -1
+        return file_watermark(self._path)
 
     # -- searching -----------------------------------------------------------
 
@@ -513,6 +505,18 @@ class DenseIndex:
         """Release the in-memory index (unsaved changes are dropped)."""
         with self._lock:
             self._reset()
+
+
+def file_watermark(path: Path) -> int:
+    """The watermark in a dense index file's header, without loading it (-1: none, unreadable)."""
+    try:
+        with Path(path).open("rb") as fh:
+            if fh.read(len(_MAGIC)) != _MAGIC:
+                return -1
+            (length,) = struct.unpack("<I", fh.read(4))
+            return int(json.loads(fh.read(length))["watermark"])
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return -1
 
 
 def remove_leftovers(path: Path) -> list[str]:

@@ -32,7 +32,7 @@ from knowledge_store.engines.base import (
 from knowledge_store.engines.embedded import fields
 from knowledge_store.engines.embedded import graph as graphs
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
-from knowledge_store.engines.embedded.dense import DenseIndex
+from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
 from knowledge_store.engines.embedded.writelock import WriteLock
@@ -215,6 +215,8 @@ class EmbeddedEngine:
                 if dense is not None and dense.watermark < latest:
                     # In memory only: the writer process saves the file.
                     self._apply_dense(dense, dense.watermark, latest, persist=False)
+                if self.lexical_index.watermark >= latest:
+                    self.derived_error = None
             except StoreError as exc:
                 self.derived_error = exc.message
                 raise StoreError(
@@ -299,11 +301,12 @@ class EmbeddedEngine:
             segments = self.lexical_index.num_segments()
         except StoreError as exc:
             segments, self.derived_error = 0, exc.message
-        dense = self._dense
+        dense = self._dense  # not loaded just for stats: its file's header says as much
+        on_disk = file_watermark(self.path / _DENSE_FILE)
         indexes = {
             "publish": latest,
             "lexical": self.lexical_index.watermark,
-            "dense": None if dense is None else dense.watermark,
+            "dense": dense.watermark if dense is not None else on_disk if on_disk >= 0 else None,
             "error": self.derived_error,
         }
         return StoreStats(

@@ -290,7 +290,8 @@ _V2: tuple[str, ...] = (
         f" || substr({column}, strpos({column}, '-')) WHERE {column} ~ '^[0-9]{{1,3}}-'"
         for column in ("created_at", "updated_at")
     ),
-    "UPDATE acl_sets SET key = encode(sha256(convert_to(key, 'UTF8')), 'hex')",
+    "UPDATE acl_sets SET key = encode(sha256(convert_to(key, 'UTF8')), 'hex')"
+    " WHERE key !~ '^[0-9a-f]{64}$'",  # a principal list never looks like that
 )
 
 MIGRATIONS: tuple[Migration, ...] = (
