@@ -22,6 +22,8 @@ STEPS = {
     "query_graph": ["bench_query_graph.py"],
     "serve": ["bench_serve.py", "--store", ".ks/pg15", "--clients", "32", "--seconds", "60"],
     "engines": ["bench_engines.py"],
+    "bad_input": ["bad_input.py"],
+    "kill_soak": ["kill_soak.py", "--kills", "50"],
 }
 
 
