@@ -3,7 +3,9 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 KS      := $(VENV)/bin/ks
 STORE   ?= .ks/demo
-EVAL    ?= ../shared/eval/postgres-docs
+# make eval EVAL=DIR: DIR holds corpus.jsonl, queries.jsonl, qrels.tsv (+ principals.jsonl).
+EVAL    ?=
+EVAL_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -42,9 +44,21 @@ lint: install
 bench: install
 	$(PY) bench/run_all.py
 
+eval: EVAL_STORE = .ks/eval-$(notdir $(abspath $(EVAL)))
 eval: install
-	$(KS) --store .ks/pg15 ingest $(EVAL)/corpus.jsonl
-	$(KS) --store .ks/pg15 eval --queries $(EVAL)/queries.jsonl --qrels $(EVAL)/qrels.tsv --not-type codeSample
+	@if [ -z "$(EVAL)" ]; then \
+	  echo "make eval needs an evaluation set: make eval EVAL=DIR [EVAL_ARGS='--as P --not-type T']"; \
+	  echo "  DIR holds corpus.jsonl (records), queries.jsonl ({qid, text}) and qrels.tsv (query-id, corpus-id, score),"; \
+	  echo "  and optionally principals.jsonl (group memberships)."; \
+	  echo "  In this repository: make eval EVAL=examples/estate EVAL_ARGS='--as user:sam'"; \
+	  echo "  The PostgreSQL 15 docs set of the README's table is distributed separately (see README)."; \
+	  exit 2; fi
+	@for f in corpus.jsonl queries.jsonl qrels.tsv; do \
+	  test -f "$(EVAL)/$$f" || { echo "make eval: $(EVAL)/$$f is missing (EVAL=$(EVAL))"; exit 2; }; done
+	@echo "evaluation set: $(abspath $(EVAL)) → store $(EVAL_STORE)"
+	$(KS) --store $(EVAL_STORE) ingest $(EVAL)/corpus.jsonl
+	@if [ -f "$(EVAL)/principals.jsonl" ]; then $(KS) --store $(EVAL_STORE) principals load $(EVAL)/principals.jsonl; fi
+	$(KS) --store $(EVAL_STORE) eval --queries $(EVAL)/queries.jsonl --qrels $(EVAL)/qrels.tsv $(EVAL_ARGS)
 
 clean:
 	rm -rf .ks .pytest_cache .mypy_cache .ruff_cache

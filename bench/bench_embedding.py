@@ -24,9 +24,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
+from common import EVAL
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "eval" / "postgres-docs" / "corpus.jsonl"
+CORPUS = EVAL / "corpus.jsonl"  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs
 
 
 def load_texts(path: Path, size: int = 800) -> Iterator[str]:

@@ -30,13 +30,14 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from common import EVAL  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs beside the repo
+
 from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.model import Chunk, Edge, Filters
 from knowledge_store.retrieval.evaluation import read_queries
 from knowledge_store.store import KnowledgeStore
 
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "postgres-docs"
 STAGES = (
     "embed",
     "vector",

@@ -35,11 +35,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from common import EVAL  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs beside the repo
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parent.parent
-EVAL = Path(os.environ.get("KS_EVAL_DIR", ROOT.parent / "shared" / "eval" / "postgres-docs"))
+
 TOKEN = "bench-token-0000000000"
 MIX = ("search",) * 4 + ("graph",) * 2 + ("sql",) * 2 + ("content",) * 2
 TYPES = ("section", "refentry", "chapter", "codeSample", "appendix")

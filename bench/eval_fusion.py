@@ -29,6 +29,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from common import EVAL  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs beside the repo
+
 from knowledge_store.model import Filters
 from knowledge_store.retrieval.evaluation import (
     Collected,
@@ -44,7 +46,6 @@ from knowledge_store.retrieval.fusion import Fused, RankedList, agreement, conve
 from knowledge_store.retrieval.search import Fusion
 from knowledge_store.store import KnowledgeStore
 
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval" / "postgres-docs"
 BASELINES = {"BM25 (bm25s)": 0.740, "dense (MiniLM, exact)": 0.728, "RRF of the two": 0.819}
 
 

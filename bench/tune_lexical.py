@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-EVAL = Path("/work/shared/eval/postgres-docs")
+from common import EVAL  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs beside the repo
+
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 

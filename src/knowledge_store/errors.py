@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 __all__ = [
+    "MAX_MESSAGE_CHARS",
     "BatchRejected",
     "BoundExceeded",
     "InputError",
@@ -43,7 +44,26 @@ __all__ = [
     "StoreError",
     "UnknownField",
     "UnknownLabel",
+    "clip",
 ]
+
+
+#: The longest text an error carries in its message or in one detail: an error names what
+#: was wrong, it never echoes a large part of the request back (a body, a query, a token).
+MAX_MESSAGE_CHARS = 1000
+
+
+def clip(value: Any) -> Any:
+    """``value`` with every string in it cut to :data:`MAX_MESSAGE_CHARS` (lists, dicts walked)."""
+    if isinstance(value, str):
+        if len(value) <= MAX_MESSAGE_CHARS:
+            return value
+        return f"{value[: MAX_MESSAGE_CHARS - 40]}… ({len(value)} characters in all)"
+    if isinstance(value, list | tuple):
+        return [clip(item) for item in value]
+    if isinstance(value, dict):
+        return {key: clip(item) for key, item in value.items()}
+    return value
 
 
 class KnowledgeStoreError(Exception):
@@ -54,9 +74,10 @@ class KnowledgeStoreError(Exception):
     exit_status: ClassVar[int] = 1
 
     def __init__(self, message: str, **details: Any) -> None:
+        message = clip(message)
         super().__init__(message)
         self.message = message
-        self.details: dict[str, Any] = {k: v for k, v in details.items() if v is not None}
+        self.details: dict[str, Any] = {k: clip(v) for k, v in details.items() if v is not None}
 
     def to_dict(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, "details": self.details}}
@@ -116,7 +137,7 @@ class BatchRejected(InvalidRecord):
         super().__init__(first)
         more = len(rejections) - 1
         self.message = (
-            f"{first.describe()}"
+            f"{clip(first.describe())}"
             + (f" (and {more} more bad record{'s' if more != 1 else ''})" if more else "")
             + "; nothing was published. Fix the records or pass --skip-invalid"
             " to publish the good ones."

@@ -16,13 +16,16 @@ from datetime import UTC, date, datetime, time
 from functools import cached_property
 from typing import Any, Literal
 
-from knowledge_store.errors import InvalidRequest, UnknownLabel
+from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 
 __all__ = [
     "ENTITY_FIELDS",
     "EVERYONE",
     "JSON_INT_RANGE",
     "LABELS",
+    "LIGHT_K",
+    "LIGHT_LIST_VALUES",
+    "LIGHT_QUERY_CHARS",
     "MAX_ACL_PRINCIPALS",
     "MAX_ATTRIBUTES_BYTES",
     "MAX_ATTRIBUTE_DEPTH",
@@ -31,13 +34,22 @@ __all__ = [
     "MAX_DATE_CHARS",
     "MAX_EDGES",
     "MAX_EDGE_POSITION",
+    "MAX_FILTER_VALUES",
+    "MAX_GRAPHQL_ALIASES",
+    "MAX_GRAPHQL_DEPTH",
+    "MAX_GRAPHQL_FIELDS",
+    "MAX_GRAPHQL_SELECTIONS",
+    "MAX_GRAPHQL_TOKENS",
     "MAX_HREF_BYTES",
+    "MAX_INGEST_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_K",
     "MAX_NAME_CHARS",
     "MAX_PRINCIPAL_ID_CHARS",
+    "MAX_REQUEST_BYTES",
     "MAX_TITLE_CHARS",
     "MAX_UID_CHARS",
+    "PRINCIPAL_PATTERN",
     "TIMESTAMP_FORM",
     "AggregateAnswer",
     "Chunk",
@@ -60,6 +72,7 @@ __all__ = [
     "VectorInfo",
     "check_k",
     "check_label",
+    "check_list_bound",
     "check_membership",
     "check_principal",
     "compose_context",
@@ -107,7 +120,6 @@ MAX_ATTRIBUTE_DEPTH = 16
 MAX_EDGES = 10_000
 #: An edge ``position``: 0 … 2³¹−1 (a PostgreSQL ``integer``).
 MAX_EDGE_POSITION = 2**31 - 1
-MAX_ACL_PRINCIPALS = 1_000
 #: The id after ``user:`` / ``group:``.
 MAX_PRINCIPAL_ID_CHARS = 256
 #: How deep one JSON record (a line) may nest, and the integers it may hold (int64).
@@ -166,6 +178,12 @@ def name_problem(value: str, limit: int) -> str | None:
     return None
 
 
+#: What a principal looks like, as a pattern (the record JSON Schema's). ``check_principal``
+#: holds a principal id to the rules of a name, which a pattern can't state (NFC, invisible
+#: characters): the pattern is looser, never stricter.
+PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
+
+
 def check_label(label: str) -> str:
     """Return ``label`` if it is one of the 9, else raise ``UnknownLabel`` listing them."""
     if label not in _LABEL_SET:
@@ -208,6 +226,49 @@ def check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise InvalidRequest(f"k must be between 1 and {MAX_K}, not {k!r}", field="k")
     return k
+
+
+# -- request bounds: declared once here, read by every surface (docs/serving.md, "Limits") ----------
+#: The most values one FILTERS list (type, not_type, source, status, uid) may hold.
+MAX_FILTER_VALUES = 1000
+#: The most principals an ACL may name: a record's ``acl``, or a default ACL (``--acl``,
+#: ``?acl=``, the ingest tool's ``acl``).
+MAX_ACL_PRINCIPALS = 100
+#: The largest HTTP request body, in bytes, of every route but the admin ingest.
+MAX_REQUEST_BYTES = 1024 * 1024
+#: The largest body of ``POST /v1/admin/ingest``, in bytes.
+MAX_INGEST_BYTES = 64 * 1024 * 1024
+#: GraphQL: the deepest selection (introspection fields aside).
+MAX_GRAPHQL_DEPTH = 8
+#: GraphQL: aliases in one document.
+MAX_GRAPHQL_ALIASES = 10
+#: GraphQL: fields written in one document, at every level (validation is quadratic in them).
+MAX_GRAPHQL_SELECTIONS = 500
+#: GraphQL: lexical tokens in one document (parsing stops beyond it); long lists go in variables.
+MAX_GRAPHQL_TOKENS = 2000
+#: GraphQL: top-level fields of one operation — each is one store call, run one after another.
+MAX_GRAPHQL_FIELDS = 10
+#: A request within all the LIGHT_* bounds runs in the servers' light lane; one over any of
+#: them (or a GraphQL document with several store calls) waits its turn in the heavy lane.
+LIGHT_K = 10
+#: See LIGHT_K: the longest query text of a light request.
+LIGHT_QUERY_CHARS = 256
+#: See LIGHT_K: the most values in any list (a FILTERS list, starts, uids) of a light request.
+LIGHT_LIST_VALUES = 10
+
+
+def check_list_bound(
+    field: str, values: Sequence[Any], maximum: int, *, name: str | None = None
+) -> None:
+    """Raise ``BoundExceeded`` when the list ``field`` holds more than ``maximum`` values."""
+    if len(values) > maximum:
+        raise BoundExceeded(
+            f"{name or repr(field)} holds {len(values)} values; the maximum is {maximum}."
+            " Split the request, or narrow it with other filters",
+            field=field,
+            maximum=maximum,
+            found=len(values),
+        )
 
 
 def check_membership(group: str, member: str) -> None:
@@ -436,7 +497,15 @@ class Filters:
         updated_from: str | None = None,
         updated_to: str | None = None,
     ) -> Filters:
-        """Validate and normalise user-given filter values (dates, inverted ranges)."""
+        """Validate and normalise user-given filter values (dates, inverted ranges, list bounds)."""
+        for name, values in (
+            ("type", types),
+            ("not_type", not_types),
+            ("source", sources),
+            ("status", statuses),
+            ("uid", uids),
+        ):
+            check_list_bound(name, values, MAX_FILTER_VALUES, name=f"the filter {name!r}")
 
         def stamp(name: str, value: str | None, end: bool) -> str | None:
             if value is None:
@@ -635,7 +704,7 @@ class SearchAnswer:
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What an ingest batch did."""
+    """What an ingest batch did; ``skipped`` lists the paths a load would not read."""
 
     content_root: str
     added: int
@@ -643,6 +712,7 @@ class IngestReport:
     unchanged: int
     deleted: int
     rejected: list[Any] = field(default_factory=list)
+    skipped: list[Any] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -652,6 +722,7 @@ class IngestReport:
             "unchanged": self.unchanged,
             "deleted": self.deleted,
             "rejected": [r.to_dict() for r in self.rejected],
+            "skipped": [s.to_dict() for s in self.skipped],
         }
 
 

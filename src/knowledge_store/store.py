@@ -18,6 +18,7 @@ from knowledge_store.ingest.embedding import Embedder, open_embedder
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
+    MAX_ACL_PRINCIPALS,
     AggregateAnswer,
     ChunkHits,
     Entity,
@@ -28,6 +29,7 @@ from knowledge_store.model import (
     QueryAnswer,
     SearchAnswer,
     SqlHits,
+    check_list_bound,
     text_problem,
 )
 from knowledge_store.retrieval import search as fused
@@ -151,6 +153,7 @@ class KnowledgeStore:
         """Load files/folders and publish them as one batch."""
         from knowledge_store.ingest.loaders import load_paths
 
+        check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         loaded = load_paths(paths, format=format, source=source, default_acl=acl or None)
         return ingest_entities(
             self.engine,
@@ -158,6 +161,7 @@ class KnowledgeStore:
             self.embedder_spec,
             [r.entity for r in loaded.records],
             rejected=loaded.rejections,
+            skipped=loaded.skipped,
             skip_invalid=skip_invalid,
             progress=progress,
         )
@@ -173,6 +177,7 @@ class KnowledgeStore:
         """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch."""
         from knowledge_store.errors import InvalidRecord, Rejection
 
+        check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         entities: list[Entity] = []
         rejected: list[Rejection] = []
         seen: dict[str, int] = {}

@@ -96,7 +96,8 @@ def test_vector_settings_and_statements() -> None:
     exact = vector.plan_vector(100, 100_000, 10, V06)
     assert vector.settings(exact) == []
     sql, params = vector.vector_statement(exact, "user:a", q, 10, Filters.build(types=["page"]))
-    assert "+ 0" in sql and "held" in sql and "%(f0)s" in sql and params["f0"] == "page"
+    assert "+ 0" in sql and "held" in sql and "e.type = ANY(%(f0)s::text[])" in sql
+    assert params["f0"] == ["page"]  # a FILTERS list is one bound array, whatever its length
     assert params["principal"] == "user:a" and "user:a" not in sql
     filtered = vector.plan_vector(50_000, 100_000, 10, V06)
     assert vector.settings(filtered) == ["SET LOCAL hnsw.ef_search = 80"]

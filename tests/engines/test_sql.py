@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from knowledge_store.errors import InvalidRequest, UnknownField
-from knowledge_store.model import Filters
+from knowledge_store.model import MAX_FILTER_VALUES, Filters
 from knowledge_store.retrieval.filters import ORDER_FIELDS, coerce_filters, parse_order
 from knowledge_store.store import KnowledgeStore
 from tests.fields_estate import RECORDS, fields_store, visible_records
@@ -95,6 +95,28 @@ def test_filters_narrow_what_the_acl_allows(fields_store: KnowledgeStore) -> Non
         "doc:backup-new",
         "doc:replication-sre",
     ]
+
+
+def test_long_filter_lists_answer_like_short_ones(fields_store: KnowledgeStore) -> None:
+    """A list at its bound is one bound value (a JSON array / a text[]): same answers, any engine."""
+
+    def padded(values: list[str]) -> list[str]:
+        return [*values, *(f"nobody:{i}" for i in range(MAX_FILTER_VALUES - len(values)))]
+
+    wanted = ["doc:vacuum", "ticket:4"]
+    assert _uids(fields_store.sql({"uid": padded(wanted)}, k=100)) == _uids(
+        fields_store.sql({"uid": wanted}, k=100)
+    )
+    assert _uids(fields_store.sql({"uid": padded(wanted)}, k=100)) != []
+    every = fields_store.sql(k=100)
+    types = sorted({h.type for h in every.hits})
+    assert fields_store.sql({"not_type": padded(types)}, k=100).hits == []
+    kept = fields_store.sql({"not_type": padded(["ticket"])}, k=100)
+    assert _uids(kept) == [h.uid for h in every.hits if h.type != "ticket"]
+    by_type = fields_store.aggregate("count", "type", filters={"type": padded(types)})
+    assert sum(value for _, value in by_type.rows) == len(every.hits)
+    hits = fields_store.lexical("vacuum", k=50, filters=Filters.build(uids=padded(wanted)))
+    assert {h.uid for h in hits.hits} <= set(wanted)
 
 
 def test_k_limits_and_is_bounded(fields_store: KnowledgeStore) -> None:

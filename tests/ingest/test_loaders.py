@@ -11,6 +11,7 @@ import pytest
 
 from knowledge_store.errors import InvalidRequest, Rejection
 from knowledge_store.ingest.loaders import FORMATS, LoadResult, load_paths
+from knowledge_store.ingest.loaders.code_samples import sample_title
 from knowledge_store.model import LABELS, Edge, Entity
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -237,7 +238,7 @@ def test_learn_units_get_code_samples() -> None:
     entities = by_uid(load(FIXTURES / "learn" / "units.json", default_acl=["everyone"]))
     sample = entities["intro.unit-1#code-1"]
     assert sample.type == "codeSample"
-    assert sample.title == "What is a store? › example 1"
+    assert sample.title == "What is a store? › Stores (python)"
     assert sample.body == "Create one:\n\n```python\nstore = open_store()\n```"
     assert dict(sample.attributes) == {"language": "python", "ordinal": 1, "heading": "Stores"}
     assert sample.edges == (Edge(sample.uid, "partOf", "intro.unit-1", 1),)
@@ -347,7 +348,8 @@ def test_markdown_relative_links_become_xrefs(site_md: dict[str, Entity]) -> Non
 def test_markdown_code_blocks_become_samples(site_md: dict[str, Entity]) -> None:
     page = site_md["guide/install"]
     first, second = site_md["guide/install#code-1"], site_md["guide/install#code-2"]
-    assert first.title == "Installing › example 1"
+    assert first.title == "Installing › On Linux (bash)"
+    assert second.title == "Installing › On macOS"  # no language on the fence
     assert (
         first.body
         == "Run the installer as root:\n\n```bash\nsudo ./install.sh --prefix /opt/tool\n```"
@@ -484,3 +486,13 @@ def test_an_html_file_that_is_not_utf8_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "p.html").write_bytes(b"<p>caf\xe9</p>")
     found = only_rejection(load(tmp_path, default_acl=["everyone"]))
     assert "not UTF-8" in found.message and "byte offset 6" in found.message
+
+
+def test_a_code_samples_title_names_its_heading_and_language() -> None:
+    """Regression (issue 15): samples were titled "Page › example 1"."""
+    assert sample_title("Failover", "Check lag", "sql", 1) == "Failover › Check lag (sql)"
+    assert sample_title("Failover", "Check lag", "sql", 2) == "Failover › Check lag (sql, sample 2)"
+    assert sample_title("Failover", "Check lag", None, 2) == "Failover › Check lag (sample 2)"
+    # under the page's own title (its h1) or no heading at all: the language names it
+    assert sample_title("Failover", "Failover", "bash", 1) == "Failover › bash sample"
+    assert sample_title("Failover", None, None, 3) == "Failover › code sample 3"

@@ -46,8 +46,10 @@ def cli_store(tmp_path_factory: pytest.TempPathFactory, estate_file: Path) -> Pa
 def test_ingest_json_shape_and_idempotence(cli_store: Path, estate_file: Path) -> None:
     code, report = ks(cli_store, "ingest", str(estate_file), "--json")
     assert code == 0
-    assert set(report) == {"content_root", "added", "updated", "unchanged", "deleted", "rejected"}
+    design = {"content_root", "added", "updated", "unchanged", "deleted", "rejected"}
+    assert set(report) == design | {"skipped"}  # DESIGN §6's keys, + the paths not read
     assert report["unchanged"] == len(ESTATE) and report["added"] == 0
+    assert report["skipped"] == []
 
 
 def test_search_json_shape(cli_store: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.auth import AuthError
 from knowledge_store.surfaces.harness import (
     ADMIN_TOOLS,
     KNOWLEDGE_TOOLS,
@@ -60,8 +61,9 @@ def test_empty_store_hides_the_tools_and_the_first_chunk_shows_them(
 
 
 def test_admin_tools_need_the_admin_scope(store: KnowledgeStore) -> None:
-    with pytest.raises(InvalidRequest, match="admin scope"):
+    with pytest.raises(AuthError, match="admin scope") as refused:
         resolve_tool(store, "ingest_records")
+    assert refused.value.status == 403 and refused.value.code == "forbidden"
     assert resolve_tool(store, "ingest_records", admin=True).name == "ingest_records"
     with pytest.raises(InvalidRequest, match="unknown tool 'nope'"):
         resolve_tool(store, "nope", admin=True)

@@ -174,11 +174,12 @@ def test_tools_route_calls_a_listed_tool(app: Any) -> None:
         app, "POST", "/v1/tools/fetch_content", json={"uid": "unit:stats"}, headers=BOB
     ).json()
     assert out["uid"] == "unit:stats" and out["body_truncated"] is False
-    _error(
-        call(app, "POST", "/v1/tools/ingest_records", json={"records": []}, headers=BOB),
-        400,
-        "invalid_request",
-    )
+    # an admin tool called without the admin scope: 403 forbidden, as docs/serving.md says
+    for name, arguments in (("ingest_records", {"records": []}), ("delete_entities", {})):
+        error = _error(
+            call(app, "POST", f"/v1/tools/{name}", json=arguments, headers=BOB), 403, "forbidden"
+        )
+        assert "admin scope" in error["message"]
 
 
 def test_stats_global_for_admins_visible_slice_for_readers(

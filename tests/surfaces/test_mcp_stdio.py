@@ -84,5 +84,7 @@ def test_stdio_lists_nothing_when_empty_then_flips_and_serves_as_its_identity(
                 assert unknown.is_error and "unknown tool" in unknown.content[0].text
                 admin = await client.call_tool("ingest_records", {"records": [{}]})
                 assert admin.is_error and "admin scope" in admin.content[0].text
+                assert admin.structured_content is not None
+                assert admin.structured_content["error"]["code"] == "forbidden"
 
     anyio.run(session)

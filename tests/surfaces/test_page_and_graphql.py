@@ -48,12 +48,16 @@ def test_entity_page_has_related_and_the_learning_path(app: Any) -> None:
 
 
 def test_page_identity_token_cookie_and_sign_in(app: Any) -> None:
-    signin = call(app, "GET", "/")
+    signin = call(app, "GET", "/", params={"q": "lag"})
     assert signin.status_code == 401 and "Sign in" in signin.text
-    redirect = call(app, "GET", "/", params={"token": "tok-ann-0001", "q": "lag"})
+    assert '<form method="post" action="/signin"' in signin.text  # the token goes in a body
+    assert 'name="next" value="/?q=lag"' in signin.text
+    form = {"token": "tok-ann-0001", "next": "/?q=lag"}
+    redirect = call(app, "POST", "/signin", data=form)
     assert redirect.status_code == 303 and redirect.headers["location"] == "/?q=lag"
-    cookie = redirect.headers["set-cookie"]
-    assert "ks_token=tok-ann-0001" in cookie and "HttpOnly" in cookie
+    cookie = redirect.headers["set-cookie"].lower()
+    assert "ks_token=tok-ann-0001" in cookie and "httponly" in cookie
+    assert "samesite=strict" in cookie
     page = call(app, "GET", "/?q=replica+lag", headers={"Cookie": "ks_token=tok-ann-0001"})
     assert "as user:ann" in page.text and "Replica lag alert" in page.text
     # the cookie is for pages only: the API still wants the bearer header
@@ -61,8 +65,30 @@ def test_page_identity_token_cookie_and_sign_in(app: Any) -> None:
         call(app, "GET", "/v1/stats", headers={"Cookie": "ks_token=tok-ann-0001"}).status_code
         == 401
     )
-    wrong = call(app, "GET", "/", params={"token": "nope-nope"})
+    wrong = call(app, "POST", "/signin", data={"token": "nope-nope", "next": "/"})
     assert wrong.status_code == 401 and "unknown token" in wrong.text
+
+
+def test_a_token_in_the_url_is_refused_not_used(app: Any) -> None:
+    for path in ("/", "/entity/unit:vacuum"):
+        refused = call(app, "GET", path, params={"token": "tok-ann-0001", "q": "lag"})
+        assert refused.status_code == 400 and "not accepted" in refused.text
+        assert "set-cookie" not in refused.headers and "tok-ann-0001" not in refused.text
+        assert f'name="next" value="{path}?q=lag"' in refused.text  # back, without the token
+
+
+def test_sign_in_goes_back_only_to_this_server(app: Any) -> None:
+    for target in ("//evil.example/x", "https://evil.example/", "\\\\evil.example"):
+        answer = call(app, "POST", "/signin", data={"token": "tok-ann-0001", "next": target})
+        assert answer.status_code == 303 and answer.headers["location"] == "/"
+    cross = call(
+        app,
+        "POST",
+        "/signin",
+        data={"token": "tok-ann-0001", "next": "/"},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert cross.status_code == 403 and "set-cookie" not in cross.headers
 
 
 def test_page_on_an_empty_store_says_so(store: KnowledgeStore) -> None:

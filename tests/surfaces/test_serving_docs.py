@@ -61,3 +61,23 @@ def test_every_listed_route_exists(spec: dict[str, Any]) -> None:
         base = path.split(", ")[0]
         assert base in spec["paths"], base
         assert method.lower() in spec["paths"][base], (method, base)
+
+
+def test_the_limits_table_states_the_bounds_of_model_py() -> None:
+    """Each bound docs/serving.md names is the value model.py declares (no re-typed numbers)."""
+    from knowledge_store import model
+
+    stated = re.findall(r"\| ([\d,]+) (MiB |[a-z ]*)\(`(MAX_\w+)`\)", DOC)
+    assert len(stated) >= 9
+    for value, unit, name in stated:
+        number = int(value.replace(",", "")) * (1024 * 1024 if unit == "MiB " else 1)
+        assert getattr(model, name) == number, name
+    light = re.search(
+        r"k ≤ (\d+), a query text of at most (\d+) characters, lists of at most\s+(\d+)", DOC
+    )
+    assert light is not None
+    assert tuple(map(int, light.groups())) == (
+        model.LIGHT_K,
+        model.LIGHT_QUERY_CHARS,
+        model.LIGHT_LIST_VALUES,
+    )

@@ -17,6 +17,7 @@ from knowledge_store.engines.base import Engine, PreparedEntity
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, embedding_key
+from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import Chunk, Entity, IngestReport
 
 __all__ = ["EMBED_BATCH", "chunk_entity", "ingest_entities"]
@@ -79,17 +80,20 @@ def ingest_entities(
     entities: Sequence[Entity],
     *,
     rejected: Sequence[Rejection] = (),
+    skipped: Sequence[Skipped] = (),
     skip_invalid: bool = False,
     progress: bool = False,
 ) -> IngestReport:
-    """Publish ``entities`` as one batch (see module docstring)."""
+    """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is."""
     if rejected and not skip_invalid:
         raise BatchRejected(list(rejected))
     existing = engine.content_hashes([e.uid for e in entities])
     changed = [e for e in entities if existing.get(e.uid) != e.content_hash]
     unchanged = len(entities) - len(changed)
     if not changed:
-        return IngestReport(engine.content_root(), 0, 0, unchanged, 0, list(rejected))
+        return IngestReport(
+            engine.content_root(), 0, 0, unchanged, 0, list(rejected), list(skipped)
+        )
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
     pending: list[_Pending] = []
@@ -126,4 +130,5 @@ def ingest_entities(
         unchanged + result.unchanged,
         0,
         list(rejected),
+        list(skipped),
     )

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_BODY_CHARS",
     "MAX_UID_CHARS",
     "RECORD_KEYS",
+    "REQUIRED_KEYS",
     "JsonProblem",
     "json_safe",
     "loads_strict",
@@ -57,6 +58,8 @@ __all__ = [
 ]
 
 RECORD_KEYS: tuple[str, ...] = (*ENTITY_FIELDS, "edges", "acl")
+#: Keys every record has (``acl`` too, unless the ingest gives an ``--acl`` default).
+REQUIRED_KEYS: tuple[str, ...] = ("uid", "type", "title", "body")
 EDGE_KEYS: tuple[str, ...] = ("label", "to", "position")
 _RECORD_KEY_SET = frozenset(RECORD_KEYS)
 _LABEL_SET = frozenset(LABELS)

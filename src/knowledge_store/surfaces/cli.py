@@ -17,11 +17,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.ingest.records import JsonProblem, loads_strict
 from knowledge_store.model import ChunkHits, Filters, SearchAnswer
+from knowledge_store.surfaces.terminal import safe, strip_controls
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -142,13 +144,14 @@ def _fail(exc: KnowledgeStoreError, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
     else:
-        err.print(f"[bold red]error[/] ({exc.code}): {exc.message}", markup=True)
+        err.print(f"[bold red]error[/] ({exc.code}): {safe(exc.message)}", markup=True)
     raise typer.Exit(exc.exit_status)
 
 
 def _snippet(text: str, width: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    """One line of at most ``width`` characters, safe for rich."""
+    flat = " ".join(strip_controls(text).split())
+    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
 def _show_chunk_hits(answer: ChunkHits, explain: bool) -> None:
@@ -156,12 +159,12 @@ def _show_chunk_hits(answer: ChunkHits, explain: bool) -> None:
     for col in ("#", "score", "uid", "title / heading", "text"):
         table.add_column(col, overflow="fold")
     for h in answer.hits:
-        heading = " › ".join(h.heading) if h.heading else ""
+        heading = safe(" › ".join(h.heading)) if h.heading else ""
         table.add_row(
             str(h.rank),
             f"{h.score:.3f}",
-            h.uid,
-            h.title + (f"\n[dim]{heading}[/]" if heading else ""),
+            safe(h.uid),
+            safe(h.title) + (f"\n[dim]{heading}[/]" if heading else ""),
             _snippet(h.text),
         )
     out.print(table)
@@ -175,12 +178,15 @@ def _show_chunk_hits(answer: ChunkHits, explain: bool) -> None:
 
 def _show_search(answer: SearchAnswer, explain: bool) -> None:
     for i, r in enumerate(answer.results, start=1):
-        ranks = " ".join(f"{k}={v}" for k, v in r.ranks.items() if v is not None)
-        out.print(f"[bold]{i}. {r.title}[/]  [dim]{r.uid} · {r.type} · {r.score:.4f} · {ranks}[/]")
+        ranks = safe(" ".join(f"{k}={v}" for k, v in r.ranks.items() if v is not None))
+        out.print(
+            f"[bold]{i}. {safe(r.title)}[/]  [dim]{safe(r.uid)} · {safe(r.type)}"
+            f" · {r.score:.4f} · {ranks}[/]"
+        )
         if r.superseded_by:
-            out.print(f"   [yellow]superseded by {r.superseded_by}[/]")
+            out.print(f"   [yellow]superseded by {safe(r.superseded_by)}[/]")
         for ev in r.evidence[:1]:
-            heading = " › ".join(ev.heading)
+            heading = safe(" › ".join(ev.heading))
             out.print(f"   [dim]{heading}[/]" if heading else "", end="\n" if heading else "")
             out.print(f"   {_snippet(ev.text)}")
     if answer.vector is not None:
@@ -227,12 +233,15 @@ def ingest(
             )
 
     def show(report: Any) -> None:
+        skipped = f" · skipped {len(report.skipped)}" if report.skipped else ""
         out.print(
             f"added {report.added} · updated {report.updated} · unchanged {report.unchanged}"
-            f" · deleted {report.deleted} · rejected {len(report.rejected)}"
+            f" · deleted {report.deleted} · rejected {len(report.rejected)}{skipped}"
         )
         for r in report.rejected:
-            err.print(f"[yellow]rejected[/] {r.describe()}")
+            err.print(f"[yellow]rejected[/] {safe(r.describe())}")
+        for s in report.skipped:
+            err.print(f"[yellow]skipped[/] {safe(s.path)}: {safe(s.reason)}")
         out.print(f"[dim]content root {report.content_root}[/]")
 
     _run(as_json, action, show)
@@ -248,7 +257,11 @@ def delete(
         with _store() as store:
             return {"content_root": store.delete(uids), "deleted": len(set(uids))}
 
-    _run(as_json, action, lambda r: out.print(f"deleted {r['deleted']} · root {r['content_root']}"))
+    _run(
+        as_json,
+        action,
+        lambda r: out.print(f"deleted {r['deleted']} · root {safe(r['content_root'])}"),
+    )
 
 
 @app.command()
@@ -477,8 +490,8 @@ def stats(as_json: JsonOpt = False) -> None:
             "dimension",
             "is_empty",
         ):
-            out.print(f"{key:>13}  {d[key]}")
-        out.print(f"{'edges':>13}  " + ", ".join(f"{k}={v}" for k, v in d["edges"].items()))
+            out.print(f"{key:>13}  {safe(d[key])}")
+        out.print(f"{'edges':>13}  " + safe(", ".join(f"{k}={v}" for k, v in d["edges"].items())))
 
     _run(as_json, action, show)
 
@@ -591,7 +604,7 @@ def acl_grant(uid: str, principal: str, as_json: JsonOpt = False) -> None:
         with _store() as store:
             return {"content_root": store.grant(uid, principal), "acl": list(store.acl_show(uid))}
 
-    _run(as_json, action, lambda r: out.print(f"{uid}: {', '.join(r['acl'])}"))
+    _run(as_json, action, lambda r: out.print(safe(f"{uid}: {', '.join(r['acl'])}")))
 
 
 @acl_app.command("revoke")
@@ -602,7 +615,7 @@ def acl_revoke(uid: str, principal: str, as_json: JsonOpt = False) -> None:
         with _store() as store:
             return {"content_root": store.revoke(uid, principal), "acl": list(store.acl_show(uid))}
 
-    _run(as_json, action, lambda r: out.print(f"{uid}: {', '.join(r['acl']) or '(nobody)'}"))
+    _run(as_json, action, lambda r: out.print(safe(f"{uid}: {', '.join(r['acl']) or '(nobody)'}")))
 
 
 @acl_app.command("show")
@@ -613,7 +626,7 @@ def acl_show(uid: str, as_json: JsonOpt = False) -> None:
         with _store() as store:
             return {"uid": uid, "acl": list(store.acl_show(uid))}
 
-    _run(as_json, action, lambda r: out.print(f"{uid}: {', '.join(r['acl']) or '(nobody)'}"))
+    _run(as_json, action, lambda r: out.print(safe(f"{uid}: {', '.join(r['acl']) or '(nobody)'}")))
 
 
 @acl_app.command("explain")
@@ -626,7 +639,7 @@ def acl_explain(principal: str, uid: str, as_json: JsonOpt = False) -> None:
 
     def show(e: Any) -> None:
         verdict = "[green]can read[/]" if e.allowed else "[red]cannot read[/]"
-        out.print(f"{e.principal} {verdict} {e.uid}: {e.reason}")
+        out.print(f"{safe(e.principal)} {verdict} {safe(e.uid)}: {safe(e.reason)}")
 
     _run(as_json, action, show)
 
@@ -640,7 +653,7 @@ def principals_add(group: str, member: str, as_json: JsonOpt = False) -> None:
             store.add_member(group, member)
             return store.principal_show(member)
 
-    _run(as_json, action, lambda p: out.print(f"{member} is now in {group}"))
+    _run(as_json, action, lambda p: out.print(safe(f"{member} is now in {group}")))
 
 
 @principals_app.command("remove-member")
@@ -652,7 +665,7 @@ def principals_remove(group: str, member: str, as_json: JsonOpt = False) -> None
             store.remove_member(group, member)
             return store.principal_show(member)
 
-    _run(as_json, action, lambda p: out.print(f"{member} is no longer in {group}"))
+    _run(as_json, action, lambda p: out.print(safe(f"{member} is no longer in {group}")))
 
 
 @principals_app.command("show")
@@ -664,11 +677,11 @@ def principals_show(principal: str, as_json: JsonOpt = False) -> None:
             return store.principal_show(principal)
 
     def show(p: Any) -> None:
-        out.print(f"{p.principal}")
-        out.print(f"  direct groups:    {', '.join(p.direct_groups) or '-'}")
-        out.print(f"  inherited groups: {', '.join(p.inherited_groups) or '-'}")
+        out.print(safe(p.principal))
+        out.print(safe(f"  direct groups:    {', '.join(p.direct_groups) or '-'}"))
+        out.print(safe(f"  inherited groups: {', '.join(p.inherited_groups) or '-'}"))
         if p.members:
-            out.print(f"  members:          {', '.join(p.members)}")
+            out.print(safe(f"  members:          {', '.join(p.members)}"))
 
     _run(as_json, action, show)
 

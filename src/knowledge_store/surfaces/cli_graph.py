@@ -11,6 +11,7 @@ from rich.table import Table
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import GraphHits, QueryAnswer
+from knowledge_store.surfaces.terminal import safe
 
 __all__ = ["parse_params", "show_graph", "show_query"]
 
@@ -47,7 +48,15 @@ def show_graph(out: Console, answer: GraphHits) -> None:
     for col in ("#", "hops", "paths", "uid", "title", "type", "path"):
         table.add_column(col, overflow="fold")
     for h in answer.hits:
-        table.add_row(str(h.rank), str(h.hops), str(h.paths), h.uid, h.title, h.type, _path(h.path))
+        table.add_row(
+            str(h.rank),
+            str(h.hops),
+            str(h.paths),
+            safe(h.uid),
+            safe(h.title),
+            safe(h.type),
+            safe(_path(h.path)),
+        )
     out.print(table)
     capped = " · fan-out capped" if answer.capped else ""
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.hits)} hits{capped}[/]")
@@ -64,9 +73,9 @@ def _cell(value: Any) -> str:
 def show_query(out: Console, answer: QueryAnswer) -> None:
     table = Table(box=None, pad_edge=False)
     for col in answer.columns:
-        table.add_column(col, overflow="fold")
+        table.add_column(safe(col), overflow="fold")
     for row in answer.rows:
-        table.add_row(*(_cell(v) for v in row))
+        table.add_row(*(safe(_cell(v)) for v in row))
     out.print(table)
     more = (
         " · truncated: more rows matched (raise LIMIT ≤ 1000 or page with SKIP)"

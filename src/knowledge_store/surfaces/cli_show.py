@@ -1,4 +1,7 @@
-"""Readable CLI output for ``search --explain``, ``sql`` and ``aggregate`` (rich tables)."""
+"""Readable CLI output for ``search --explain``, ``sql`` and ``aggregate`` (rich tables).
+
+Every value that came from data goes through :func:`~.terminal.safe`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from knowledge_store.model import AggregateAnswer, SearchAnswer, SqlHits
+from knowledge_store.surfaces.terminal import safe
 
 __all__ = ["show_aggregate", "show_search_explain", "show_sql"]
 
@@ -29,8 +33,8 @@ def show_search_explain(out: Console, answer: SearchAnswer) -> None:
         row = [str(i + 1)]
         for name in names:
             items = lists[name] or []
-            row.append(items[i] if i < len(items) else "")
-        row.append(fused[i] if i < len(fused) else "")
+            row.append(safe(items[i]) if i < len(items) else "")
+        row.append(safe(fused[i]) if i < len(fused) else "")
         table.add_row(*row)
     out.print(table)
     skipped = [name for name in lists if lists[name] is None]
@@ -38,7 +42,7 @@ def show_search_explain(out: Console, answer: SearchAnswer) -> None:
         out.print(f"[dim]not run for this request: {', '.join(skipped)}[/]")
     seeds = explain.get("seeds", [])
     if seeds:
-        out.print(f"[dim]expand stage seeded with {len(seeds)}: {', '.join(seeds)}[/]")
+        out.print(f"[dim]expand stage seeded with {len(seeds)}: {safe(', '.join(seeds))}[/]")
     ms = explain.get("ms", {})
     if ms:
         out.print(
@@ -53,13 +57,18 @@ def show_sql(out: Console, answer: SqlHits) -> None:
     for h in answer.hits:
         table.add_row(
             str(h.rank),
-            h.uid,
-            h.title,
-            h.type,
-            h.source,
-            h.status,
-            h.created_at or "",
-            h.updated_at or "",
+            *(
+                safe(value or "")
+                for value in (
+                    h.uid,
+                    h.title,
+                    h.type,
+                    h.source,
+                    h.status,
+                    h.created_at,
+                    h.updated_at,
+                )
+            ),
         )
     out.print(table)
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.hits)} hits[/]")
@@ -70,6 +79,7 @@ def show_aggregate(out: Console, answer: AggregateAnswer) -> None:
     table.add_column(answer.dimension or "total")
     table.add_column(answer.metric, justify="right")
     for key, value in answer.rows:
-        table.add_row("(null)" if key is None and answer.dimension else key or "", str(value))
+        shown = "(null)" if key is None and answer.dimension else safe(key or "")
+        table.add_row(shown, str(value))
     out.print(table)
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.rows)} rows[/]")

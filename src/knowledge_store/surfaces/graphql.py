@@ -6,17 +6,21 @@ caller; administration stays on REST. A store error becomes a GraphQL error
 whose ``extensions`` are the one error shape's ``{"code", "message",
 "details"}`` — an entity the caller can't read gives exactly the error of one
 that doesn't exist. Free-form values (attributes, query_graph rows, tool
-outputs without a fixed shape) are the ``JSON`` scalar.
+outputs without a fixed shape) are the ``JSON`` scalar. A document over the
+bounds of :mod:`.graphql_limits` (tokens, depth, aliases, top-level fields) is
+refused before anything runs, and the store calls of one request run one
+after another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 import strawberry
 from fastapi import Depends
-from graphql import GraphQLError
+from graphql import FieldNode, GraphQLError
 from strawberry.fastapi import GraphQLRouter
 from strawberry.scalars import JSON
 from strawberry.types import ExecutionContext, Info
@@ -24,10 +28,12 @@ from strawberry.types import ExecutionContext, Info
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.graphql_limits import RequestBounds
 from knowledge_store.surfaces.knowledge_tools import DOCS_TOOLS
 from knowledge_store.surfaces.rest import capabilities_of, stats_of
 from knowledge_store.surfaces.tools import SearchArgs
 from knowledge_store.surfaces.web import AnyCaller, Service, service
+from knowledge_store.surfaces.workers import is_heavy
 
 __all__ = ["graphql_router", "schema"]
 
@@ -35,12 +41,32 @@ T = TypeVar("T")
 Ctx = Info[dict[str, Any], None]
 
 
-async def _run(info: Ctx, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def _run(
+    info: Ctx,
+    fn: Callable[..., T],
+    /,
+    *args: Any,
+    weight: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> T:
+    """Run one store call of this request — after the request's previous one has finished.
+
+    It runs in the heavy lane (``workers``) when the document asks for several
+    store calls or when ``weight`` (the field's size arguments) says so.
+    """
     svc: Service = info.context["service"]
+    heavy = _several_calls(info) or is_heavy(info.python_name, weight)
     try:
-        return await svc.run(fn, *args, **kwargs)
+        async with info.context["one_at_a_time"]:
+            return await svc.run(fn, *args, heavy=heavy, **kwargs)
     except KnowledgeStoreError as exc:
         raise GraphQLError(exc.message, extensions=exc.to_dict()["error"]) from None
+
+
+def _several_calls(info: Ctx) -> bool:
+    """Whether the operation may ask for more than one top-level field (fragments: maybe)."""
+    selections = info.operation.selection_set.selections
+    return len(selections) > 1 or not isinstance(selections[0], FieldNode)
 
 
 def _who(info: Ctx) -> Caller:
@@ -298,6 +324,7 @@ async def _search(
         k=_limit_k(k),
         filters=_f(filters),
         mode=mode,
+        weight={"query": query, "k": k, "filters": _f(filters)},
     )
     return _search_answer(answer.to_dict())
 
@@ -307,7 +334,12 @@ async def _docs_search(
 ) -> SearchAnswer:
     args = await _run(info, _search_args, query, k, _f(filters))
     out = await _run(
-        info, DOCS_TOOLS["docs_search"].function, _store(info), _who(info).identity, args
+        info,
+        DOCS_TOOLS["docs_search"].function,
+        _store(info),
+        _who(info).identity,
+        args,
+        weight=args.model_dump(),
     )
     return _search_answer(out)
 
@@ -322,6 +354,7 @@ async def _code_sample_search(
         _store(info),
         _who(info).identity,
         args,
+        weight=args.model_dump(),
     )
     return JSON(out)
 
@@ -336,6 +369,7 @@ async def _lexical(
         identity=_who(info).identity,
         k=_limit_k(k),
         filters=_coerce(filters),
+        weight={"query": query, "k": k, "filters": _f(filters)},
     )
     return _chunk_hits(answer.to_dict())
 
@@ -350,6 +384,7 @@ async def _vector(
         identity=_who(info).identity,
         k=_limit_k(k),
         filters=_coerce(filters),
+        weight={"query": query, "k": k, "filters": _f(filters)},
     )
     return _chunk_hits(answer.to_dict())
 
@@ -371,6 +406,7 @@ async def _graph(
         labels=labels or (),
         direction=direction,
         k=_limit_k(k),
+        weight={"starts": starts, "depth": depth, "labels": labels, "k": k},
     )
     d = answer.to_dict()
     return GraphHits(
@@ -393,6 +429,7 @@ async def _sql(
         identity=_who(info).identity,
         order=order,
         k=_limit_k(k, 1000),
+        weight={"k": k, "filters": _f(filters)},
     )
     d = answer.to_dict()
     return SqlHits(content_root=d["content_root"], hits=[SqlHit(**h) for h in d["hits"]])
@@ -411,6 +448,7 @@ async def _aggregate(
         dimension,
         identity=_who(info).identity,
         filters=_f(filters),
+        weight={"filters": _f(filters)},
     )
     d = answer.to_dict()
     return AggregateAnswer(
@@ -452,6 +490,7 @@ async def _related(
         depth=depth,
         labels=labels or (),
         k=_limit_k(k),
+        weight={"depth": depth, "labels": labels, "k": k},
     )
     return JSON(out.to_dict())
 
@@ -464,7 +503,14 @@ async def _learning_path(info: Ctx, uid: str) -> JSON:
 
 
 async def _resolve_xref(info: Ctx, ref: str) -> JSON:
-    out = await _run(info, docs_tools.resolve_xref, _store(info), ref, identity=_who(info).identity)
+    out = await _run(
+        info,
+        docs_tools.resolve_xref,
+        _store(info),
+        ref,
+        identity=_who(info).identity,
+        weight={"ref": ref},
+    )
     return JSON(out.to_dict())
 
 
@@ -560,11 +606,11 @@ class _Schema(strawberry.Schema):
         super().process_errors(unexpected, execution_context)
 
 
-schema = _Schema(query=Query)
+schema = _Schema(query=Query, extensions=[RequestBounds])
 
 
 async def _context(svc: Annotated[Service, Depends(service)], who: AnyCaller) -> dict[str, Any]:
-    return {"service": svc, "caller": who}
+    return {"service": svc, "caller": who, "one_at_a_time": asyncio.Lock()}
 
 
 def graphql_router() -> GraphQLRouter[dict[str, Any], None]:

@@ -8,7 +8,9 @@ The rule (DESIGN §6): while the store holds no chunk at all (``is_empty``, a
 global figure, not per identity) the knowledge tools are left out; they
 appear with the first accepted chunk — no restart — and disappear again when
 the last chunk is deleted. Administration tools (``ingest_records``,
-``delete_entities``) are shown to administrators only, empty store or not.
+``delete_entities``) are shown to administrators only, empty store or not;
+called without the admin scope they answer ``forbidden`` (403) on every surface,
+like the administration endpoints.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.surfaces.auth import AuthError
 from knowledge_store.surfaces.knowledge_tools import ADMIN_TOOLS, DOCS_TOOLS
 from knowledge_store.surfaces.tools import TOOLS, Tool
 
@@ -50,9 +53,8 @@ def visible_tools(store: KnowledgeStore, *, admin: bool = False) -> list[ToolSpe
 def resolve_tool(store: KnowledgeStore, name: str, *, admin: bool = False) -> ToolSpec:
     """The tool ``name`` if the caller may call it now; else an error a model can act on."""
     if name in ADMIN_TOOLS and not admin:
-        raise InvalidRequest(
-            f"tool {name!r} needs the admin scope; call one of the listed tools",
-            tool=name,
+        raise AuthError(
+            403, f"tool {name!r} administers the store; it needs a token with the admin scope"
         )
     if name in KNOWLEDGE_TOOLS and store.is_empty:
         raise InvalidRequest(

@@ -9,6 +9,8 @@
     /, /entity/{uid}  the search page                          surfaces.page
     /healthz          liveness (no auth, no data)
 
+Every request body is bounded before anything reads it (:mod:`.limits`: 413);
+store calls run in the worker lanes of :mod:`.workers`, never on the event loop.
 One service layer (every route calls :class:`~knowledge_store.store.KnowledgeStore`),
 one identity rule (:mod:`.auth`), one JSON error shape everywhere —
 ``{"error": {"code", "message", "details"}}`` with the error's HTTP status,
@@ -31,20 +33,17 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from knowledge_store.errors import (
-    BoundExceeded,
     InputError,
     InvalidRequest,
     KnowledgeStoreError,
     NotFound,
     StoreError,
-    UnknownField,
-    UnknownLabel,
 )
-from knowledge_store.model import LABELS
-from knowledge_store.retrieval.filters import FILTER_NAMES
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, TokenTable
+from knowledge_store.surfaces.limits import BodyLimit
 from knowledge_store.surfaces.mcp import create_mcp_server, mcp_http_app
+from knowledge_store.surfaces.tools import argument_error
 from knowledge_store.surfaces.web import Service, error_response
 
 __all__ = ["create_app", "validation_error"]
@@ -107,6 +106,7 @@ def create_app(
     _install_error_handlers(app)
     if allowed_hosts:
         app.add_middleware(_HostCheck, allowed=list(allowed_hosts))
+    app.add_middleware(BodyLimit)  # the last added runs first: bodies are bounded before all else
     return app
 
 
@@ -157,38 +157,7 @@ def validation_error(problems: list[Any]) -> InputError:
     for problem in problems:
         loc = [str(p) for p in problem.get("loc", ()) if p not in ("body", "query", "path")]
         cleaned.append({**problem, "loc": loc})
-    for problem in cleaned:
-        loc, kind = problem["loc"], problem.get("type")
-        if kind == "extra_forbidden" and len(loc) == 2 and loc[0] == "filters":
-            return UnknownField(
-                f"unknown filter {loc[1]!r}; filter on one of: {', '.join(FILTER_NAMES)}",
-                field=loc[1],
-                allowed=list(FILTER_NAMES),
-            )
-        if kind == "literal_error" and loc[:1] == ["labels"]:
-            return UnknownLabel(
-                f"unknown edge label {problem.get('input')!r}; use one of: {', '.join(LABELS)}",
-                label=str(problem.get("input")),
-                allowed=list(LABELS),
-            )
-        if kind in ("less_than_equal", "greater_than_equal") and loc == ["depth"]:
-            return BoundExceeded(
-                f"depth {problem.get('input')!r} is outside the bound 1–3; use 1, 2 or 3",
-                field="depth",
-                minimum=1,
-                maximum=3,
-            )
-    parts = []
-    for problem in cleaned[:5]:
-        where = ".".join(problem["loc"]) or "the request body"
-        parts.append(f"{where}: {problem.get('msg', 'invalid')}")
-    return InvalidRequest(
-        "invalid request — " + "; ".join(parts),
-        errors=[
-            {"loc": p["loc"], "message": str(p.get("msg", "")), "type": str(p.get("type", ""))}
-            for p in cleaned
-        ],
-    )
+    return argument_error(cleaned)
 
 
 class _HostCheck:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import Identity
+from knowledge_store.model import MAX_ACL_PRINCIPALS, Identity
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.tools import (
     FilterArgs,
@@ -100,7 +100,9 @@ class IngestArgs(_Args):
         " updated_at, href, attributes, edges: [{label, to, position}], acl: [...]}",
     )
     acl: list[str] = Field(
-        default_factory=list, description="default ACL for records without an acl key"
+        default_factory=list,
+        max_length=MAX_ACL_PRINCIPALS,
+        description="default ACL for records without an acl key",
     )
     skip_invalid: bool = Field(False, description="publish the good records, report the bad")
 

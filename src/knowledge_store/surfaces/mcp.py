@@ -51,7 +51,7 @@ from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
 from knowledge_store.surfaces.harness import ADMIN_TOOLS, input_schema, resolve_tool, visible_tools
-from knowledge_store.surfaces.workers import run_store
+from knowledge_store.surfaces.workers import is_heavy, run_store
 
 __all__ = [
     "CALLER_SCOPE_KEY",
@@ -230,10 +230,11 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
     ) -> types.CallToolResult:
         caller = self.caller_of(ctx)
         try:
-            out = await _in_thread(
-                partial(call_as, self.store, caller, params.name, params.arguments)
+            out = await run_store(
+                partial(call_as, self.store, caller, params.name, params.arguments),
+                heavy=is_heavy(params.name, params.arguments),
             )
-        except KnowledgeStoreError as exc:
+        except (KnowledgeStoreError, AuthError) as exc:
             return tool_error(exc)
         except Exception as exc:  # a bug: still a tool error, with the one error shape
             log.exception("tool %s failed", params.name)
@@ -254,7 +255,7 @@ def call_as(
     return tool.call(store, caller.identity, arguments)
 
 
-def tool_error(exc: KnowledgeStoreError) -> types.CallToolResult:
+def tool_error(exc: KnowledgeStoreError | AuthError) -> types.CallToolResult:
     """A tool execution error: the message for the model, the error shape as structured content."""
     return types.CallToolResult(
         content=[types.TextContent(text=exc.message)],

@@ -9,30 +9,35 @@ results; the entity page shows the content API's answer with its related
 entities and its place in a learning path.
 
 Identity: the same rules as the API. A browser can't send a bearer header on
-a navigation, so the page also takes the token from the ``ks_token`` cookie,
-which ``?token=…`` sets (then redirects the token out of the URL). With
-``--anonymous`` a visitor without a token is ``everyone``.
+a navigation, so the page also takes the token from the ``ks_token`` cookie
+(HttpOnly, SameSite=Strict), which the sign-in form sets: it POSTs the token
+to ``/signin`` — the token never travels in a URL, so it is never written to
+an access log, a browser history or a Referer. A ``?token=…`` in a URL is
+refused, not used. With ``--anonymous`` a visitor without a token is ``everyone``.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import re
 from importlib.resources import files
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markdown_it import MarkdownIt
 
+from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
-from knowledge_store.model import LIST_NAMES
+from knowledge_store.model import LIST_NAMES, Filters, Result, SearchAnswer
 from knowledge_store.retrieval import docs_tools
+from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
+from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
+from knowledge_store.surfaces.workers import is_heavy
 
-__all__ = ["COOKIE", "router"]
+__all__ = ["COOKIE", "VECTOR_FLOOR", "router"]
 
 COOKIE = "ks_token"
 _CSP = (
@@ -41,7 +46,11 @@ _CSP = (
 )
 _STATIC = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
-_WORD = re.compile(r"[\w][\w.:-]{2,}", re.U)
+#: Below this cosine similarity, a result that only the vector list found is marked as a
+#: weak match. bench/vector_floor.py on the postgres-docs set (1,500 queries, MiniLM):
+#: 3.0 % of the relevant best hits fall below 0.30 (5.8 % below 0.35, 9.8 % below 0.40);
+#: queries about nothing in the store (kubernetes, sourdough) top out at 0.19–0.24.
+VECTOR_FLOOR = 0.30
 
 router = APIRouter(include_in_schema=False)
 e = html.escape
@@ -78,70 +87,79 @@ def _page(title: str, body: str, *, status: int = 200, who: Caller | None = None
     )
 
 
-def _sign_in(request: Request, exc: AuthError) -> HTMLResponse:
+def _sign_in(request: Request, message: str, status: int) -> HTMLResponse:
+    back = _local_target(request.url.path, _without_token(request))
     body = f"""<section class="card narrow"><h1>Sign in</h1>
-<p class="muted">{e(exc.message)}</p>
-<form method="get" action="{e(request.url.path)}" class="signin">
+<p class="muted">{e(message)}</p>
+<form method="post" action="/signin" class="signin">
+<input type="hidden" name="next" value="{e(back)}">
 <label for="token">Token</label>
 <input id="token" name="token" type="password" autocomplete="off" required>
 <button type="submit">Continue</button></form></section>"""
-    return _page("Sign in", body, status=exc.status)
+    return _page("Sign in", body, status=status)
 
 
-def _with_token(request: Request, svc: Service) -> Response | None:
-    """``?token=…``: check it, keep it in a cookie, redirect it out of the URL."""
-    token = request.query_params.get("token")
-    if token is None:
+def _without_token(request: Request) -> str:
+    """The request's query string without any ``token`` parameter."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    return urlencode(kept)
+
+
+def _local_target(path: str, query: str = "") -> str:
+    """A path on this server to go back to (never another origin: no open redirect)."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        path = "/"
+    return path + (f"?{query}" if query else "")
+
+
+def _refuse_token_in_url(request: Request) -> Response | None:
+    """A ``?token=…`` is refused: a token in a URL ends up in logs, history and Referer."""
+    if "token" not in request.query_params:
         return None
+    return _sign_in(
+        request,
+        "A token in the address is not accepted (it would be written to logs and the browser"
+        " history); sign in with this form instead.",
+        400,
+    )
+
+
+@router.post("/signin")
+async def sign_in(request: Request) -> Response:
+    """The sign-in form: check the token, keep it in an HttpOnly SameSite=Strict cookie."""
+    svc = service(request)
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+        return _sign_in(request, "Sign in from this server's own page.", 403)
+    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    token = (form.get("token") or [""])[0].strip()
+    path, _, query = (form.get("next") or ["/"])[0].partition("?")
+    target = _local_target(path, query)
     try:
-        svc.tokens.resolve(token)
+        svc.tokens.resolve(token or None)
     except AuthError as exc:
-        return _sign_in(request, exc)
-    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-    target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+        return _sign_in(request, exc.message, exc.status)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+    response.set_cookie(
+        COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 
 # -- small renderers --------------------------------------------------------------------------------
 def _entity_link(uid: str, title: str | None = None) -> str:
-    return f'<a href="/entity/{quote(uid, safe="")}">{e(title or uid)}</a>'
-
-
-def _terms(query: str) -> list[str]:
-    return sorted({w.lower() for w in _WORD.findall(query)}, key=len, reverse=True)[:12]
-
-
-def _highlight(text: str, terms: list[str]) -> str:
-    if not terms:
-        return e(text)
-    pattern = re.compile("(" + "|".join(re.escape(t) for t in terms) + ")", re.I)
-    return "".join(
-        f"<mark>{e(part)}</mark>" if i % 2 else e(part)
-        for i, part in enumerate(pattern.split(text))
-    )
-
-
-_NOISE = re.compile(r"^\s*(#{1,6}\s.*|`{3,}.*|~{3,}.*)$", re.M)
-
-
-def _snippet(text: str, terms: list[str], width: int = 320) -> str:
-    flat = " ".join(_NOISE.sub(" ", text).split()) or " ".join(text.split())
-    lower = flat.lower()
-    hits = [lower.find(t) for t in terms if t in lower]
-    start = max(0, min(hits) - width // 3) if hits else 0
-    piece = flat[start : start + width]
-    return (
-        ("…" if start else "")
-        + _highlight(piece, terms)
-        + ("…" if start + width < len(flat) else "")
-    )
+    shown = inline_html(title) if title else e(uid)
+    return f'<a href="/entity/{quote(uid, safe="")}">{shown}</a>'
 
 
 def _heading(heading: list[str], title: str) -> str:
     path = [h for h in heading if h and h != title]
-    return " › ".join(e(h) for h in path)
+    return " › ".join(inline_html(h) for h in path)
 
 
 def _ranks(ranks: dict[str, int | None]) -> str:
@@ -165,6 +183,80 @@ def _options(rows: list[tuple[str | None, int]], chosen: list[str]) -> str:
         selected = " selected" if key in chosen else ""
         out.append(f'<option value="{e(key)}"{selected}>{e(key)} ({count})</option>')
     return "".join(out)
+
+
+# -- results ------------------------------------------------------------------------------------------
+def _vector_only_similarity(
+    store: KnowledgeStore, who: Caller, q: str, answer: SearchAnswer
+) -> dict[str, float]:
+    """uid → best chunk cosine, for the results that only the vector list found."""
+    uids = [
+        r.uid
+        for r in answer.results
+        if r.ranks.get("lexical") is None and r.ranks.get("vector") is not None
+    ]
+    if not q or not uids:
+        return {}
+    hits = store.vector(q, identity=who.identity, k=200, filters=Filters(uids=tuple(uids)))
+    best: dict[str, float] = {}
+    for hit in hits.hits:
+        best.setdefault(hit.uid, hit.score)
+    return {uid: best.get(uid, -1.0) for uid in uids}
+
+
+def _passage(heading: str, text: str, terms: QueryTerms) -> str:
+    shown = f'<div class="heading">{heading}</div>' if heading else ""
+    return shown + f'<p class="snippet">{snippet_html(text, terms)}</p>'
+
+
+def _result_card(n: int, r: Result, terms: QueryTerms, similarity: float | None) -> str:
+    """One result; ``similarity`` is set when only the vector list found it."""
+    evidence = ""
+    if r.evidence:
+        first, *rest = r.evidence
+        evidence = _passage(_heading(list(first.heading), r.title), first.text, terms)
+        if rest:
+            more = "".join(
+                _passage(_heading(list(ev.heading), r.title), ev.text, terms) for ev in rest
+            )
+            evidence += (
+                f"<details><summary>{len(rest)} more passage{'s' if len(rest) > 1 else ''}"
+                f"</summary>{more}</details>"
+            )
+    superseded = (
+        f'<span class="superseded">superseded by {_entity_link(r.superseded_by)}</span>'
+        if r.superseded_by
+        else ""
+    )
+    weak = similarity is not None and similarity < VECTOR_FLOOR
+    marker = (
+        f'<span class="weak" title="found by meaning only, cosine {similarity:.2f}'
+        f' below {VECTOR_FLOOR:.2f}">weak match</span>'
+        if weak and similarity is not None
+        else ""
+    )
+    return f"""<li class="result{" weak-result" if weak else ""}"><div class="line"><span class="n">{n}</span>
+<h3>{_entity_link(r.uid, r.title)}</h3><span class="type">{e(r.type)}</span>{superseded}{marker}</div>
+<div class="uid">{e(r.uid)}</div>{evidence}
+<div class="why"><span class="label">why it is here</span>{_ranks(dict(r.ranks))}
+<span class="score">score {r.score:.4f}</span></div></li>"""
+
+
+def _notice(q: str, answer: SearchAnswer, similarity: dict[str, float]) -> str:
+    """What the page says above the results when the words matched nothing, or little did."""
+    if not q or not answer.results:
+        return ""
+    if any(r.ranks.get("lexical") is not None for r in answer.results):
+        return ""
+    if similarity and all(s < VECTOR_FLOOR for s in similarity.values()):
+        return (
+            '<p class="notice">No result contains the words of your query, and none is close'
+            " in meaning: these are only the least distant. Try other words.</p>"
+        )
+    return (
+        '<p class="notice">No result contains the words of your query; these are the'
+        " nearest in meaning.</p>"
+    )
 
 
 # -- the search page --------------------------------------------------------------------------------
@@ -204,38 +296,12 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
             + f'<section class="card"><h2>Recently updated</h2><ul class="plain">{items}</ul></section>'
         )
     answer = store.search(q or None, identity=who.identity, k=10, filters=filters)
-    terms = _terms(q)
-    cards = []
-    for n, r in enumerate(answer.results, start=1):
-        evidence = ""
-        if r.evidence:
-            first = r.evidence[0]
-            heading = _heading(list(first.heading), r.title)
-            evidence = (
-                f'<div class="heading">{heading}</div>' if heading else ""
-            ) + f'<p class="snippet">{_snippet(first.text, terms)}</p>'
-            if len(r.evidence) > 1:
-                more = "".join(
-                    f'<div class="heading">{_heading(list(ev.heading), r.title)}</div>'
-                    f'<p class="snippet">{_snippet(ev.text, terms)}</p>'
-                    for ev in r.evidence[1:]
-                )
-                evidence += (
-                    f"<details><summary>{len(r.evidence) - 1} more passage"
-                    f"{'s' if len(r.evidence) > 2 else ''}</summary>{more}</details>"
-                )
-        superseded = (
-            f'<span class="superseded">superseded by {_entity_link(r.superseded_by)}</span>'
-            if r.superseded_by
-            else ""
-        )
-        cards.append(
-            f"""<li class="result"><div class="line"><span class="n">{n}</span>
-<h3>{_entity_link(r.uid, r.title)}</h3><span class="type">{e(r.type)}</span>{superseded}</div>
-<div class="uid">{e(r.uid)}</div>{evidence}
-<div class="why"><span class="label">why it is here</span>{_ranks(dict(r.ranks))}
-<span class="score">score {r.score:.4f}</span></div></li>"""
-        )
+    terms = ANALYZERS.query_terms(q)
+    similarity = _vector_only_similarity(store, who, q, answer)
+    cards = [
+        _result_card(n, r, terms, similarity.get(r.uid))
+        for n, r in enumerate(answer.results, start=1)
+    ]
     facets = ""
     if answer.results:
         found = docs_tools.graph_facets(
@@ -261,22 +327,26 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
         f'<p class="muted summary">{len(answer.results)} results · fusion {e(answer.mode)}'
         f" · content root <code>{e(answer.content_root[:12])}</code></p>"
     )
-    return form + f'<div class="columns"><section>{summary}{listing}</section>{facets}</div>'
+    notice = _notice(q, answer, similarity)
+    return (
+        form + f'<div class="columns"><section>{summary}{notice}{listing}</section>{facets}</div>'
+    )
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def search_page(request: Request) -> Response:
     svc = service(request)
-    redirect = _with_token(request, svc)
-    if redirect is not None:
-        return redirect
+    refused = _refuse_token_in_url(request)
+    if refused is not None:
+        return refused
     try:
         who = _caller(request, svc)
     except AuthError as exc:
-        return _sign_in(request, exc)
+        return _sign_in(request, exc.message, exc.status)
     q = request.query_params.get("q") or ""
     try:
-        body = await svc.run(_search_html, svc, who, request)
+        heavy = is_heavy("search", {"query": request.query_params.get("q", "")})
+        body = await svc.run(_search_html, svc, who, request, heavy=heavy)
     except KnowledgeStoreError as exc:
         body = f'<p class="error">{e(exc.message)}</p>'
         return _page("Search", body, status=exc.http_status, who=who)
@@ -365,26 +435,26 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
         for x in group
     )
     page = f"""<article class="entity"><p class="crumbs"><a href="/">search</a></p>
-<h1>{e(entity["title"])} <span class="type">{e(entity["type"])}</span></h1>{banner}
+<h1>{inline_html(entity["title"])} <span class="type">{e(entity["type"])}</span></h1>{banner}
 <div class="columns"><section><div class="card body">{body_html}</div>
 <p class="muted">{len(content["chunks"])} chunk{"" if len(content["chunks"]) == 1 else "s"} · content root <code>{e(content["content_root"][:12])}</code></p></section>
 <aside><section class="card"><dl class="facts">{facts}</dl></section>{path_html}
 <section class="card"><h2>Related</h2><ul class="plain">{related_items or "<li class='muted'>none you can read</li>"}</ul></section>
 <section class="card"><h2>Links</h2><ul class="plain">{edges or "<li class='muted'>none</li>"}</ul></section>
 </aside></div></article>"""
-    return entity["title"], page
+    return plain_text(entity["title"], keep_headings=True) or entity["title"], page
 
 
-@router.get("/entity/{uid:path}", response_class=HTMLResponse)
+@router.api_route("/entity/{uid:path}", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def entity_page(uid: str, request: Request) -> Response:
     svc = service(request)
-    redirect = _with_token(request, svc)
-    if redirect is not None:
-        return redirect
+    refused = _refuse_token_in_url(request)
+    if refused is not None:
+        return refused
     try:
         who = _caller(request, svc)
     except AuthError as exc:
-        return _sign_in(request, exc)
+        return _sign_in(request, exc.message, exc.status)
     try:
         title, body = await svc.run(_entity_html, svc, who, uid)
     except KnowledgeStoreError as exc:

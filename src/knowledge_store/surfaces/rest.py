@@ -3,12 +3,15 @@
 Each route validates its JSON body with a pydantic model (the tools' argument
 models where a tool exists, so the schemas agree) and calls one method of
 :class:`~knowledge_store.store.KnowledgeStore` — or one tool function — as the
-caller's identity, in the thread pool. Answers are the ``--json`` shapes of
-DESIGN §6; errors the one error shape.
+caller's identity, in a worker lane chosen by the request's size
+(:func:`~knowledge_store.surfaces.workers.is_heavy`). Answers are the ``--json``
+shapes of DESIGN §6; errors the one error shape. The admin ingest takes records
+in its body only — no route reads a path on the server.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -16,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.records import loads_strict
+from knowledge_store.model import MAX_ACL_PRINCIPALS
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.harness import resolve_tool, visible_tools
@@ -37,10 +41,10 @@ from knowledge_store.surfaces.tools import (
     _Args,
 )
 from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, service
+from knowledge_store.surfaces.workers import is_heavy
 
 __all__ = ["ErrorEnvelope", "admin", "router", "routers"]
 
-MAX_INGEST_BYTES = 64 * 1024 * 1024
 Svc = Annotated[Service, Depends(service)]
 UidPath = Annotated[str, Path(min_length=1, max_length=4096, description="the entity's uid")]
 Weight = Annotated[float, Field(ge=0, le=1000)]
@@ -126,6 +130,7 @@ async def search(body: FusedBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
     answer = await svc.run(
         svc.store.search,
         body.query,
+        heavy=_heavy("search", body),
         identity=who.identity,
         k=body.k,
         filters=body.filters.as_mapping(),
@@ -138,17 +143,35 @@ async def search(body: FusedBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
 
 @router.post("/docs_search", summary="Fused search over every type but codeSample")
 async def docs_search(body: SearchArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(DOCS_TOOLS["docs_search"].function, svc.store, who.identity, body)
+    return await svc.run(
+        DOCS_TOOLS["docs_search"].function,
+        svc.store,
+        who.identity,
+        body,
+        heavy=_heavy("docs_search", body),
+    )
 
 
 @router.post("/code_sample_search", summary="Fused search over codeSample entities: code + page")
 async def code_sample_search(body: SearchArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(DOCS_TOOLS["code_sample_search"].function, svc.store, who.identity, body)
+    return await svc.run(
+        DOCS_TOOLS["code_sample_search"].function,
+        svc.store,
+        who.identity,
+        body,
+        heavy=_heavy("code_sample_search", body),
+    )
 
 
 @router.post("/search_knowledge", summary="Fused search as cited passages for context packing")
 async def search_knowledge(body: KnowledgeArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(DOCS_TOOLS["search_knowledge"].function, svc.store, who.identity, body)
+    return await svc.run(
+        DOCS_TOOLS["search_knowledge"].function,
+        svc.store,
+        who.identity,
+        body,
+        heavy=_heavy("search_knowledge", body),
+    )
 
 
 @router.post("/lexical", summary="BM25 over chunks")
@@ -156,6 +179,7 @@ async def lexical(body: ChunkBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
     answer = await svc.run(
         svc.store.lexical,
         body.query,
+        heavy=_heavy("lexical", body),
         identity=who.identity,
         k=body.k,
         filters=_filters(body.filters),
@@ -171,6 +195,7 @@ async def vector(body: ChunkBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
     answer = await svc.run(
         svc.store.vector,
         body.query,
+        heavy=_heavy("vector", body),
         identity=who.identity,
         k=body.k,
         filters=_filters(body.filters),
@@ -186,6 +211,7 @@ async def graph(body: GraphArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
     answer = await svc.run(
         svc.store.graph,
         body.starts,
+        heavy=_heavy("graph", body),
         identity=who.identity,
         depth=body.depth,
         labels=list(body.labels),
@@ -198,7 +224,12 @@ async def graph(body: GraphArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
 @router.post("/sql", summary="Entities by their typed fields (closed list), ordered")
 async def sql(body: SqlBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
     answer = await svc.run(
-        svc.store.sql, body.filters.as_mapping(), identity=who.identity, order=body.order, k=body.k
+        svc.store.sql,
+        body.filters.as_mapping(),
+        identity=who.identity,
+        order=body.order,
+        k=body.k,
+        heavy=_heavy("sql", body),
     )
     return answer.to_dict()
 
@@ -209,6 +240,7 @@ async def aggregate(body: AggregateBody, svc: Svc, who: AnyCaller) -> dict[str, 
         svc.store.aggregate,
         body.metric,
         body.dimension,
+        heavy=_heavy("aggregate", body),
         identity=who.identity,
         filters=body.filters.as_mapping(),
     )
@@ -217,7 +249,9 @@ async def aggregate(body: AggregateBody, svc: Svc, who: AnyCaller) -> dict[str, 
 
 @router.post("/query_graph", summary="A bounded, read-only openCypher query")
 async def query_graph(body: QueryGraphArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(svc.store.query_graph, body.query, body.params, identity=who.identity)
+    answer = await svc.run(
+        svc.store.query_graph, body.query, body.params, identity=who.identity, heavy=True
+    )
     return answer.to_dict()
 
 
@@ -228,7 +262,13 @@ async def content(uid: UidPath, svc: Svc, who: AnyCaller) -> dict[str, Any]:
 
 @router.post("/related", summary="Neighbours of an entity (get_related)")
 async def related(body: RelatedArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(DOCS_TOOLS["get_related"].function, svc.store, who.identity, body)
+    return await svc.run(
+        DOCS_TOOLS["get_related"].function,
+        svc.store,
+        who.identity,
+        body,
+        heavy=_heavy("get_related", body),
+    )
 
 
 @router.post("/learning_path", summary="The ordered path an entity belongs to")
@@ -238,12 +278,24 @@ async def learning_path(body: UidArgs, svc: Svc, who: AnyCaller) -> dict[str, An
 
 @router.post("/resolve_xref", summary="A uid, href or exact title → the entity")
 async def resolve_xref(body: XrefArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(DOCS_TOOLS["resolve_xref"].function, svc.store, who.identity, body)
+    return await svc.run(
+        DOCS_TOOLS["resolve_xref"].function,
+        svc.store,
+        who.identity,
+        body,
+        heavy=_heavy("resolve_xref", body),
+    )
 
 
 @router.post("/graph_facets", summary="Neighbours of a result set, counted by label and type")
 async def graph_facets(body: FacetsBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    facets = await svc.run(docs_tools.graph_facets, svc.store, body.uids, identity=who.identity)
+    facets = await svc.run(
+        docs_tools.graph_facets,
+        svc.store,
+        body.uids,
+        identity=who.identity,
+        heavy=_heavy("graph_facets", body),
+    )
     return facets.to_dict()
 
 
@@ -260,7 +312,9 @@ async def call_tool(
     who: AnyCaller,
 ) -> dict[str, Any]:
     tool = await svc.run(resolve_tool, svc.store, name, admin=who.admin)
-    out = await svc.run(tool.call, svc.store, who.identity, arguments)
+    out = await svc.run(
+        tool.call, svc.store, who.identity, arguments, heavy=is_heavy(name, arguments)
+    )
     await svc.watcher.check()
     return out
 
@@ -301,6 +355,11 @@ def stats_of(svc: Service, who: Caller) -> dict[str, Any]:
         "is_empty": figures["is_empty"],
         "identity": who.principal,
     }
+
+
+def _heavy(operation: str, body: _Args) -> bool:
+    """Whether the request goes to the heavy lane (``workers.is_heavy``) — its arguments' sizes."""
+    return is_heavy(operation, body.model_dump())
 
 
 def _filters(args: FilterArgs) -> Any:
@@ -345,12 +404,16 @@ async def ingest(
     request: Request,
     svc: Svc,
     who: AdminCaller,
-    acl: Annotated[list[str] | None, Query(description="default ACL (repeatable)")] = None,
+    acl: Annotated[
+        list[str] | None,
+        Query(max_length=MAX_ACL_PRINCIPALS, description="default ACL (repeatable)"),
+    ] = None,
     skip_invalid: Annotated[bool, Query(description="publish the good records")] = False,
 ) -> dict[str, Any]:
-    records = _records(await _body(request), request.headers.get("content-type", ""))
+    body = await request.body()  # bounded before it arrives (surfaces.limits)
+    records = await svc.run(_records, body, request.headers.get("content-type", ""), heavy=True)
     report = await svc.run(
-        svc.store.ingest_records, records, acl=acl or None, skip_invalid=skip_invalid
+        svc.store.ingest_records, records, acl=acl or None, skip_invalid=skip_invalid, heavy=True
     )
     await svc.watcher.check()
     return report.to_dict()
@@ -365,14 +428,18 @@ async def delete_entity(uid: UidPath, svc: Svc, who: AdminCaller) -> dict[str, A
 
 @admin.post("/acl/grant", summary="Let a principal read an entity")
 async def acl_grant(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.grant, body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(svc.store.acl_show(body.uid))}
+    return await svc.run(_acl_change, svc.store.grant, svc.store, body)
 
 
 @admin.post("/acl/revoke", summary="Stop a principal reading an entity through its ACL")
 async def acl_revoke(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.revoke, body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(svc.store.acl_show(body.uid))}
+    return await svc.run(_acl_change, svc.store.revoke, svc.store, body)
+
+
+def _acl_change(change: Callable[[str, str], str], store: Any, body: AclBody) -> dict[str, Any]:
+    """Grant or revoke, then read the new ACL — both in the worker, off the event loop."""
+    root = change(body.uid, body.principal)
+    return {"content_root": root, "uid": body.uid, "acl": list(store.acl_show(body.uid))}
 
 
 @admin.get("/acl/{uid:path}", summary="The principals in an entity's ACL")
@@ -397,21 +464,6 @@ async def principal_show(
     principal: Annotated[str, Path(min_length=1, max_length=300)], svc: Svc, who: AdminCaller
 ) -> dict[str, Any]:
     return (await svc.run(svc.store.principal_show, principal)).to_dict()
-
-
-async def _body(request: Request) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_INGEST_BYTES:
-            raise InvalidRequest(
-                f"the ingest body is over {MAX_INGEST_BYTES // (1024 * 1024)} MiB; send smaller"
-                " batches",
-                limit=MAX_INGEST_BYTES,
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _records(raw: bytes, content_type: str) -> list[Any]:

@@ -12,14 +12,17 @@ nothing else is printed there (the SDK diverts stray writes to stderr).
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.store import KnowledgeStore
 
-__all__ = ["LOOPBACK", "banner", "serve"]
+__all__ = ["LOOPBACK", "RedactTokens", "banner", "serve", "uvicorn_config"]
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GRACEFUL_SHUTDOWN_S = 3
@@ -99,17 +102,48 @@ def _serve_http(location: str | Path | None, host: str, port: int, table: object
         allowed = list(LOOPBACK) if host in LOOPBACK else None
         app = create_app(store, tokens=table, allowed_hosts=allowed)
         print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            log_level="info",
-            # longer than clients' usual keep-alive (httpx: 5 s), so a client never reuses a
-            # connection the server is closing at that very moment
-            timeout_keep_alive=KEEP_ALIVE_S,
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        )
-        uvicorn.Server(config).run()
+        uvicorn.Server(uvicorn_config(app, host=host, port=port)).run()
+
+
+def uvicorn_config(app: Any, *, host: str, port: int) -> Any:
+    """The server's uvicorn configuration; its access log never shows a token."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        # longer than clients' usual keep-alive (httpx: 5 s), so a client never reuses a
+        # connection the server is closing at that very moment
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    access = logging.getLogger("uvicorn.access")  # configured by uvicorn.Config just above
+    if not any(isinstance(f, RedactTokens) for f in access.filters):
+        access.addFilter(RedactTokens())
+    return config
+
+
+class RedactTokens(logging.Filter):
+    """Log lines never carry a token: ``token=…`` in a logged URL becomes ``token=[redacted]``.
+
+    The server takes tokens only from the ``Authorization`` header and the
+    sign-in cookie, which no log shows; this guards against a caller who puts
+    one in a URL anyway (an old bookmark, a script).
+    """
+
+    _PARAM = re.compile(r"((?:^|[?&;])(?:access_)?token=)[^&;#\s]*", re.IGNORECASE)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                self._PARAM.sub(r"\1[redacted]", arg) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
+        if isinstance(record.msg, str):
+            record.msg = self._PARAM.sub(r"\1[redacted]", record.msg)
+        return True
 
 
 def _serve_stdio(location: str | Path | None, who: str) -> None:

@@ -14,9 +14,9 @@ error shape; servers turn them into tool execution errors (``isError``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -27,7 +27,7 @@ from knowledge_store.errors import (
     UnknownField,
     UnknownLabel,
 )
-from knowledge_store.model import LABELS, Identity
+from knowledge_store.model import LABELS, MAX_FILTER_VALUES, Identity
 from knowledge_store.retrieval.aggregates import DIMENSIONS, METRICS
 from knowledge_store.retrieval.filters import FILTER_NAMES, ORDER_FIELDS
 
@@ -41,6 +41,7 @@ __all__ = [
     "SearchArgs",
     "SqlArgs",
     "Tool",
+    "argument_error",
     "available_tools",
     "call_tool",
     "tool_schemas",
@@ -79,6 +80,10 @@ OrderSpec = Literal[
 ]
 
 
+#: A FILTERS list: any of at most MAX_FILTER_VALUES values.
+FilterList = Annotated[list[str], Field(max_length=MAX_FILTER_VALUES)]
+
+
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -86,11 +91,11 @@ class _Args(BaseModel):
 class FilterArgs(_Args):
     """FILTERS: each list means "any of"; date ranges are inclusive ISO 8601 dates."""
 
-    type: list[str] = Field(default_factory=list, description="entity types to keep")
-    not_type: list[str] = Field(default_factory=list, description="entity types to leave out")
-    source: list[str] = Field(default_factory=list, description="origin systems to keep")
-    status: list[str] = Field(default_factory=list, description="statuses to keep")
-    uid: list[str] = Field(default_factory=list, description="entity uids to keep")
+    type: FilterList = Field(default_factory=list, description="entity types to keep")
+    not_type: FilterList = Field(default_factory=list, description="entity types to leave out")
+    source: FilterList = Field(default_factory=list, description="origin systems to keep")
+    status: FilterList = Field(default_factory=list, description="statuses to keep")
+    uid: FilterList = Field(default_factory=list, description="entity uids to keep")
     created_from: str | None = Field(None, description="created on or after, e.g. 2024-05-01")
     created_to: str | None = Field(None, description="created on or before, e.g. 2024-05-31")
     updated_from: str | None = Field(None, description="updated on or after")
@@ -166,7 +171,7 @@ class Tool:
         try:
             return self.input_model.model_validate(dict(arguments or {}))
         except ValidationError as exc:
-            raise _argument_error(self.name, exc) from None
+            raise argument_error(exc.errors(), prefix=self.name) from None
 
     def call(
         self, store: KnowledgeStore, identity: Identity | str, arguments: Mapping[str, Any] | None
@@ -175,27 +180,34 @@ class Tool:
         return self.function(store, who, self.parse(arguments))
 
 
-def _argument_error(tool: str, exc: ValidationError) -> InputError:
-    problems = exc.errors()
+def argument_error(problems: Sequence[Mapping[str, Any]], *, prefix: str = "") -> InputError:
+    """Pydantic validation problems → the store's typed error, with a sentence to act on.
+
+    ``problems`` are pydantic's ``errors()`` with ``loc`` relative to the arguments
+    (or the request body); ``prefix`` (a tool's name) starts the message. Every
+    surface that validates arguments with pydantic (REST, MCP, the tools over
+    REST) maps its problems here, so they answer alike.
+    """
+    lead = f"{prefix}: " if prefix else ""
     for problem in problems:
-        loc = [str(p) for p in problem["loc"]]
-        kind = problem["type"]
+        loc = [str(p) for p in problem.get("loc", ())]
+        kind = problem.get("type")
         if kind == "extra_forbidden" and len(loc) == 2 and loc[0] == "filters":
             return UnknownField(
-                f"{tool}: unknown filter {loc[1]!r}; filter on one of: {', '.join(FILTER_NAMES)}",
+                f"{lead}unknown filter {loc[1]!r}; filter on one of: {', '.join(FILTER_NAMES)}",
                 field=loc[1],
                 allowed=list(FILTER_NAMES),
             )
         if kind == "literal_error" and loc[:1] == ["labels"]:
             return UnknownLabel(
-                f"{tool}: unknown edge label {problem.get('input')!r}; use one of:"
+                f"{lead}unknown edge label {problem.get('input')!r}; use one of:"
                 f" {', '.join(LABELS)}",
                 label=str(problem.get("input")),
                 allowed=list(LABELS),
             )
         if kind == "literal_error" and loc[:1] in (["metric"], ["dimension"], ["order"]):
             return UnknownField(
-                f"{tool}: unknown {loc[0]} {problem.get('input')!r}; metrics:"
+                f"{lead}unknown {loc[0]} {problem.get('input')!r}; metrics:"
                 f" {', '.join(METRICS)}; dimensions: {', '.join(DIMENSIONS)}; orders:"
                 f" {', '.join(f'{f}:asc|desc' for f in ORDER_FIELDS)}",
                 field=loc[0],
@@ -203,19 +215,33 @@ def _argument_error(tool: str, exc: ValidationError) -> InputError:
             )
         if kind in ("less_than_equal", "greater_than_equal") and loc == ["depth"]:
             return BoundExceeded(
-                f"{tool}: depth {problem.get('input')!r} is outside the bound 1–3; use 1, 2 or 3",
+                f"{lead}depth {problem.get('input')!r} is outside the bound 1–3; use 1, 2 or 3",
                 field="depth",
                 minimum=1,
                 maximum=3,
             )
+        if kind == "too_long" and isinstance(problem.get("input"), list | dict):
+            maximum = (problem.get("ctx") or {}).get("max_length")
+            where = ".".join(loc) or "the request"
+            return BoundExceeded(
+                f"{lead}{where} holds {len(problem['input'])} values; the maximum is {maximum}."
+                " Split the request, or narrow it",
+                field=where,
+                maximum=maximum,
+                found=len(problem["input"]),
+            )
     parts = []
     for problem in problems[:5]:
-        where = ".".join(str(p) for p in problem["loc"]) or "arguments"
-        parts.append(f"{where}: {problem['msg']}")
+        where = ".".join(str(p) for p in problem.get("loc", ())) or "the arguments"
+        parts.append(f"{where}: {problem.get('msg', 'invalid')}")
     return InvalidRequest(
-        f"{tool}: invalid arguments — " + "; ".join(parts),
+        f"{lead}invalid arguments — " + "; ".join(parts),
         errors=[
-            {"loc": [str(p) for p in e["loc"]], "message": e["msg"], "type": e["type"]}
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "message": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
             for e in problems
         ],
     )

@@ -54,9 +54,11 @@ class Service:
     def watcher(self) -> ToolsWatcher:
         return self.mcp.watcher
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking store call on the store's thread pool."""
-        return await run_store(fn, *args, **kwargs)
+    async def run(
+        self, fn: Callable[..., T], /, *args: Any, heavy: bool = False, **kwargs: Any
+    ) -> T:
+        """Run a blocking store call in its lane of the store's thread pools (``workers``)."""
+        return await run_store(fn, *args, heavy=heavy, **kwargs)
 
 
 def service(request: Request) -> Service:

@@ -19,7 +19,7 @@ from typing import Any
 from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
 from knowledge_store.engines.shared import EDGE_DIRECTIONS, ChunkIds, content_answer
-from knowledge_store.engines.sqlfilters import filter_clause
+from knowledge_store.engines.sqlfilters import filter_clause, named
 from knowledge_store.errors import InvalidRequest, StoreError
 from knowledge_store.model import (
     MAX_K,
@@ -156,13 +156,12 @@ def visible_successors(
     if not uids:
         return {}
     where, params = filter_clause(filters)
-    marks = ", ".join(f":s{i}" for i in range(len(uids)))
-    params.update({f"s{i}": uid for i, uid in enumerate(uids)})
+    params["starts"] = named.bind_list(uids)
     statement = (
         HELD_PRINCIPALS + "SELECT ed.src, e.uid FROM edges AS ed"
         " JOIN entities AS e ON e.uid = ed.dst"
         " JOIN entities AS o ON o.uid = ed.src"
-        f" WHERE ed.label = 'supersededBy' AND ed.src IN ({marks}) AND ed.src <> ed.dst"
+        f" WHERE ed.label = 'supersededBy' AND {named.member_of('ed.src', ':starts')} AND ed.src <> ed.dst"
         f" AND {_visible(filters, by_key=True)} AND {_visible(filters, 'o', by_key=True)} AND {where}"
         " ORDER BY ed.src, e.updated_at IS NULL, e.updated_at DESC, e.uid"
     )

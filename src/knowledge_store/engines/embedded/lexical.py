@@ -55,7 +55,7 @@ import tantivy
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Filters, compose_context, stored_timestamp
 
-__all__ = ["LexicalDoc", "LexicalIndex"]
+__all__ = ["Analyzers", "LexicalDoc", "LexicalIndex", "QueryTerms"]
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +170,36 @@ def _ident_analyzer() -> tantivy.TextAnalyzer:
     )
 
 
+@dataclass(frozen=True)
+class QueryTerms:
+    """A query text as the index matches it: ``words`` on body and title, ``idents`` on ident."""
+
+    words: tuple[str, ...]  # lowercased, stop words out, stemmed
+    idents: tuple[str, ...]  # identifiers as written, lowercased, that are not plain words
+
+
+class Analyzers:
+    """The index's two analyzers, and a query's terms under them.
+
+    One definition for the index and for anything that must agree with it (the
+    search page highlights the tokens a query's terms match).
+    """
+
+    def __init__(self) -> None:
+        self.words = _word_analyzer()
+        self.ident = _ident_analyzer()
+
+    def query_terms(self, text: str) -> QueryTerms:
+        words = _unique(self.words.analyze(text))
+        idents: list[str] = []
+        if IDENTIFIER_BOOST > 0:
+            # Stop words are never identifiers: "a" or "the" must not match everything.
+            idents = [t for t in _unique(self.ident.analyze(text)) if self.words.analyze(t)]
+            if IDENTIFIER_ONLY_CODES:
+                idents = [t for t in idents if not t.isalpha()]
+        return QueryTerms(tuple(words), tuple(idents))
+
+
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
@@ -202,8 +232,7 @@ class LexicalIndex:
         self._lock = threading.RLock()
         self._writer: tantivy.IndexWriter | None = None
         self._schema = _schema()
-        self._words = _word_analyzer()
-        self._ident = _ident_analyzer()
+        self._analyzers = Analyzers()
         self._watermark = 0
         self._index = self._open()
         self._watermark = self._read_watermark()
@@ -231,8 +260,8 @@ class LexicalIndex:
             index = _translate(
                 "creating the index", lambda: tantivy.Index(self._schema, str(self._path))
             )
-        index.register_tokenizer("ks_words", self._words)
-        index.register_tokenizer("ks_ident", self._ident)
+        index.register_tokenizer("ks_words", self._analyzers.words)
+        index.register_tokenizer("ks_ident", self._analyzers.ident)
         index.config_reader("manual")
         return index
 
@@ -447,30 +476,27 @@ class LexicalIndex:
 
     def _text_query(self, text: str) -> tantivy.Query | None:
         query = tantivy.Query
-        words = _unique(self._words.analyze(text))
-        if not words:
+        terms = self._analyzers.query_terms(text)
+        if not terms.words:
             return None
-        clauses = [(tantivy.Occur.Should, query.term_query(self._schema, "body", w)) for w in words]
+        clauses = [
+            (tantivy.Occur.Should, query.term_query(self._schema, "body", w)) for w in terms.words
+        ]
         if TITLE_BOOST > 0:
             clauses += [
                 (
                     tantivy.Occur.Should,
                     query.boost_query(query.term_query(self._schema, "title", w), TITLE_BOOST),
                 )
-                for w in words
+                for w in terms.words
             ]
-        if IDENTIFIER_BOOST > 0:
-            # Stop words are never identifiers: "a" or "the" must not match everything.
-            idents = [t for t in _unique(self._ident.analyze(text)) if self._words.analyze(t)]
-            if IDENTIFIER_ONLY_CODES:
-                idents = [t for t in idents if not t.isalpha()]
-            clauses += [
-                (
-                    tantivy.Occur.Should,
-                    query.boost_query(query.term_query(self._schema, "ident", t), IDENTIFIER_BOOST),
-                )
-                for t in idents
-            ]
+        clauses += [
+            (
+                tantivy.Occur.Should,
+                query.boost_query(query.term_query(self._schema, "ident", t), IDENTIFIER_BOOST),
+            )
+            for t in terms.idents
+        ]
         return query.boolean_query(clauses)
 
     def _filter_clauses(

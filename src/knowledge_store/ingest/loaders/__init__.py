@@ -3,7 +3,8 @@
 ``load_paths`` reads every path with one of :data:`FORMATS` — given, or told
 by each file's extension — and returns the good records and the rejected ones.
 Within one load a uid may appear once; a second occurrence is rejected naming
-the first.
+the first. Only regular files inside the folder given are read; links out of
+it, FIFOs, devices and sockets are skipped and reported (:mod:`.files`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from knowledge_store.errors import InvalidRequest, Rejection
 from knowledge_store.ingest.loaders.base import LoadedRecord, LoadResult, Options
+from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_folder
 from knowledge_store.ingest.loaders.html import read_html_page
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
@@ -21,7 +23,7 @@ from knowledge_store.ingest.loaders.markdown import read_markdown_page
 from knowledge_store.ingest.loaders.pages import Page, site_records
 from knowledge_store.model import check_principal
 
-__all__ = ["EXTENSIONS", "FORMATS", "LoadResult", "LoadedRecord", "load_paths"]
+__all__ = ["EXTENSIONS", "FORMATS", "LoadResult", "LoadedRecord", "Skipped", "load_paths"]
 
 FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html")
 #: The file extensions each format reads when it walks a folder (and auto-detection uses).
@@ -33,7 +35,7 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
 }
 _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix in suffixes}
 
-PageReader = Callable[[Path, Path, str], Page | Rejection]
+PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
 _PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": read_html_page}
 
 
@@ -46,20 +48,14 @@ def _check_format(format: str | None) -> None:
         )
 
 
-def _walk(folder: Path) -> Iterator[Path]:
-    """The files under ``folder``, sorted, hidden files and folders left out."""
-    for current, folders, files in os.walk(folder):
-        folders[:] = sorted(name for name in folders if not name.startswith("."))
-        for name in sorted(files):
-            if not name.startswith("."):
-                yield Path(current) / name
+def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipped]:
+    """``(format, file, folder)`` for each file to read under ``path``, and what was skipped.
 
-
-def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
-    """``(format, file, root)`` for each file to read under ``path``."""
-    if not path.exists():
+    A file named on its own is read within the folder it sits in.
+    """
+    if not os.path.lexists(path):
         raise InvalidRequest(f"{str(path)!r} does not exist", path=str(path))
-    if path.is_file():
+    if not path.is_dir():
         name = format or _FORMAT_OF.get(path.suffix.lower())
         if name is None:
             raise InvalidRequest(
@@ -69,12 +65,14 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
             )
         return [(name, path, path.parent)]
     wanted = EXTENSIONS[format] if format else tuple(_FORMAT_OF)
-    plan = [
-        (format or _FORMAT_OF[file.suffix.lower()], file, path)
-        for file in _walk(path)
-        if file.suffix.lower() in wanted
+    plan: list[tuple[str, Path, Path] | Skipped] = [
+        found
+        if isinstance(found, Skipped)
+        else (format or _FORMAT_OF[found.suffix.lower()], found, path)
+        for found in walk_folder(path)
+        if isinstance(found, Skipped) or found.suffix.lower() in wanted
     ]
-    if not plan:
+    if not any(isinstance(step, tuple) for step in plan):
         raise InvalidRequest(
             f"the folder {str(path)!r} holds no {' / '.join(wanted)} file to load", path=str(path)
         )
@@ -82,18 +80,33 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path]]:
 
 
 def _read(
-    plan: Iterable[tuple[str, Path, Path]], options: Options
-) -> Iterator[LoadedRecord | Rejection]:
+    plan: Iterable[tuple[str, Path, Path] | Skipped], options: Options
+) -> Iterator[LoadedRecord | Rejection | Skipped]:
     pages: list[Page] = []
-    for name, file, root in plan:
+    for step in plan:
+        if isinstance(step, Skipped):
+            yield step
+            continue
+        name, file, folder = step
         shown = str(file)
+        try:
+            opened = open_regular(file, folder)
+        except OSError as exc:
+            yield Rejection(shown, None, None, None, f"cannot read the file: {exc.strerror}")
+            continue
+        if isinstance(opened, Skipped):
+            yield opened
+            continue
         if name == "jsonl":
-            yield from read_jsonl(file, shown, options)
-        elif name == "learn":
-            yield from read_learn(file, shown, options)
+            yield from read_jsonl(opened, shown, options)
+            continue
+        with opened:
+            data = opened.read()
+        if name == "learn":
+            yield from read_learn(data, shown, options)
         else:
             absolute = Path(os.path.abspath(file))
-            page = _PAGE_READERS[name](absolute, Path(os.path.abspath(root)), shown)
+            page = _PAGE_READERS[name](data, absolute, Path(os.path.abspath(folder)), shown)
             if isinstance(page, Rejection):
                 yield page
             else:
@@ -114,8 +127,10 @@ def load_paths(
     ``format`` is one of :data:`FORMATS`, or None to tell each file by its
     extension. ``source`` (``--source``) sets every entity's source;
     ``default_acl`` (``--acl``) is the ACL of records that have none — with no
-    default such records are rejected. Raises :class:`InvalidRequest` for an
-    unknown format, a missing path or a bad ``--acl`` principal.
+    default such records are rejected. A path that is not a regular file inside
+    the folder given is skipped, not read (``result.skipped``). Raises
+    :class:`InvalidRequest` for an unknown format, a missing path or a bad
+    ``--acl`` principal.
     """
     _check_format(format)
     if default_acl is not None:
@@ -129,6 +144,9 @@ def load_paths(
     result = LoadResult()
     first_seen: dict[str, str] = {}
     for item in _read(plan, options):
+        if isinstance(item, Skipped):
+            result.skipped.append(item)
+            continue
         if isinstance(item, Rejection):
             result.rejections.append(item)
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from knowledge_store.errors import Rejection
+from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import Entity
 
 __all__ = ["LoadResult", "LoadedRecord", "Options", "decode_utf8"]
@@ -21,10 +22,11 @@ class LoadedRecord:
 
 @dataclass
 class LoadResult:
-    """The records of one load, in reading order, and every record that was rejected."""
+    """The records of one load, in reading order, every record rejected, every path skipped."""
 
     records: list[LoadedRecord] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

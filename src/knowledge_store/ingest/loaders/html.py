@@ -114,10 +114,10 @@ def html_to_markdown(html: str) -> tuple[str | None, str, list[str]]:
     return title or None, body, [link for link in links if link]
 
 
-def read_html_page(path: Path, root: Path, file: str) -> Page | Rejection:
-    """One HTML file as a :class:`Page`, or a rejection saying why it can't be one."""
+def read_html_page(data: bytes, path: Path, root: Path, file: str) -> Page | Rejection:
+    """One HTML file (its bytes, read from ``path``) as a :class:`Page`, or a rejection."""
     uid = default_uid(path, root)
-    text = decode_utf8(path.read_bytes(), file=file)
+    text = decode_utf8(data, file=file)
     if isinstance(text, Rejection):
         return Rejection(text.file, None, uid, None, text.message)
     title, body, links = html_to_markdown(text)

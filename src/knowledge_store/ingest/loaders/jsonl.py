@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
+from typing import BinaryIO
 
 from knowledge_store.errors import InvalidRecord, Rejection
 from knowledge_store.ingest.loaders.base import LoadedRecord, Options, decode_utf8
@@ -13,10 +13,13 @@ from knowledge_store.ingest.records import JsonProblem, loads_strict, record_to_
 __all__ = ["read_jsonl"]
 
 
-def read_jsonl(path: Path, file: str, options: Options) -> Iterator[LoadedRecord | Rejection]:
-    """Each line of ``path`` as a record or a rejection; blank lines are skipped."""
+def read_jsonl(stream: BinaryIO, file: str, options: Options) -> Iterator[LoadedRecord | Rejection]:
+    """Each line of ``stream`` (the file ``file``, closed when read) as a record or a rejection.
+
+    Blank lines are skipped.
+    """
     offset = 0
-    with path.open("rb") as stream:
+    with stream:
         for number, raw in enumerate(stream, start=1):
             start, offset = offset, offset + len(raw)
             text = decode_utf8(raw, file=file, line=number, offset=start)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from knowledge_store.errors import InvalidRecord, Rejection
@@ -111,9 +110,9 @@ def learn_record(obj: object, *, file: str, line: int | None) -> dict[str, Any]:
     return record
 
 
-def read_learn(path: Path, file: str, options: Options) -> Iterator[LoadedRecord | Rejection]:
-    """The units of one Learn JSON file, each followed by its code samples."""
-    text = decode_utf8(path.read_bytes(), file=file)
+def read_learn(data: bytes, file: str, options: Options) -> Iterator[LoadedRecord | Rejection]:
+    """The units of one Learn JSON file (its bytes), each followed by its code samples."""
+    text = decode_utf8(data, file=file)
     if isinstance(text, Rejection):
         yield text
         return

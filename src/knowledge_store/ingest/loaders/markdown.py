@@ -93,10 +93,10 @@ def _first_h1(body: str) -> str | None:
     return None
 
 
-def read_markdown_page(path: Path, root: Path, file: str) -> Page | Rejection:
-    """One Markdown file as a :class:`Page`, or a rejection saying why it can't be one."""
+def read_markdown_page(data: bytes, path: Path, root: Path, file: str) -> Page | Rejection:
+    """One Markdown file (its bytes, read from ``path``) as a :class:`Page`, or a rejection."""
     uid = default_uid(path, root)
-    text = decode_utf8(path.read_bytes(), file=file)
+    text = decode_utf8(data, file=file)
     if isinstance(text, Rejection):
         return Rejection(text.file, None, uid, None, text.message)
     try:
