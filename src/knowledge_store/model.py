@@ -99,7 +99,7 @@ _LABEL_SET = frozenset(LABELS)
 
 EVERYONE = "everyone"
 
-# -- Bounds of what a record may hold (docs/cli.md, "Record limits"). Declared once here;
+# -- Bounds of what a record may hold (docs/records.md, "Limits and names"). Declared once here;
 # -- validation (ingest/records.py), the chunker and the engines read them from here.
 # The byte sizes behind some: a PostgreSQL b-tree entry holds at most 2,704 bytes, and a
 # UTF-8 character takes up to 4 (an edge's key holds two uids; titles and hrefs are indexed).
@@ -181,7 +181,7 @@ def name_problem(value: str, limit: int) -> str | None:
 #: What a principal looks like, as a pattern (the record JSON Schema's). ``check_principal``
 #: holds a principal id to the rules of a name, which a pattern can't state (NFC, invisible
 #: characters): the pattern is looser, never stricter.
-PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
+PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):\S(?:[^\x00-\x1f\x7f-\x9f]{0,254}\S)?)$"
 
 
 def check_label(label: str) -> str:
