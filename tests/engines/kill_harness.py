@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -239,16 +240,30 @@ def soak(
     *,
     max_delay: float = 1.0,
 ) -> dict[str, KillFigures]:
-    """``kills`` kills of each writer on one store (seeded first); the figures per writer."""
+    """``kills`` kills of each writer on one store (seeded first); the figures per writer.
+
+    A store that misbehaved is replaced by a copy of the freshly seeded one, so that
+    one wedged store doesn't count against every later kill.
+    """
+    pristine = path.with_name(path.name + "-seeded")
     if not (path / "catalog.sqlite").exists():
         seed(path, embedder)
+    if not pristine.exists():
+        shutil.copytree(path, pristine)
     figures = {writer: KillFigures() for writer in writers}
     for writer in writers:
         got = figures[writer]
         while got.tried < kills:
             if writer in ("delete", "revoke") and got.tried % 5 == 0:
                 reseed(path, embedder)
-            if not kill_once(path, writer, rng, max_delay=max_delay):
+            try:
+                finished_first = not kill_once(path, writer, rng, max_delay=max_delay)
+            except AssertionError as exc:  # the writer could not even open the store
+                got.tried += 1
+                got.misbehaved.append(f"the store does not open: {str(exc)[-300:]}")
+                _replace(path, pristine)
+                continue
+            if finished_first:
                 reseed(path, embedder)
                 continue
             latest, lexical, dense = _watermarks(path)
@@ -259,8 +274,14 @@ def soak(
                 check_store(path, embedder)
             except Exception as exc:  # every way a reopened store can misbehave
                 got.misbehaved.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+                _replace(path, pristine)
             else:
                 got.safe += 1
         if report is not None:
             report(writer, got)
     return figures
+
+
+def _replace(path: Path, pristine: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    shutil.copytree(pristine, path)
