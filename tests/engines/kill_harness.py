@@ -150,7 +150,7 @@ def _watermarks(path: Path) -> tuple[int, int, int | None]:
 def leftover_files(path: Path) -> list[str]:
     lexical = path / "lexical"
     found = [*path.glob("dense.hnsw.tmp*"), *lexical.glob(".tmp*"), *lexical.glob("*.tmp*")]
-    return sorted(p.name for p in found)
+    return sorted({p.name for p in found})
 
 
 def kill_once(path: Path, writer: str, rng: random.Random, *, max_delay: float = 1.0) -> bool:
