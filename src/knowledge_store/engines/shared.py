@@ -23,6 +23,7 @@ __all__ = [
     "EDGE_DIRECTIONS",
     "ChunkIds",
     "check_prepared",
+    "check_vectors",
     "content_answer",
     "cycle_error",
     "explain_access",
@@ -66,36 +67,36 @@ class ChunkIds:
         return int.from_bytes(digest, "big") & ((1 << self.BITS) - 1)
 
 
+def check_vectors(what: str, vectors: Any, rows: int, dimension: int | None) -> None:
+    """Refuse vectors a derived index could not take: ``rows`` of them, of ``dimension`` (when
+    the store has one), finite and not zero. Raises ``StoreError`` naming ``what``."""
+    matrix = np.asarray(vectors)
+    if rows == 0 and matrix.size == 0:
+        return  # no chunk, no vector: nothing reaches a derived index
+    expected = (rows, dimension or (matrix.shape[-1] if matrix.ndim else 0))
+    if matrix.ndim != 2 or matrix.shape != expected:
+        raise StoreError(
+            f"{what}: {rows} chunks came with vectors of shape {matrix.shape}, not {expected};"
+            " nothing was published"
+        )
+    if not np.isfinite(matrix).all():
+        raise StoreError(
+            f"{what}: the embedder returned NaN or infinite values; nothing was published"
+        )
+    if not (np.linalg.norm(matrix, axis=1) > 0).all():
+        raise StoreError(f"{what}: the embedder returned an all-zero vector; nothing was published")
+
+
 def check_prepared(upserts: Sequence[PreparedEntity], dimension: int | None) -> None:
     """Refuse, before anything is written, chunks and vectors a derived index could not take.
 
-    One vector per chunk, of the store's dimension (when it has one), finite and not
-    zero; chunk texts within ``MAX_CHUNK_CHARS``. Raises ``StoreError``: the records
-    were valid, the embedder (or the caller of ``Engine.publish``) was not.
+    One vector per chunk (see ``check_vectors``); chunk texts within ``MAX_CHUNK_CHARS``.
+    Raises ``StoreError``: the records were valid, the embedder (or the caller of
+    ``Engine.publish``) was not.
     """
     for prepared in upserts:
         uid = prepared.entity.uid
-        vectors = np.asarray(prepared.vectors)
-        if not prepared.chunks and vectors.size == 0:
-            continue  # no chunk, no vector: nothing reaches a derived index
-        expected = (len(prepared.chunks), dimension or (vectors.shape[-1] if vectors.ndim else 0))
-        if vectors.ndim != 2 or vectors.shape != expected:
-            raise StoreError(
-                f"entity {uid!r}: {len(prepared.chunks)} chunks came with vectors of shape"
-                f" {vectors.shape}, not {expected}; nothing was published",
-                uid=uid,
-            )
-        if len(vectors) and not np.isfinite(vectors).all():
-            raise StoreError(
-                f"entity {uid!r}: the embedder returned NaN or infinite values; nothing was"
-                " published",
-                uid=uid,
-            )
-        if len(vectors) and not (np.linalg.norm(vectors, axis=1) > 0).all():
-            raise StoreError(
-                f"entity {uid!r}: the embedder returned an all-zero vector; nothing was published",
-                uid=uid,
-            )
+        check_vectors(f"entity {uid!r}", prepared.vectors, len(prepared.chunks), dimension)
         for chunk in prepared.chunks:
             if len(chunk.text) > MAX_CHUNK_CHARS:
                 raise StoreError(

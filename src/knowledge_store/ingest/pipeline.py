@@ -16,11 +16,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from knowledge_store.engines.base import Engine, PreparedEntity
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
-from knowledge_store.ingest.embedding import Embedder, embedding_key
+from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
 from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import Chunk, Entity, IngestReport
 
-__all__ = ["EMBED_BATCH", "chunk_entity", "ingest_entities"]
+__all__ = ["EMBED_BATCH", "chunk_entity", "embed_and_cache", "ingest_entities"]
 
 #: Texts embedded (and cached) per step.
 EMBED_BATCH = 256
@@ -45,14 +45,19 @@ class _Pending:
     keys: list[str]
 
 
-def _embed_and_cache(
-    engine: Engine, embedder: Embedder, texts: dict[str, str], *, progress: bool
+def embed_and_cache(
+    engine: Engine,
+    embedder: Embedder,
+    texts: dict[str, str],
+    *,
+    progress: bool,
+    label: str = "embedding",
 ) -> dict[str, np.ndarray]:
     """Embed in batches, caching each batch at once: an interrupted ingest keeps its work."""
     keys = list(texts)
     out: dict[str, np.ndarray] = {}
     with Progress(
-        TextColumn("embedding"),
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("chunks"),
@@ -96,10 +101,11 @@ def ingest_entities(
         )
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
+    cache_id = cache_id_of(embedder)
     pending: list[_Pending] = []
     for entity in changed:
         chunks = chunk_entity(entity)
-        keys = [embedding_key(embedder.model_id, c.context_text(entity.title)) for c in chunks]
+        keys = [embedding_key(cache_id, c.context_text(entity.title)) for c in chunks]
         pending.append(_Pending(entity, chunks, keys))
 
     wanted = list(dict.fromkeys(k for p in pending for k in p.keys))
@@ -110,7 +116,7 @@ def ingest_entities(
             if key not in vectors:
                 texts[key] = chunk.context_text(p.entity.title)
     if texts:
-        vectors.update(_embed_and_cache(engine, embedder, texts, progress=progress))
+        vectors.update(embed_and_cache(engine, embedder, texts, progress=progress))
 
     prepared = [
         PreparedEntity(
@@ -122,7 +128,7 @@ def ingest_entities(
     ]
     # The counts are the publish's own, made under the write lock: another writer may
     # have published some of these uids since ``existing`` was read.
-    result = engine.publish(prepared, [], kind="ingest")
+    result = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
     return IngestReport(
         result.root,
         result.added,

@@ -39,6 +39,7 @@ from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
     ChunkIds,
     check_prepared,
+    check_vectors,
     cycle_error,
     explain_access,
     principal_info,
@@ -67,6 +68,17 @@ log = logging.getLogger(__name__)
 
 _DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
+
+
+def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
+    """A publish of vectors made by ``model`` into a store that records another is refused."""
+    if model is not None and recorded is not None and recorded[0] != model:
+        raise ModelMismatch(
+            f"this store's vectors are now {recorded[0]}, not {model} (it was re-embedded"
+            " meanwhile); nothing was published — ingest again",
+            store_model=recorded[0],
+            model=model,
+        )
 
 
 def _ms(seconds: float) -> float:
@@ -111,10 +123,12 @@ class EmbeddedEngine:
 
     @property
     def dense(self) -> DenseIndex | None:
-        if self._dense is None:
-            model = self.model()
-            if model is None:
-                return None
+        """The HNSW index of the store's model (reopened when a re-embedding changed the
+        dimension: the file of the old one loads empty, and catching up rebuilds it)."""
+        model = self.model()
+        if model is None:
+            return None
+        if self._dense is None or self._dense.dimension != model[1]:
             self._dense = DenseIndex(self.path / _DENSE_FILE, model[1])
         return self._dense
 
@@ -258,6 +272,28 @@ class EmbeddedEngine:
     def content_root(self) -> str:
         return self.catalog.latest_publish()[1]
 
+    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
+        with self.catalog.read() as conn:
+            return self.catalog.chunk_contexts(conn, after, limit)
+
+    def replace_embeddings(
+        self,
+        ids: Sequence[int],
+        vectors: Vector,
+        *,
+        model_id: str,
+        dimension: int,
+        spec: str,
+        base_root: str,
+    ) -> str:
+        check_vectors("the re-embedding", vectors, len(ids), dimension)
+        with self._writer():
+            self._catch_up_or_log()
+            meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+            _, root = self.catalog.replace_embeddings(ids, vectors, meta, base_root=base_root)
+            self._catch_up_or_log()
+            return root
+
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
         return self.catalog.content_hashes(uids)
 
@@ -269,11 +305,17 @@ class EmbeddedEngine:
             self.catalog.cache_embeddings(items)
 
     def publish(
-        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+        self,
+        upserts: Sequence[PreparedEntity],
+        deletes: Sequence[str],
+        *,
+        kind: str,
+        model: str | None = None,
     ) -> PublishResult:
-        model = self.model()
-        check_prepared(upserts, None if model is None else model[1])
+        recorded = self.model()
+        check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
+            _check_model(self.model(), model)
             self._catch_up_or_log()
             result = self.catalog.apply_publish(upserts, deletes, kind=kind)
             self._catch_up_or_log()
