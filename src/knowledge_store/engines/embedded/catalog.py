@@ -611,11 +611,15 @@ class Catalog:
         return list(self.checked_chunks(conn, chunk_ids, None, Filters()).values())
 
     def chunk_vectors(
-        self, conn: sqlite3.Connection, chunk_ids: Sequence[int], dimension: int
+        self, conn: sqlite3.Connection, chunk_ids: Sequence[int], dimension: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, vectors)`` of these chunks: those whose stored vector the dense index
-        can take (``dimension`` floats, all finite, not zero). Any other is left out
-        (and logged): no row of the catalog can stop the dense index from being built."""
+        can take (``dimension`` floats — the store's when not given —, all finite, not
+        zero). Any other is left out (and logged): no row of the catalog can stop the
+        dense index from being built."""
+        if dimension is None:
+            recorded = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+            dimension = int(recorded[0]) if recorded else 0
         ids: list[int] = []
         blobs: list[bytes] = []
         size = 4 * dimension
