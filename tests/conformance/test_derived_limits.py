@@ -2,8 +2,9 @@
 
 Records at every documented limit, with the text a derived index is most likely to
 choke on — a 1M-character code block of distinct words (a PostgreSQL tsvector holds
-1 MiB), a 900k-character heading, one 999k-character token, odd Unicode — are
-taken, answered by every primitive, rebuilt and deleted. Vectors a derived index
+1 MiB), a 250k-character heading, one 250k-character token, odd Unicode, the widest
+(4-byte) characters in every name — are taken, answered by every primitive, rebuilt
+and deleted. Vectors a derived index
 cannot take are refused before anything is written.
 """
 
@@ -74,9 +75,10 @@ def _nested(depth: int) -> Any:
 
 RECORDS: list[dict[str, Any]] = [
     {"uid": "edge:fence", "body": "```\n" + _words(MAX_BODY_CHARS - 10) + "\n```"},
-    {"uid": "edge:heading", "body": "# " + _words(900_000) + "\n\nkiwi under a long heading"},
-    {"uid": "edge:token", "body": "k" * (MAX_BODY_CHARS - 1)},
-    {"uid": "edge:lines", "body": "\n".join(_words(30) for _ in range(30_000))[:MAX_BODY_CHARS]},
+    # past MAX_CHUNK_CHARS is enough for the rest (the suite stays fast)
+    {"uid": "edge:heading", "body": "# " + _words(250_000) + "\n\nkiwi under a long heading"},
+    {"uid": "edge:token", "body": "k" * 250_000},
+    {"uid": "edge:lines", "body": "\n".join(_words(30) for _ in range(8_000))},
     {
         # the widest text at every limit: 4-byte characters (CJK Extension B, NFC-stable)
         "uid": _wide(MAX_UID_CHARS),
