@@ -108,7 +108,7 @@ class NoAclStore:
         conn = engine.catalog.borrow()
         try:
             publish, root, view = engine._open_snapshot(conn)
-            reader = NoAclReader(engine, conn, who, publish, root, view.lexical, view.dense)
+            reader = NoAclReader(engine, conn, who, publish, root, view)
             yield StoreReader(reader, lambda: self.embedder)
         finally:
             engine.catalog.give(conn)

@@ -23,6 +23,8 @@ STEPS = {
     "serve": ["bench_serve.py", "--store", ".ks/pg15", "--clients", "32", "--seconds", "60"],
     "engines": ["bench_engines.py"],
     "crawl": ["bench_crawl.py"],
+    "bad_input": ["bad_input.py"],
+    "kill_soak": ["kill_soak.py", "--kills", "50"],
 }
 
 

@@ -230,6 +230,12 @@ def _error(model: type[Request], exc: ValidationError) -> InputError:
         return InvalidRequest(what, field=field)
     if kind == "missing":
         return InvalidRequest(f"{field} is required", field=field)
+    if kind == "string_unicode":  # JSON text with a lone surrogate (\ud800–\udfff)
+        return InvalidRequest(
+            f"{field} holds a lone surrogate (\\ud800–\\udfff), which is not Unicode text;"
+            " send it as UTF-8",
+            field=field,
+        )
     return InvalidRequest(f"{field}: {problem['msg']}", field=field)
 
 

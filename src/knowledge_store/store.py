@@ -25,6 +25,7 @@ from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
     MAX_ACL_PRINCIPALS,
+    MAX_UID_LENGTH,
     AclChange,
     AclExplanation,
     AggregateAnswer,
@@ -42,6 +43,7 @@ from knowledge_store.model import (
     SqlHits,
     StoreStats,
     check_list_bound,
+    text_problem,
 )
 from knowledge_store.requests import (
     AclRequest,
@@ -83,6 +85,17 @@ __all__ = [
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
+
+
+def _uid(uid: object, field: str = "uid") -> str:
+    """A uid to look up: text the engines can bind (a lone surrogate or NUL is not)."""
+    if not isinstance(uid, str) or not uid or text_problem(uid, MAX_UID_LENGTH) is not None:
+        raise InvalidRequest(
+            f"a uid is a non-empty string of at most {MAX_UID_LENGTH} characters of Unicode"
+            " text (no NUL, no lone surrogate)",
+            field=field,
+        )
+    return uid
 
 
 def _identity(who: IdentityLike) -> Identity:
@@ -210,12 +223,13 @@ class KnowledgeStore:
         seen: dict[str, int] = {}
         for line, record in enumerate(records, start=1):
             try:
-                entity = (
-                    record
-                    if isinstance(record, Entity)
-                    else record_to_entity(
-                        record, file="<records>", line=line, default_acl=acl, source=None
-                    )
+                # An Entity is held to the same rules as a record: it is one, built in Python.
+                entity = record_to_entity(
+                    record.to_record() if isinstance(record, Entity) else record,
+                    file="<records>",
+                    line=line,
+                    default_acl=acl,
+                    source=None,
                 )
             except InvalidRecord as exc:
                 rejected.append(exc.rejection)
@@ -486,10 +500,10 @@ class KnowledgeStore:
         return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
-        return self.engine.admin.acl_show(uid)
+        return self.engine.admin.acl_show(_uid(uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        return self.engine.admin.acl_explain(principal, uid)
+        return self.engine.admin.acl_explain(principal, _uid(uid))
 
     def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
         """Make ``member`` a member of ``group``; the member's groups after it."""

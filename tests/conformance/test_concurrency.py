@@ -5,7 +5,9 @@
   exactly those the publish log says existed at the root the answer reports
   (replayed afterwards from what each writer published, in publish order);
 * no lost update: grants by every writer on one shared entity all survive, and
-  every entity a writer added and did not delete is there at the end.
+  every entity a writer added and did not delete is there at the end;
+* an ingest reports what its publish did (counted under the write lock), however
+  the uids it read before taking the lock changed meanwhile.
 """
 
 from __future__ import annotations
@@ -179,3 +181,53 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
         "before",
         "during",
     }
+
+
+def _records(n: int, body: str = "kiwi") -> list[dict[str, object]]:
+    return [
+        {"uid": f"n:{i}", "type": "page", "title": f"N {i}", "body": f"{body} {i}", "acl": []}
+        for i in range(n)
+    ]
+
+
+def test_an_ingest_reports_what_its_publish_did_not_what_it_read_before(
+    store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer published these uids between this ingest's read and its publish."""
+    store.ingest_records(_records(40))
+    monkeypatch.setattr(store.engine.writer, "content_hashes", lambda uids: {})  # the stale read
+    changed = store.ingest_records(_records(40, "kiwi changed"))
+    assert (changed.added, changed.updated, changed.unchanged) == (0, 40, 0)
+    again = store.ingest_records(_records(40, "kiwi changed"))
+    assert (again.added, again.updated, again.unchanged) == (0, 0, 40)
+    assert again.content_root == changed.content_root  # nothing was rewritten
+    monkeypatch.undo()
+    assert store.stats().entities == 40
+
+
+def test_concurrent_ingests_of_overlapping_uids_count_each_uid_once(
+    store: KnowledgeStore,
+) -> None:
+    batches = [
+        [r for r in _records(80, "kiwi overlap") if lo <= int(str(r["uid"])[2:]) < lo + 60]
+        for lo in (0, 20)
+    ]
+    store.ingest_records(_records(1, "warm up the model"))
+    reports: list[object] = []
+    errors: list[BaseException] = []
+
+    def run(batch: list[dict[str, object]]) -> None:
+        try:
+            reports.append(store.ingest_records(batch))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(batch,)) for batch in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BOUND_S)
+    assert not errors, errors
+    assert sum(r.added for r in reports) == 79  # type: ignore[attr-defined]  # n:0 was there
+    assert sum(r.added + r.updated + r.unchanged for r in reports) == 120  # type: ignore[attr-defined]
+    assert store.stats().entities == 80

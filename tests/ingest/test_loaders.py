@@ -399,6 +399,15 @@ def test_markdown_with_bad_front_matter_is_rejected(tmp_path: Path) -> None:
     assert found.field == "front matter" and "YAML" in found.message
 
 
+def test_a_key_twice_in_front_matter_is_rejected_not_the_last_one_taken(tmp_path: Path) -> None:
+    """A second ``acl:`` made a private page public, as a duplicate JSON key did."""
+    (tmp_path / "page.md").write_text(
+        "---\nacl: [user:owner]\nacl: [everyone]\n---\n# Page\n\nText.\n", encoding="utf-8"
+    )
+    found = only_rejection(load(tmp_path))
+    assert found.field == "front matter" and "'acl' appears twice" in found.message
+
+
 def test_markdown_without_acl_and_without_default_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "page.md").write_text("# Page\n\nText.\n", encoding="utf-8")
     found = only_rejection(load(tmp_path))
@@ -501,3 +510,13 @@ def test_a_code_samples_title_names_its_heading_and_language() -> None:
     # under the page's own title (its h1) or no heading at all: the language names it
     assert sample_title("Failover", "Failover", "bash", 1) == "Failover › bash sample"
     assert sample_title("Failover", None, None, 3) == "Failover › code sample 3"
+
+
+def test_a_folder_name_is_a_source_in_nfc(tmp_path: Path) -> None:
+    """macOS writes names decomposed; the default source is a name, so it is composed."""
+    folder = tmp_path / "Cafe\u0301 notes"
+    folder.mkdir()
+    (folder / "page.md").write_text("# Page\n\nText.\n", encoding="utf-8")
+    result = load(folder, default_acl=["everyone"])
+    assert not result.rejections
+    assert result.records[0].entity.source == "Caf\u00e9 notes"

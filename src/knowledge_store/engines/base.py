@@ -70,19 +70,26 @@ class PreparedEntity:
 
 @dataclass(frozen=True)
 class Published:
-    """What a publish did (a plan that changed nothing publishes nothing: same root)."""
+    """What one publish did, counted inside it (under the write lock); a plan that
+    changed nothing publishes nothing: the same root.
+
+    ``unchanged``: upserts whose stored content hash already matched when the
+    publish ran (another writer got there first); they are left as they are.
+    ``publish`` is the new publish id, or the previous one when nothing changed.
+    """
 
     publish: int
     root: str
     added: int = 0
     updated: int = 0
     deleted: int = 0
+    unchanged: int = 0
 
     @classmethod
     def of(cls, plan: PublishPlan) -> Published:
         if plan.empty:
-            return cls(plan.publish - 1, plan.parent)
-        return cls(plan.publish, plan.root, plan.added, plan.updated, plan.deleted)
+            return cls(plan.publish - 1, plan.parent, unchanged=plan.unchanged)
+        return cls(plan.publish, plan.root, plan.added, plan.updated, plan.deleted, plan.unchanged)
 
 
 @dataclass(frozen=True)
@@ -99,9 +106,15 @@ class RankedChunks:
 
 @dataclass(frozen=True)
 class ChunkRecord:
-    """A chunk hydrated for an answer: its text and where it sits, with its entity's card."""
+    """A chunk hydrated for an answer: its text and where it sits, with its entity's card.
+
+    ``chunk_id`` is the engine's row id (internal: primitives rank it); ``public_id``
+    names the chunk in answers (``engines.shared.ChunkIds``: a keyed hash of uid and
+    ordinal, so the ids a caller sees say nothing of the chunks hidden from it).
+    """
 
     chunk_id: int
+    public_id: int
     uid: str
     title: str
     type: str

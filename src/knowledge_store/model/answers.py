@@ -296,6 +296,11 @@ class StoreStats(Answer):
     dimension: int | None
     is_empty: bool
 
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The engine's own keys (engine, path, indexes …)."""
+        return dict(self.model_extra or {})
+
 
 class PrincipalInfo(Answer):
     principal: str

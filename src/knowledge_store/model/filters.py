@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowledge_store.errors import InvalidRequest, UnknownField
+from knowledge_store.model.text import normalize_timestamp
 from knowledge_store.model.vocabulary import (
     FILTER_FIELDS,
     FILTER_NAMES,
@@ -28,7 +29,6 @@ from knowledge_store.model.vocabulary import (
     MAX_FILTER_VALUES,
     FilterField,
     check_list_bound,
-    normalize_timestamp,
 )
 
 __all__ = ["Filters", "FiltersLike", "check_text"]
@@ -72,7 +72,7 @@ def _values(name: str, raw: object) -> Values:
         if not check_text(value) or len(value) > MAX_FILTER_VALUE_CHARS:
             raise InvalidRequest(
                 f"{_path(name)}: each value must be a string of at most {MAX_FILTER_VALUE_CHARS}"
-                " characters, without NUL bytes or unpaired surrogates",
+                " characters of Unicode text (no NUL bytes, no lone surrogates)",
                 field=_path(name),
             )
     return tuple(dict.fromkeys(items))

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from knowledge_store.model.vocabulary import EVERYONE, check_principal
+from knowledge_store.model.text import check_principal
+from knowledge_store.model.vocabulary import EVERYONE
 
 __all__ = ["ENTITY_FIELDS", "Chunk", "Edge", "Entity", "Identity", "compose_context"]
 

@@ -9,10 +9,8 @@ declaration where a static type helps; the tuple beside it is derived from it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
 from typing import Any, Literal, get_args
 
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
@@ -28,13 +26,21 @@ __all__ = [
     "FUSION_MODES",
     "GRANULARITIES",
     "GRAPH_MAX_DEPTH",
+    "JSON_INT_RANGE",
     "LABELS",
     "LIGHT_K",
     "LIGHT_LIST_VALUES",
     "LIGHT_QUERY_CHARS",
     "LIST_NAMES",
     "MAX_ACL_PRINCIPALS",
+    "MAX_ATTRIBUTES_BYTES",
+    "MAX_ATTRIBUTE_DEPTH",
+    "MAX_BODY_CHARS",
     "MAX_BUCKETS",
+    "MAX_CHUNK_CHARS",
+    "MAX_DATE_CHARS",
+    "MAX_EDGES",
+    "MAX_EDGE_POSITION",
     "MAX_FILTER_VALUES",
     "MAX_FILTER_VALUE_CHARS",
     "MAX_GRAPHQL_ALIASES",
@@ -42,18 +48,23 @@ __all__ = [
     "MAX_GRAPHQL_FIELDS",
     "MAX_GRAPHQL_SELECTIONS",
     "MAX_GRAPHQL_TOKENS",
+    "MAX_HREF_BYTES",
     "MAX_INGEST_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_K",
+    "MAX_NAME_CHARS",
+    "MAX_PRINCIPAL_ID_CHARS",
     "MAX_REQUEST_BYTES",
     "MAX_SEARCH_K",
     "MAX_STARTS",
     "MAX_TEXT_LENGTH",
+    "MAX_TITLE_CHARS",
+    "MAX_UID_CHARS",
     "MAX_UID_LENGTH",
     "MAX_WEIGHT",
     "METRICS",
     "ORDER_FIELDS",
     "ORDER_SPECS",
-    "PRINCIPAL_PATTERN",
     "QUERY_GRAPH_MAX_DEPTH",
     "QUERY_GRAPH_MAX_LENGTH",
     "QUERY_GRAPH_MAX_LIMIT",
@@ -70,10 +81,7 @@ __all__ = [
     "check_label",
     "check_labels",
     "check_list_bound",
-    "check_membership",
-    "check_principal",
     "filter_field",
-    "normalize_timestamp",
 ]
 
 # -- labels, directions ---------------------------------------------------------------------------
@@ -201,7 +209,8 @@ MAX_UID_LENGTH = 4096
 #: Values of one list filter, and characters of one value.
 MAX_FILTER_VALUES = 1000
 MAX_FILTER_VALUE_CHARS = 4096
-#: The most principals a default ACL (``--acl``, ``?acl=``, the ingest tool's ``acl``) may name.
+#: The most principals an ACL may name: a record's ``acl``, or a default ACL (``--acl``,
+#: ``?acl=``, the ingest tool's ``acl``).
 MAX_ACL_PRINCIPALS = 100
 #: The largest HTTP request body, in bytes, of every route but the admin ingest.
 MAX_REQUEST_BYTES = 1024 * 1024
@@ -242,12 +251,37 @@ QUERY_GRAPH_TIME_LIMIT_S = 0.25
 QUERY_GRAPH_MAX_LENGTH = 10_000
 QUERY_GRAPH_MAX_LIST = 10_000
 
-# -- principals ------------------------------------------------------------------------------------------
+# -- records: what one may hold (docs/records.md, "Limits and names") -------------------------------
+# Validation (ingest/records.py), the chunker and the engines read them from here. The byte
+# sizes behind some: a PostgreSQL b-tree entry holds at most 2,704 bytes, and a UTF-8
+# character takes up to 4 (an edge's key holds two uids; titles and hrefs are indexed).
+#: A uid, or an edge target.
+MAX_UID_CHARS = 256
+#: ``type``, ``source``, ``status`` and attribute keys: names, not prose.
+MAX_NAME_CHARS = 256
+MAX_TITLE_CHARS = 500
+#: An href, in UTF-8 bytes (a URL is ASCII; percent-encoding makes it longer, not wider).
+MAX_HREF_BYTES = 2_000
+#: The largest real page of the eval sets is ~260k characters.
+MAX_BODY_CHARS = 1_000_000
+#: A ``created_at`` / ``updated_at`` string, before it is parsed.
+MAX_DATE_CHARS = 64
+#: ``attributes`` as canonical JSON, in UTF-8 bytes, and how deep it may nest.
+MAX_ATTRIBUTES_BYTES = 65_536
+MAX_ATTRIBUTE_DEPTH = 16
+MAX_EDGES = 10_000
+#: An edge ``position``: 0 … 2³¹−1 (a PostgreSQL ``integer``).
+MAX_EDGE_POSITION = 2**31 - 1
+#: The id after ``user:`` / ``group:``.
+MAX_PRINCIPAL_ID_CHARS = 256
+#: How deep one JSON record (a line) may nest, and the integers it may hold (int64).
+MAX_JSON_DEPTH = 32
+JSON_INT_RANGE = (-(2**63), 2**63 - 1)
+#: The longest chunk text: a longer code block is cut at line ends (a PostgreSQL
+#: tsvector holds at most 1 MiB; 100k characters of the densest text stay under 300 KiB).
+MAX_CHUNK_CHARS = 100_000
 
 EVERYONE = "everyone"
-#: What a principal looks like (matched whole: a trailing newline is not allowed).
-PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
-_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
 
 def check_label(label: str) -> str:
@@ -265,18 +299,6 @@ def check_labels(labels: object) -> tuple[str, ...]:
     """The labels, deduplicated, each one of the 9 (else ``UnknownLabel`` listing them)."""
     items = [labels] if isinstance(labels, str) else list(labels)  # type: ignore[call-overload]
     return tuple(dict.fromkeys(check_label(label) for label in items))
-
-
-def check_principal(principal: str) -> str:
-    """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
-    if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
-        shown = principal if isinstance(principal, str) else repr(principal)
-        raise InvalidRequest(
-            f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
-            " (an id of 1–256 characters, no control characters)",
-            principal=shown[:256],
-        )
-    return principal
 
 
 def check_k(k: int, maximum: int = MAX_K) -> int:
@@ -298,38 +320,3 @@ def check_list_bound(
             maximum=maximum,
             found=len(values),
         )
-
-
-def check_membership(group: str, member: str) -> None:
-    """A membership ``member ∈ group`` must name a group and may not be trivially cyclic."""
-    check_principal(group)
-    check_principal(member)
-    if not group.startswith("group:"):
-        raise InvalidRequest(f"{group!r} is not a group; memberships go into 'group:<id>'")
-    if member == EVERYONE:
-        raise InvalidRequest("'everyone' is implicit in every identity; it cannot be a member")
-    if group == member:
-        raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
-
-
-def normalize_timestamp(value: str, *, end_of_day: bool = False) -> str:
-    """ISO 8601 date or datetime → ``YYYY-MM-DDTHH:MM:SSZ`` in UTC.
-
-    A bare date means the start of that day (or its last second with
-    ``end_of_day``, so that a range ending 2024-05-01 includes the day).
-    A datetime without an offset is taken as UTC. Raises ``ValueError``.
-    """
-    text = value.strip()
-    if not text:
-        raise ValueError("empty date")
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        day = date.fromisoformat(text)
-        moment = datetime.combine(day, time(23, 59, 59) if end_of_day else time(0, 0, 0), UTC)
-    else:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    # Not strftime("%Y"): it drops the zero padding of years before 1000 on Linux.
-    return (
-        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
-        f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}Z"
-    )

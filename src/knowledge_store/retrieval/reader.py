@@ -111,7 +111,7 @@ class StoreReader:
             hits.append(
                 ChunkHit(
                     uid=c.uid,
-                    chunk_id=c.chunk_id,
+                    chunk_id=c.public_id,
                     title=c.title,
                     type=c.type,
                     score=score,

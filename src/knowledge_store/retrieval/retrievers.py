@@ -190,9 +190,7 @@ class LexicalRetriever:
         if not request.has_text or request.text is None:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        ranked = reader.engine.lexical(
-            request.text, _chunks_to_ask(request.k), request.filters
-        )
+        ranked = reader.engine.lexical(request.text, _chunks_to_ask(request.k), request.filters)
         return Ranking(
             self.name,
             self.granularity,

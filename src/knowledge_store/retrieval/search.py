@@ -415,7 +415,7 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
                 superseded_by=superseded_by,
                 evidence=tuple(
                     Evidence(
-                        chunk_id=c.chunk_id,
+                        chunk_id=c.public_id,
                         text=c.text,
                         heading=c.heading,
                         start=c.start,

@@ -10,6 +10,7 @@ and reads one WAL snapshot on it, never blocking the writer nor blocked by it.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import sqlite3
 import threading
@@ -24,7 +25,7 @@ import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity, Vector
 from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
-from knowledge_store.engines.shared import membership_path
+from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import (
@@ -34,20 +35,40 @@ from knowledge_store.engines.sql.publish import (
     plan_publish,
 )
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Edge, Entity, compose_context
+from knowledge_store.model import (
+    TIMESTAMP_FORM,
+    Edge,
+    Entity,
+    compose_context,
+    format_timestamp,
+    stored_timestamp,
+)
 
 __all__ = ["Catalog", "ChunkRow", "PublishOp"]
 
+log = logging.getLogger(__name__)
+
+#: Meta key set once every stored date has a four-digit year (older versions wrote
+#: years below 1000 unpadded, which neither sorts nor parses back).
+_STAMPS_REPAIRED = "timestamps_four_digit"
+_STAMP_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z"
 _CHUNK_BATCH = 900  # below SQLite's default host-parameter limit
 #: Reader connections kept open for reuse (each keeps its prepared statements).
 _POOL = 8
+
+
+def _repaired(stamp: str | None) -> str | None:
+    if stamp is None or TIMESTAMP_FORM.fullmatch(stamp):
+        return stamp
+    moment = stored_timestamp(stamp)
+    return stamp if moment is None else format_timestamp(moment)
 
 
 @dataclass(frozen=True)
 class ChunkRow:
     """A chunk joined with its entity's fields, as the derived indexes store it."""
 
-    chunk_id: int
+    chunk_id: int  # the row id: internal (answers name a chunk by ``ChunkIds``)
     uid: str
     title: str
     type: str
@@ -61,6 +82,7 @@ class ChunkRow:
     status: str
     created_at: str | None
     updated_at: str | None
+    ordinal: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,7 +94,7 @@ class PublishOp:
 
 _CHUNK_ROWS = """
 SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
-       e.acl_set, e.source, e.status, e.created_at, e.updated_at
+       e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal
 FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity
 WHERE c.id IN (SELECT value FROM json_each(:ids))
 """
@@ -94,6 +116,7 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
         status=r[11],
         created_at=r[12],
         updated_at=r[13],
+        ordinal=r[14],
     )
 
 
@@ -207,6 +230,46 @@ class Catalog:
             " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    def chunk_ids(self) -> ChunkIds:
+        """The store's public chunk ids (its secret made on first use)."""
+        key = self.get_meta(CHUNK_KEY_META)
+        if key is None:
+            with self.write() as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                    (CHUNK_KEY_META, ChunkIds.new_key()),
+                )
+            key = self.get_meta(CHUNK_KEY_META)
+        assert key is not None
+        return ChunkIds(key)
+
+    def repair_timestamps(self) -> int:
+        """Rewrite dates stored by older versions with years below 1000 unpadded; how many.
+
+        Once per store (a meta flag). A stamp that can't be read at all is left as it is:
+        the derived indexes index such a chunk without that date.
+        """
+        if self.get_meta(_STAMPS_REPAIRED) is not None:
+            return 0
+        fixed = 0
+        with self.write() as conn:
+            rows = conn.execute(
+                "SELECT id, created_at, updated_at FROM entities"
+                f" WHERE created_at NOT GLOB '{_STAMP_GLOB}' OR updated_at NOT GLOB '{_STAMP_GLOB}'"
+            ).fetchall()
+            for row_id, *stamps in rows:
+                repaired = [_repaired(stamp) for stamp in stamps]
+                if repaired != stamps:
+                    conn.execute(
+                        "UPDATE entities SET created_at = ?, updated_at = ? WHERE id = ?",
+                        (*repaired, row_id),
+                    )
+                    fixed += 1
+            self.set_meta(_STAMPS_REPAIRED, "1", conn)
+        if fixed:
+            log.warning("catalog: rewrote the dates of %d entities with four-digit years", fixed)
+        return fixed
 
     # -- publishes -----------------------------------------------------------------
     def latest_publish(self, conn: sqlite3.Connection | None = None) -> tuple[int, str]:
@@ -495,10 +558,18 @@ class Catalog:
         return [_chunk_row(r) for r in conn.execute(_CHUNK_ROWS, {"ids": ids})]
 
     def chunk_vectors(
-        self, conn: sqlite3.Connection, chunk_ids: Sequence[int]
+        self, conn: sqlite3.Connection, chunk_ids: Sequence[int], dimension: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, vectors)`` of these chunks: those whose stored vector the dense index
+        can take (``dimension`` floats — the store's when not given —, all finite, not
+        zero). Any other is left out (and logged): no row of the catalog can stop the
+        dense index from being built."""
+        if dimension is None:
+            recorded = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+            dimension = int(recorded[0]) if recorded else 0
         ids: list[int] = []
         blobs: list[bytes] = []
+        size = 4 * dimension
         all_ids = [int(c) for c in chunk_ids]
         for i in range(0, len(all_ids), _CHUNK_BATCH):
             part = json.dumps(all_ids[i : i + _CHUNK_BATCH])
@@ -507,12 +578,23 @@ class Catalog:
                 " ORDER BY id",
                 (part,),
             ):
-                ids.append(int(cid))
-                blobs.append(blob)
+                if isinstance(blob, bytes) and len(blob) == size:
+                    ids.append(int(cid))
+                    blobs.append(blob)
+                else:
+                    log.warning(
+                        "catalog: chunk %s has no usable vector; not in the dense index", cid
+                    )
         if not ids:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
-        return np.asarray(ids, dtype=np.int64), matrix
+            return np.zeros(0, dtype=np.int64), np.zeros((0, dimension), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), dimension)
+        usable = np.isfinite(matrix).all(axis=1) & (np.abs(matrix).sum(axis=1) > 0)
+        if not usable.all():
+            log.warning(
+                "catalog: chunks %s have NaN, infinite or zero vectors; not in the dense index",
+                [ids[i] for i in np.flatnonzero(~usable)],
+            )
+        return np.asarray(ids, dtype=np.int64)[usable], matrix[usable]
 
     def all_chunk_ids(self, conn: sqlite3.Connection) -> list[int]:
         return [int(c) for (c,) in conn.execute("SELECT id FROM chunks ORDER BY id")]

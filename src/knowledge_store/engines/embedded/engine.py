@@ -19,12 +19,19 @@ catalog moves on. Derived indexes behind ``P`` are caught up first (another
 process published; or a writer died); ahead of ``P`` (a publish landed in
 between), the transaction is reopened. A bounded number of tries, then a
 clear ``StoreError``.
+
+**A derived index that fails** never blocks the catalog (the truth): a publish
+whose index update fails commits its catalog transaction anyway, the index stays
+behind and the reason is kept (``derived_error``, in ``stats``); a reader at a
+publish an index can't reach still answers everything the catalog answers (sql,
+aggregate, graph, query_graph, content), and the primitive of that index says
+why and names ``ks rebuild``. Every writer (and every open) first repairs what a
+killed writer left (temp files, uncommitted segments, old date forms).
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
+import logging
 import sqlite3
 import threading
 import time
@@ -41,16 +48,21 @@ from rich.progress import Progress
 from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.embedded.admin import EmbeddedAdmin
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
-from knowledge_store.engines.embedded.dense import DenseIndex, Generation
+from knowledge_store.engines.embedded.dense import DenseIndex, Generation, file_watermark
+from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, Pinned
 from knowledge_store.engines.embedded.reader import EmbeddedReader
+from knowledge_store.engines.embedded.writelock import WriteLock
+from knowledge_store.engines.shared import check_prepared, check_vectors
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
 from knowledge_store.model import Entity, Filters, Identity, StoreStats
 
 __all__ = ["EmbeddedEngine"]
 
-_WRITE_LOCK_TIMEOUT_S = 120.0
+log = logging.getLogger(__name__)
+
+_DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
 #: How long a reader waits for the derived indexes to reach its snapshot (another
 #: process between its index commit and its catalog commit), in tries × backoff.
@@ -66,6 +78,17 @@ class View:
     publish: int
     lexical: Pinned
     dense: Generation | None
+    #: Why an index could not reach ``publish`` (its primitive refuses; the catalog answers).
+    lexical_error: str | None = None
+    dense_error: str | None = None
+
+
+def behind(message: str) -> str:
+    """The error of a primitive whose derived index is behind the catalog."""
+    return (
+        f"{message}. The derived indexes are behind the catalog: sql, aggregate, graph,"
+        " query_graph and content still answer; `ks rebuild` rebuilds them"
+    )
 
 
 def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
@@ -91,9 +114,7 @@ class EmbeddedEngine:
         except OSError as exc:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
-        self._lock_path = self.path / "write.lock"
-        self._thread_lock = threading.RLock()
-        self._lock_depth = 0
+        self._write_lock = WriteLock(self.path)
         self.lexical_index = self._open_lexical()
         self._dense: DenseIndex | None = None
         self._allowed: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
@@ -101,9 +122,12 @@ class EmbeddedEngine:
         self._view: View | None = None
         self._view_lock = threading.Lock()
         self._admin = EmbeddedAdmin(self)
+        #: Why the derived indexes could not catch up last time (None: they did).
+        self.derived_error: str | None = None
+        self.chunk_ids = self.catalog.chunk_ids()
         with self._writer(wait=False) as acquired:
             if acquired:
-                self._catch_up()
+                self._recover()
 
     @property
     def writer(self) -> EmbeddedEngine:
@@ -127,77 +151,76 @@ class EmbeddedEngine:
 
     @property
     def dense(self) -> DenseIndex | None:
-        if self._dense is None:
-            model = self.model()
-            if model is None:
-                return None
-            self._dense = DenseIndex(self.path / "dense.hnsw", model[1])
+        """The HNSW index of the store's model (reopened when a re-embedding changed the
+        dimension: the file of the old one loads empty, and catching up rebuilds it)."""
+        model = self.model()
+        return None if model is None else self._dense_of(model[1])
+
+    def _dense_of(self, dimension: int) -> DenseIndex:
+        if self._dense is None or self._dense.dimension != dimension:
+            self._dense = DenseIndex(self.path / _DENSE_FILE, dimension)
         return self._dense
 
     # -- the single writer ----------------------------------------------------------------
     @contextmanager
     def _writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the store's write lock: a thread lock in this process, a file lock across them.
-
-        Re-entrant in one thread. With ``wait=False`` it yields False at once
-        when someone else is writing (readers use that; they never wait).
-        """
-        if not self._thread_lock.acquire(
-            blocking=wait, timeout=_WRITE_LOCK_TIMEOUT_S if wait else -1
-        ):
-            if not wait:
-                yield False
-                return
-            raise StoreError(f"timed out waiting for the write lock of {self.path}")
-        try:
-            if self._lock_depth:
-                self._lock_depth += 1
-                try:
-                    yield True
-                finally:
-                    self._lock_depth -= 1
-                return
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not _flock(fd, _WRITE_LOCK_TIMEOUT_S if wait else 0.0):
-                os.close(fd)
-                if not wait:
-                    yield False
-                    return
-                raise StoreError(
-                    f"another process has been writing to {self.path} for over"
-                    f" {_WRITE_LOCK_TIMEOUT_S:.0f} s; try again when it is done"
-                )
-            self._lock_depth = 1
-            try:
-                yield True
-            finally:
-                self._lock_depth = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-        finally:
-            self._thread_lock.release()
+        """Hold the store's write lock (see ``writelock``); readers pass ``wait=False``."""
+        with self._write_lock.hold(wait=wait) as held:
+            yield held
 
     # -- derived index catch-up (the write lock held) -------------------------------------------
+    def _recover(self) -> None:
+        """At open, holding the write lock: repair what a killed writer or an older
+        version left, then catch the derived indexes up (a failure is logged, never
+        raised: the catalog-backed primitives answer regardless)."""
+        remove_dense_leftovers(self.path / _DENSE_FILE)
+        self.lexical_index.remove_leftovers()
+        self.catalog.repair_timestamps()
+        try:  # the publish inside the last commit, not the sidecar's (a kill may split them)
+            self.lexical_index.reload()
+        except StoreError as exc:
+            self._derived_failed(exc)
+        self._catch_up_or_log()
+
     def _catch_up(self, *, persist: bool = True) -> None:
         """Bring the derived indexes to the catalog's latest publish (idempotent).
 
         An index *ahead* of the catalog holds a publish that never committed (a
         writer died between its index commit and its catalog commit): rebuilt.
+        Behind means a writer died, or its index update failed: a killed writer's
+        leftovers go first (a delete file its Tantivy commit wrote without recording
+        it would collide with this commit's).
         """
         latest, _ = self.catalog.latest_publish()
         if self.lexical_index.watermark > latest:
             self._rebuild_lexical(latest)
         elif self.lexical_index.watermark < latest:
+            self.lexical_index.remove_leftovers()
             with self.catalog.read() as conn:
                 self._apply_lexical(conn, self.lexical_index.watermark, latest)
         dense = self.dense
         if dense is not None and dense.watermark > latest:
             dense.clear()
         if dense is not None and dense.watermark < latest:
+            remove_dense_leftovers(self.path / _DENSE_FILE)
             with self.catalog.read() as conn:
                 self._apply_dense(conn, dense, dense.watermark, latest)
             if persist:
                 dense.save(latest)
+        self.derived_error = None
+
+    def _catch_up_or_log(self) -> None:
+        """``_catch_up`` for writers: a derived index that can't catch up must not stop a
+        publish (deleting the record it chokes on is one) nor an open; readers of that
+        index get the error, and ``ks rebuild`` rebuilds it."""
+        try:
+            self._catch_up()
+        except StoreError as exc:
+            self._derived_failed(exc)
+
+    def _derived_failed(self, exc: StoreError) -> None:
+        self.derived_error = exc.message
+        log.warning("derived indexes behind the catalog: %s", exc.message)
 
     def _apply_lexical(self, conn: sqlite3.Connection, since: int, latest: int) -> None:
         ops = self.catalog.ops_since(since, conn)
@@ -223,13 +246,17 @@ class EmbeddedEngine:
         added = sorted({op.chunk for op in ops if op.op == "add"})
         if removed:
             dense.remove(removed)
-        ids, vectors = self.catalog.chunk_vectors(conn, added)
+        ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
         if len(ids):
             dense.add(ids, vectors)
         dense.mark(latest)
 
     def _rebuild_lexical(self, latest: int) -> None:
-        self.lexical_index.clear()
+        try:
+            self.lexical_index.clear()
+        except StoreError as exc:
+            log.warning("the lexical index can't be cleared (%s); recreating it", exc)
+            self.lexical_index.recreate()
         with self.catalog.read() as conn:
             ids = self.catalog.all_chunk_ids(conn)
             for i in range(0, len(ids), _REBUILD_BATCH):
@@ -243,7 +270,7 @@ class EmbeddedEngine:
         conn = self.catalog.borrow()
         try:
             publish, root, view = self._open_snapshot(conn)
-            yield EmbeddedReader(self, conn, identity, publish, root, view.lexical, view.dense)
+            yield EmbeddedReader(self, conn, identity, publish, root, view)
         finally:
             self.catalog.give(conn)
 
@@ -276,23 +303,37 @@ class EmbeddedEngine:
             if lexical.watermark != publish:
                 self.lexical_index.reload()
                 lexical = self.lexical_index.pin()
-            if lexical.watermark < publish:
+            lexical_error = dense_error = None
+            if lexical.watermark != publish:
+                # Behind: another process published, a writer died, or its index update
+                # failed. Ahead with nobody writing: a writer died between its index
+                # commit and its catalog commit (``_catch_up`` rebuilds the index).
                 with self._writer(wait=False) as acquired:
-                    if acquired:  # nobody is writing: a writer died before its index commit
-                        self._catch_up(persist=False)
+                    if acquired:
+                        try:
+                            self._catch_up(persist=False)
+                        except StoreError as exc:
+                            self._derived_failed(exc)
+                            lexical_error = behind(exc.message)
                         lexical = self.lexical_index.pin()
             dense = self.dense
             if dense is not None and dense.watermark < publish:
                 dense.reload_if_newer()
                 if dense.watermark < publish:  # in memory only: the writing process saves
-                    with self.catalog.read() as conn:
-                        self._apply_dense(conn, dense, dense.watermark, publish)
+                    try:
+                        with self.catalog.read() as conn:
+                            self._apply_dense(conn, dense, dense.watermark, publish)
+                    except StoreError as exc:
+                        self._derived_failed(exc)
+                        dense_error = behind(exc.message)
             generation = None if dense is None else dense.generation()
-            if lexical.watermark != publish or (
-                generation is not None and generation.watermark != publish
-            ):
+            if lexical.watermark != publish and lexical_error is None:
                 return None
-            view = View(publish, lexical, generation)
+            if generation is not None and generation.watermark != publish and dense_error is None:
+                return None
+            if lexical.watermark == publish:
+                lexical_error = None
+            view = View(publish, lexical, generation, lexical_error, dense_error)
             if self._view is None or self._view.publish < publish:
                 self._view = view
             return view
@@ -367,12 +408,13 @@ class EmbeddedEngine:
         """Every vector and the recorded model as one publish, like any publish: the
         dense index is rebuilt from ``vectors`` and Tantivy's watermark moves (its
         texts are unchanged) before the catalog transaction commits."""
+        check_vectors("the re-embedding", vectors, len(ids), dimension)
         matrix = np.asarray(vectors, dtype=np.float32)
         keys = np.asarray(ids, dtype=np.int64)
         meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self._writer():
-            self._catch_up()
-            dense = self.dense
+            self._catch_up_or_log()
+            dense: DenseIndex | None = self._dense_of(dimension)
             lexical_done = False
             try:
                 with self.catalog.write() as conn:
@@ -389,9 +431,8 @@ class EmbeddedEngine:
                 if lexical_done:
                     self._rebuild_lexical(self.catalog.latest_publish()[0])
                 self.lexical_index.rollback()
-                if dense is not None:
-                    dense.reload()
-                    self._catch_up(persist=False)
+                self._dense = None  # the recorded model's index reopens from its file
+                self._catch_up_or_log()
                 raise
             if dense is not None:
                 dense.save(publish)
@@ -421,10 +462,15 @@ class EmbeddedEngine:
         indexes updated before that transaction commits (see the module docstring).
 
         With ``model``, refused (ModelMismatch) unless the store records that model.
+        Chunks and vectors a derived index could not take are refused before anything
+        is written (StoreError); a derived index that fails anyway is left behind (see
+        the module docstring) and the catalog commits.
         """
+        recorded = self.model()
+        check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
             _check_model(self.model(), model)
-            self._catch_up()
+            self._catch_up_or_log()
             dense = self.dense
             lexical_done = False
             try:
@@ -437,10 +483,8 @@ class EmbeddedEngine:
                     if plan.empty:
                         return Published.of(plan)
                     self.catalog.apply(conn, plan, kind=kind)
-                    self._apply_lexical(conn, latest[0], plan.publish)
+                    self._follow(conn, dense, plan.publish)
                     lexical_done = True
-                    if dense is not None:
-                        self._apply_dense(conn, dense, latest[0], plan.publish)
             except BaseException:
                 # Nothing of this publish may survive in a derived index.
                 if lexical_done:
@@ -448,13 +492,31 @@ class EmbeddedEngine:
                 self.lexical_index.rollback()
                 if dense is not None:
                     dense.reload()
-                    self._catch_up(persist=False)
+                    self._catch_up_or_log()
                 raise
             if dense is None and self.dense is not None:  # the first publish set the model
-                self._catch_up(persist=False)
-            if self.dense is not None:
+                self._catch_up_or_log()
+            if self.dense is not None and self.dense.watermark == plan.publish:
                 self.dense.save(plan.publish)
             return Published.of(plan)
+
+    def _follow(self, conn: sqlite3.Connection, dense: DenseIndex | None, publish: int) -> None:
+        """Inside a publish's catalog transaction: bring the derived indexes to ``publish``.
+
+        An index that fails (StoreError) is rolled back to what it committed and left
+        behind, the reason kept: the catalog commits regardless.
+        """
+        try:
+            self._apply_lexical(conn, self.lexical_index.watermark, publish)
+        except StoreError as exc:
+            self.lexical_index.rollback()
+            self._derived_failed(exc)
+        if dense is not None:
+            try:
+                self._apply_dense(conn, dense, dense.watermark, publish)
+            except StoreError as exc:
+                dense.reload()
+                self._derived_failed(exc)
 
     def delete(self, uids: Sequence[str]) -> Published:
         missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))
@@ -469,30 +531,55 @@ class EmbeddedEngine:
         return not self.catalog.has_chunks()
 
     def stats(self) -> StoreStats:
+        """Counts from the catalog; the derived indexes' state beside them (never a failure)."""
         with self.catalog.read() as conn:
-            _, root = self.catalog.latest_publish(conn)
+            latest, root = self.catalog.latest_publish(conn)
             entities, chunks, edges = self.catalog.counts(conn)
         model = self.model()
+        try:
+            segments = self.lexical_index.num_segments()
+        except StoreError as exc:
+            segments, self.derived_error = 0, exc.message
+        dense = self._dense  # not loaded just for stats: its file's header says as much
+        on_disk = file_watermark(self.path / _DENSE_FILE)
+        indexes = {
+            "publish": latest,
+            "lexical": self.lexical_index.watermark,
+            "dense": dense.watermark if dense is not None else on_disk if on_disk >= 0 else None,
+            "error": self.derived_error,
+        }
         return StoreStats(
             content_root=root,
             entities=entities,
             chunks=chunks,
             edges=edges,
-            segments=self.lexical_index.num_segments(),
+            segments=segments,
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
             engine=self.name,
             path=str(self.path),
+            indexes=indexes,
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
-        """Rebuild Tantivy and HNSW from the catalog."""
+        """Rebuild Tantivy and HNSW from the catalog, whatever state they are in.
+
+        Never fails on data the catalog holds: a date that can't be read is left out
+        of its lexical document, a vector the dense index can't take is left out of it
+        (both logged); a lexical index that can't even be cleared is recreated.
+        """
         with self._writer():
+            remove_dense_leftovers(self.path / _DENSE_FILE)
+            self.lexical_index.remove_leftovers()
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
-            self.lexical_index.clear()
+            try:
+                self.lexical_index.clear()
+            except StoreError as exc:
+                log.warning("rebuild: the lexical index can't be cleared (%s); recreating it", exc)
+                self.lexical_index.recreate()
             dense = self.dense
             if dense is not None:
                 dense.clear()
@@ -502,7 +589,8 @@ class EmbeddedEngine:
                     part = ids[i : i + _REBUILD_BATCH]
                     with self.catalog.read() as conn:
                         docs = self._lexical_docs(conn, part)
-                        vids, vectors = self.catalog.chunk_vectors(conn, part)
+                        if dense is not None:
+                            vids, vectors = self.catalog.chunk_vectors(conn, part, dense.dimension)
                     self.lexical_index.add(docs)
                     if dense is not None and len(vids):
                         dense.add(vids, vectors)
@@ -514,24 +602,13 @@ class EmbeddedEngine:
                 self._view = None
             with self._allowed_lock:
                 self._allowed.clear()
+            self.derived_error = None
 
     def close(self) -> None:
         self.lexical_index.close()
         if self._dense is not None:
             self._dense.close()
         self.catalog.close()
-
-
-def _flock(fd: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
 
 
 def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:

@@ -25,8 +25,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks, Vector
-from knowledge_store.engines.embedded.dense import Generation
-from knowledge_store.engines.embedded.lexical import Pinned
 from knowledge_store.engines.shared import content_answer
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.aggregate import answer_rows
@@ -54,7 +52,7 @@ from knowledge_store.model import (
 )
 
 if TYPE_CHECKING:
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine, View
 
 __all__ = ["EmbeddedReader"]
 
@@ -94,16 +92,16 @@ class EmbeddedReader:
         identity: Identity,
         publish: int,
         root: str,
-        lexical: Pinned,
-        dense: Generation | None,
+        view: View,
     ) -> None:
         self._engine = engine
         self._conn = conn
         self._identity = identity
         self._publish = publish
         self._root = root
-        self._lexical = lexical
-        self._dense = dense
+        self._lexical = view.lexical
+        self._dense = view.dense
+        self._view = view
         self._statements: dict[str, int] = {}
         self._held_once: tuple[str, ...] | None = None
         self._expand_ms = 0.0
@@ -194,6 +192,8 @@ class EmbeddedReader:
         )
 
     def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+        if self._view.lexical_error is not None:
+            raise StoreError(self._view.lexical_error)
         started = time.perf_counter()
         found = self._engine.lexical_index.search(
             text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
@@ -202,6 +202,8 @@ class EmbeddedReader:
         return self._ranked([(c, s) for c, _, s in found], k, filters, details)
 
     def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+        if self._view.dense_error is not None:
+            raise StoreError(self._view.dense_error)
         dense = self._dense
         if dense is None or len(dense) == 0:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
@@ -235,9 +237,11 @@ class EmbeddedReader:
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
         if not chunk_ids:
             return {}
+        public = self._engine.chunk_ids
         return {
             int(r[0]): ChunkRecord(
                 chunk_id=int(r[0]),
+                public_id=public(r[1], int(r[9])),
                 uid=r[1],
                 title=r[2],
                 type=r[3],
@@ -313,7 +317,7 @@ class EmbeddedReader:
             for direction, near, far in EDGE_DIRECTIONS
         }
         entity = (*row[1:10], json.loads(row[10]))
-        return content_answer(self._root, entity, chunks, edges)
+        return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------
     def graph(self, query: GraphQuery) -> GraphHits:

@@ -38,6 +38,12 @@ from knowledge_store.engines.postgres.schema import (
     Migration,
     vector_ddl,
 )
+from knowledge_store.engines.shared import (
+    CHUNK_KEY_META,
+    ChunkIds,
+    check_prepared,
+    check_vectors,
+)
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import (
     InvalidRequest,
@@ -48,7 +54,6 @@ from knowledge_store.errors import (
 from knowledge_store.model import (
     EVERYONE,
     AclExplanation,
-    ChunkHit,
     Filters,
     Identity,
     MembershipsLoaded,
@@ -96,22 +101,6 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
-def _chunk_hit(row: Sequence[Any], rank: int) -> ChunkHit:
-    return ChunkHit(
-        uid=str(row[1]),
-        chunk_id=int(row[0]),
-        title=str(row[2]),
-        type=str(row[3]),
-        href=row[4],
-        text=str(row[5]),
-        heading=tuple(row[6]),
-        start=int(row[7]),
-        end=int(row[8]),
-        score=float(row[9]),
-        rank=rank,
-    )
-
-
 class PostgresEngine:
     """The production engine. ``PostgresEngine(url)`` opens or creates the store."""
 
@@ -137,6 +126,7 @@ class PostgresEngine:
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
+        self.chunk_ids = self._chunk_ids()
 
     @classmethod
     def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
@@ -208,6 +198,17 @@ class PostgresEngine:
             conn.close()
         self.db.search_path = path
         return features
+
+    def _chunk_ids(self) -> ChunkIds:
+        """The store's public chunk ids (its secret made on first open)."""
+        with self.db.write() as conn, translate("reading the chunk id key"):
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                (CHUNK_KEY_META, ChunkIds.new_key()),
+            )
+            key = self._meta(conn, CHUNK_KEY_META)
+        assert key is not None
+        return ChunkIds(key)
 
     # -- snapshot helpers ---------------------------------------------------------------------------
     def _snapshot(self, conn: Connection) -> tuple[int, str, str | None]:
@@ -301,6 +302,7 @@ class PostgresEngine:
         spec: str,
         base_root: str,
     ) -> str:
+        check_vectors("the re-embedding", vectors, len(ids), dimension)
         meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self.db.write() as conn, translate("re-embedding"):
             result = writes.replace_embeddings(conn, ids, vectors, meta, base_root=base_root)
@@ -360,6 +362,8 @@ class PostgresEngine:
         kind: str,
         model: str | None = None,
     ) -> Published:
+        recorded_model = self.model()
+        check_prepared(upserts, None if recorded_model is None else recorded_model[1])
         with self.db.write() as conn, translate("publishing"):
             recorded = self._meta(conn, "model")
             if model is not None and recorded is not None and recorded != model:

@@ -15,6 +15,7 @@ database, postings and statistics as ``INSERT … SELECT … GROUP BY``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 __all__ = [
     "REBUILD_LEXICAL",
     "acl_set_id",
+    "acl_set_key",
     "apply_publish",
     "latest_publish",
     "load_entity",
@@ -157,10 +159,19 @@ def latest_publish(conn: Connection) -> tuple[int, str]:
     return (0, EMPTY_ROOT) if row is None else (int(row[0]), str(row[1]))
 
 
+def acl_set_key(principals: Sequence[str]) -> str:
+    """The unique key of an ACL set: sha256 of its sorted principals, one per line.
+
+    A hash, not the text: 1,000 principals of 256 characters would not fit in a
+    b-tree entry (schema version 2 rewrote the older keys the same way).
+    """
+    return hashlib.sha256("\n".join(sorted(set(principals))).encode()).hexdigest()
+
+
 def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
     """The id of the deduplicated ACL set holding exactly ``principals`` (made if new)."""
     members = sorted(set(principals))
-    key = "\n".join(members)
+    key = acl_set_key(members)
     row = conn.execute("SELECT id FROM acl_sets WHERE key = %s", (key,)).fetchone()
     if row is not None:
         return int(row[0])
@@ -343,13 +354,14 @@ def apply_publish(
     """
     latest = latest_publish(conn)
     uids = [p.entity.uid for p in upserts] + list(deletes) + [e.uid for e in acl_only]
-    existing = {
-        str(uid): int(row_id)
-        for uid, row_id in conn.execute(
-            "SELECT uid, id FROM entities WHERE uid = ANY(%s::text[])", (uids,)
-        )
-    }
-    plan = plan_publish(latest, existing, upserts, deletes, acl_only)
+    existing: dict[str, int] = {}  # uid → row id
+    hashes: dict[str, str] = {}  # uid → content hash, read under the lock
+    for uid, row_id, content_hash in conn.execute(
+        "SELECT uid, id, content_hash FROM entities WHERE uid = ANY(%s::text[])", (uids,)
+    ):
+        existing[str(uid)] = int(row_id)
+        hashes[str(uid)] = str(content_hash)
+    plan = plan_publish(latest, hashes, upserts, deletes, acl_only)
     if plan.empty:
         return plan
     replaced = [existing[u] for u in plan.replaced]

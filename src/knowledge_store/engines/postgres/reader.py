@@ -190,9 +190,11 @@ class PostgresReader:
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
         if not chunk_ids:
             return {}
+        public = self._engine.chunk_ids
         return {
             int(r[0]): ChunkRecord(
                 chunk_id=int(r[0]),
+                public_id=public(r[1], int(r[9])),
                 uid=r[1],
                 title=r[2],
                 type=r[3],
@@ -266,7 +268,7 @@ class PostgresReader:
             direction: self._run(*statements.content_edges(POSTGRES, self.held, uid, near, far))
             for direction, near, far in EDGE_DIRECTIONS
         }
-        return content_answer(self._root, row[1:], chunks, edges)
+        return content_answer(self._root, row[1:], chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------
     def graph(self, query: GraphQuery) -> GraphHits:

@@ -50,6 +50,9 @@ class PublishPlan:
     acl_only: tuple[Entity, ...]  # existing entities whose ACL (and nothing else) changes
     changes: Mapping[str, str | None] = field(default_factory=dict)
     root: str = EMPTY_ROOT
+    #: Upserts whose stored content hash already matched (another writer got there
+    #: first): left as they are, counted here.
+    unchanged: int = 0
 
     @property
     def empty(self) -> bool:
@@ -70,15 +73,17 @@ class PublishPlan:
 
 def plan_publish(
     latest: tuple[int, str],
-    existing: Mapping[str, object],
+    existing: Mapping[str, str],
     upserts: Sequence[PreparedEntity],
     deletes: Sequence[str],
     acl_only: Sequence[Entity] = (),
 ) -> PublishPlan:
     """The plan of a publish on top of ``latest`` = (publish id, root).
 
-    ``existing``: the uids of the batch (upserts, deletes, ACL-only) that the
-    store holds now (any value; only the keys count).
+    ``existing``: uid → stored content hash of the uids of the batch (upserts,
+    deletes, ACL-only) that the store holds now, read in the publish's own write
+    transaction. An upsert whose hash is already stored is left as it is
+    (``unchanged``): the counts are what this publish did, whatever was read before.
     """
     publish, parent = latest
     doomed = set(deletes)
@@ -86,7 +91,8 @@ def plan_publish(
     for prepared in upserts:
         by_uid.pop(prepared.entity.uid, None)
         by_uid[prepared.entity.uid] = prepared
-    unique = tuple(p for uid, p in by_uid.items() if uid not in doomed)
+    fresh = {uid: p for uid, p in by_uid.items() if uid not in doomed}
+    unique = tuple(p for uid, p in fresh.items() if existing.get(uid) != p.entity.content_hash)
     removed = tuple(uid for uid in dict.fromkeys(deletes) if uid in existing)
     acl = tuple(e for e in acl_only if e.uid in existing and e.uid not in doomed)
     changes: dict[str, str | None] = {p.entity.uid: p.entity.content_hash for p in unique}
@@ -101,4 +107,5 @@ def plan_publish(
         acl_only=acl,
         changes=changes,
         root=content_root_of(parent, changes) if changes else parent,
+        unchanged=len(fresh) - len(unique),
     )

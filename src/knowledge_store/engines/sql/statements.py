@@ -47,7 +47,9 @@ __all__ = [
 Statement = tuple[str, dict[str, Any]]
 
 #: What a hydrated chunk is read with (see :func:`chunk_cards`).
-CHUNK_COLUMNS = 'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+CHUNK_COLUMNS = (
+    'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end", c.ordinal'
+)
 
 
 def _acl(d: SqlDialect, held: Sequence[str], params: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -24,12 +25,14 @@ from knowledge_store.ingest.dates import Dates, folder_dates
 from knowledge_store.ingest.loaders.base import LoadedRecord, Options
 from knowledge_store.ingest.loaders.code_samples import with_code_samples
 from knowledge_store.ingest.records import record_to_entity
+from knowledge_store.model import MAX_NAME_CHARS, name_problem
 
 __all__ = [
     "INDEX_NAMES",
     "Page",
     "add_structure_edges",
     "default_uid",
+    "folder_source",
     "is_index",
     "page_entities",
     "site_records",
@@ -171,6 +174,13 @@ def _dates(pages: list[Page]) -> dict[Path, Dates]:
     return dates
 
 
+def folder_source(root: Path) -> str:
+    """A folder's name as a source: in NFC (macOS writes names decomposed), trimmed to a
+    name's size; "" when even that is not a name (a control character in a folder name)."""
+    name = unicodedata.normalize("NFC", root.name or str(root)).strip()[:MAX_NAME_CHARS].strip()
+    return name if name and name_problem(name, MAX_NAME_CHARS) is None else ""
+
+
 def site_records(pages: list[Page], options: Options) -> Iterator[LoadedRecord | Rejection]:
     """Each page (with its folder ``partOf`` and link ``xref`` edges) and its code samples.
 
@@ -185,7 +195,7 @@ def site_records(pages: list[Page], options: Options) -> Iterator[LoadedRecord |
         if page.path in dates:
             dates[page.path].fill(record)
         if not record.get("source"):
-            record["source"] = page.root.name or str(page.root)
+            record["source"] = folder_source(page.root)
         links = (_uid_of(_link_target(page, href, by_path)) for href in page.links)
         add_structure_edges(
             record, _uid_of(_parent(page, indexes)), (to for to in links if to is not None)
