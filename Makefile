@@ -16,6 +16,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(PY) -m knowledge_store.ingest.embedders.export   # the bundled model as ONNX, once (cached)
 	touch $@
 
 run: HOST ?= 127.0.0.1

@@ -12,6 +12,9 @@ Everything stops by itself: the clients at the deadline, the server after.
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_serve.py --store .ks/pg15
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_serve.py --store .ks/pg15 \\
         --clients 32 --seconds 60 --json bench/.cache/serve.json
+    # before/after: the PyTorch path, or another batching window, on the same store
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_serve.py --store .ks/pg15 --surfaces rest \\
+        --embedder st:sentence-transformers/all-MiniLM-L6-v2 --window-ms 0
 
 The REST clients use httpx (async); the MCP clients use the SDK's own client
 over streamable HTTP (one session per client, tools/call).
@@ -68,7 +71,7 @@ def _workload(store: Path, limit: int = 500) -> tuple[list[str], list[str]]:
 class Server:
     """``ks serve`` in a subprocess, with its peak RSS sampled every 100 ms."""
 
-    def __init__(self, store: Path, port: int, tokens: Path) -> None:
+    def __init__(self, store: Path, port: int, tokens: Path, env: dict[str, str]) -> None:
         ks = Path(sys.executable).with_name("ks")
         self.url = f"http://127.0.0.1:{port}"
         # kept open for the server's lifetime; read back only if it fails to start
@@ -77,7 +80,7 @@ class Server:
             [str(ks), "--store", str(store), "serve", "--port", str(port), "--tokens", str(tokens)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **env},
         )
         self.peak = 0
         self._stop = threading.Event()
@@ -278,7 +281,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--surfaces", default="rest,mcp")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--embedder",
+        default=None,
+        help="the server's embedder spec ($KS_EMBEDDER), e.g. st:sentence-transformers/all-MiniLM-L6-v2",
+    )
+    parser.add_argument(
+        "--window-ms", type=float, default=None, help="query batching window ($KS_EMBED_WINDOW_MS)"
+    )
     args = parser.parse_args()
+    server_env = {}
+    if args.embedder:
+        server_env["KS_EMBEDDER"] = args.embedder
+    if args.window_ms is not None:
+        server_env["KS_EMBED_WINDOW_MS"] = str(args.window_ms)
     if not (args.store / "catalog.sqlite").exists():
         sys.exit(f"no store at {args.store}: build it with `make eval` (the eval corpus)")
     texts, uids = _workload(args.store)
@@ -292,8 +308,10 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "load_average_at_start": os.getloadavg()[0],
             "mix": "search 40% · graph 20% · sql 20% · content 20%",
+            "server_env": server_env,
         }
-        server = Server(args.store, _free_port(), tokens)
+        print(f"server env {server_env or '(defaults)'}, load average {os.getloadavg()[0]:.1f}")
+        server = Server(args.store, _free_port(), tokens, server_env)
         try:
             server.wait_ready()
             runners = {"rest": run_rest, "mcp": run_mcp}

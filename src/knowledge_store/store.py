@@ -19,7 +19,7 @@ import numpy as np
 from knowledge_store.engines.base import Engine
 from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
 from knowledge_store.graphquery.runner import checked_query
-from knowledge_store.ingest.embedding import Embedder, open_embedder
+from knowledge_store.ingest.embedding import Embedder, embedder_for, open_embedder, spec_of
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
@@ -114,9 +114,13 @@ class KnowledgeStore:
     def open(
         cls, location: str | Path | None = None, *, embedder: str | Embedder | None = None
     ) -> KnowledgeStore:
-        """Open (or create) the store at ``location`` (default ``$KS_STORE``, else ``./.ks``)."""
+        """Open (or create) the store at ``location`` (default ``$KS_STORE``, else ``./.ks``).
+
+        ``embedder`` (default ``$KS_EMBEDDER``): a spec or an :class:`Embedder`; without
+        one, the store embeds with the model it records, and a new store with the default.
+        """
         where = location or os.environ.get("KS_STORE") or DEFAULT_STORE
-        return cls(open_engine(where), embedder=embedder)
+        return cls(open_engine(where), embedder=embedder or os.environ.get("KS_EMBEDDER") or None)
 
     def close(self) -> None:
         self.engine.close()
@@ -130,21 +134,30 @@ class KnowledgeStore:
     # -- embedder ----------------------------------------------------------------------
     @property
     def embedder_spec(self) -> str:
-        if isinstance(self._embedder_arg, str):
-            return self._embedder_arg
-        recorded = getattr(self.engine, "model_spec", lambda: None)()
-        return str(recorded) if recorded else "default"
+        """The spec of the embedder this store embeds with (see :attr:`embedder`)."""
+        return spec_of(self.embedder)
 
     @property
     def embedder(self) -> Embedder:
-        """The store's embedder (the one its vectors were made with)."""
-        if self._embedder is None:
-            self._embedder = open_embedder(self.embedder_spec)
+        """The store's embedder: the one given, else the fastest for the recorded model.
+
+        Raises ``ModelMismatch`` when the given one makes other vectors than the
+        store holds (``ks rebuild --reembed`` re-embeds the store in place).
+        """
         recorded = self.engine.model()
+        if self._embedder is None:
+            if isinstance(self._embedder_arg, str):
+                self._embedder = open_embedder(self._embedder_arg)
+            elif recorded is None:
+                self._embedder = open_embedder()
+            else:
+                self._embedder = embedder_for(recorded[0], self.engine.model_spec())
         if recorded is not None and recorded != (self._embedder.model_id, self._embedder.dimension):
             raise ModelMismatch(
-                f"this store was built with {recorded[0]} ({recorded[1]} dimensions), not"
-                f" {self._embedder.model_id} ({self._embedder.dimension}); open it with its model",
+                f"this store's vectors are {recorded[0]} ({recorded[1]} dimensions), not"
+                f" {self._embedder.model_id} ({self._embedder.dimension}); open it with its"
+                " model, or re-embed it in place: ks rebuild --reembed --embedder"
+                f" {spec_of(self._embedder)}",
                 store_model=recorded[0],
                 model=self._embedder.model_id,
             )
@@ -487,6 +500,20 @@ class KnowledgeStore:
 
     def rebuild(self, *, progress: bool = False) -> None:
         self.engine.rebuild(progress=progress)
+
+    def reembed(self, embedder: str | Embedder | None = None, *, progress: bool = False) -> str:
+        """Embed every chunk again with ``embedder`` (default: the default) as one publish.
+
+        Vectors come from the embedding cache where it has them and go into it as
+        they are made, so an interrupted re-embed resumes where it stopped. The
+        store then records the new model; returns the new content root.
+        """
+        from knowledge_store.ingest.reembed import reembed_store
+
+        target = embedder if isinstance(embedder, Embedder) else open_embedder(embedder)
+        root = reembed_store(self.engine, target, progress=progress)
+        self._embedder_arg = self._embedder = target
+        return root
 
     # -- ACL administration ---------------------------------------------------------------------------
     def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:

@@ -1,4 +1,5 @@
-"""Embedders against the real bundled model, and an OpenAI-compatible endpoint over a real socket."""
+"""Embedders against the real bundled model (PyTorch and ONNX), and an OpenAI-compatible
+endpoint over a real socket."""
 
 from __future__ import annotations
 
@@ -15,9 +16,13 @@ import numpy as np
 import pytest
 
 from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.ingest.embedders.onnx import MODEL_IDS
 from knowledge_store.ingest.embedding import (
     DEFAULT_MODEL_ID,
+    DEFAULT_SPEC,
     Embedder,
+    HashingEmbedder,
+    OnnxEmbedder,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
     embedding_key,
@@ -38,7 +43,8 @@ TOPIC = [
 
 @pytest.fixture(scope="module")
 def minilm() -> SentenceTransformerEmbedder:
-    e = open_embedder()
+    """The bundled model on PyTorch (the reference)."""
+    e = open_embedder(f"st:{DEFAULT_MODEL_ID}")
     assert isinstance(e, SentenceTransformerEmbedder)
     _ = e.model  # load once for the module
     return e
@@ -53,11 +59,20 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_default_embedder_identity():
     e = open_embedder()
-    assert e is open_embedder("default") is open_embedder(None)
+    assert e is open_embedder("default") is open_embedder(None) is open_embedder(DEFAULT_SPEC)
     assert isinstance(e, Embedder)
-    assert e.model_id == DEFAULT_MODEL_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    assert isinstance(e, OnnxEmbedder)
+    assert e.model_id == MODEL_IDS[e.quantization]
+    assert DEFAULT_MODEL_ID == "sentence-transformers/all-MiniLM-L6-v2"
     assert e.dimension == 384
     assert e.max_tokens == 256
+
+
+def test_the_bundled_model_on_pytorch_is_st_by_name(minilm):
+    assert minilm is open_embedder("st:all-MiniLM-L6-v2")
+    assert minilm.model_id == DEFAULT_MODEL_ID
+    assert minilm.spec == f"st:{DEFAULT_MODEL_ID}"
+    assert minilm.max_tokens == minilm.model.get_max_seq_length() == 256
 
 
 def test_vectors_are_normalised_float32(minilm):
@@ -136,6 +151,8 @@ def test_unknown_spec_lists_the_valid_forms(spec):
     assert "default" in message
     assert "st:NAME_OR_PATH" in message
     assert "openai:BASE_URL#MODEL" in message
+    assert "onnx:int8" in message
+    assert "hash:DIMENSION" in message
 
 
 @pytest.mark.parametrize(
@@ -145,6 +162,9 @@ def test_unknown_spec_lists_the_valid_forms(spec):
         ("openai:http://127.0.0.1:9/v1", "BASE_URL#MODEL"),
         ("openai:#model", "BASE_URL#MODEL"),
         ("openai:ftp://host/v1#model", "http:// or https://"),
+        ("onnx:int4", "onnx:fp32, onnx:int8"),
+        ("hash:many", "number of dimensions"),
+        ("hash:2", "8 to 4096"),
     ],
 )
 def test_malformed_specs(spec, match):
@@ -283,3 +303,45 @@ def test_openai_unreachable_endpoint():
     probe.server_close()  # nothing listens there now
     with pytest.raises(StoreError, match="could not be reached"):
         OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", timeout=5).embed(["x"])
+
+
+# --- the hashing embedder (for tests that do not measure vectors) ------------------------
+
+
+def test_hashing_embedder_is_deterministic_and_normalised():
+    e = open_embedder("hash:64")
+    assert isinstance(e, HashingEmbedder)
+    assert e is open_embedder("hash:64")
+    assert (e.model_id, e.dimension, e.spec) == ("hash:64", 64, "hash:64")
+    assert open_embedder("hash:").dimension == 384
+    texts = ["VACUUM reclaims storage", "vacuum RECLAIMS storage!", "bake a cake", ""]
+    vectors = e.embed(texts)
+    assert vectors.shape == (4, 64) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-6)
+    assert not vectors[3].any()  # no words: the zero vector
+    assert np.allclose(vectors[0], vectors[1])  # case and punctuation do not count
+    assert np.allclose(e.embed_query(texts[0]), vectors[0])
+    # the same vectors in another process: the buckets do not depend on Python's hash seed
+    import subprocess
+    import sys
+
+    code = (
+        "from knowledge_store.ingest.embedding import open_embedder;"
+        "print(open_embedder('hash:64').embed_query('VACUUM reclaims storage').tolist())"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
+    assert np.allclose(json.loads(other.stdout), vectors[0])
+
+
+def test_hashing_texts_sharing_words_are_closer():
+    e = open_embedder("hash:384")
+    query, near, far = e.embed(
+        ["create an index on a column", "CREATE INDEX on the column of a table", "bake a cake"]
+    )
+    assert cosine(query, near) > cosine(query, far)

@@ -56,14 +56,44 @@ class Engine(Protocol):
 
     # -- model and content --------------------------------------------------
     def model(self) -> tuple[str, int] | None: ...
+    def model_spec(self) -> str | None: ...
     def set_model(self, model_id: str, dimension: int, spec: str) -> None: ...
     def content_root(self) -> str: ...
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]: ...
     def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]: ...
     def cache_embeddings(self, items: Mapping[str, Vector]) -> None: ...
     def publish(
-        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
-    ) -> str: ...
+        self,
+        upserts: Sequence[PreparedEntity],
+        deletes: Sequence[str],
+        *,
+        kind: str,
+        model: str | None = None,
+    ) -> str:
+        """One publish; with ``model``, refused (ModelMismatch) unless the store records it."""
+        ...
+
+    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
+        """``(chunk id, embedded text)`` of up to ``limit`` chunks with ids above ``after``."""
+        ...
+
+    def replace_embeddings(
+        self,
+        ids: Sequence[int],
+        vectors: Vector,
+        *,
+        model_id: str,
+        dimension: int,
+        spec: str,
+        base_root: str,
+    ) -> str:
+        """Every chunk's vector and the recorded model, as one publish (kind ``reembed``).
+
+        ``ids`` must be every chunk of the store at ``base_root``; a store that
+        has moved on since is refused (StoreError), and nothing changes.
+        """
+        ...
+
     def delete(self, uids: Sequence[str]) -> str: ...
     def stats(self) -> StoreStats: ...
     def is_empty(self) -> bool: ...

@@ -16,11 +16,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from knowledge_store.engines.base import Engine, PreparedEntity
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import chunk_markdown
-from knowledge_store.ingest.embedding import Embedder, embedding_key
+from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
 from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import Chunk, Entity, IngestReport, SkippedPath
 
-__all__ = ["EMBED_BATCH", "chunk_entity", "ingest_entities"]
+__all__ = ["EMBED_BATCH", "chunk_entity", "embed_and_cache", "ingest_entities"]
 
 #: Texts embedded (and cached) per step.
 EMBED_BATCH = 256
@@ -41,14 +41,19 @@ class _Pending:
     keys: list[str]
 
 
-def _embed_and_cache(
-    engine: Engine, embedder: Embedder, texts: dict[str, str], *, progress: bool
+def embed_and_cache(
+    engine: Engine,
+    embedder: Embedder,
+    texts: dict[str, str],
+    *,
+    progress: bool,
+    label: str = "embedding",
 ) -> dict[str, np.ndarray]:
     """Embed in batches, caching each batch at once: an interrupted ingest keeps its work."""
     keys = list(texts)
     out: dict[str, np.ndarray] = {}
     with Progress(
-        TextColumn("embedding"),
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("chunks"),
@@ -102,10 +107,11 @@ def ingest_entities(
         )
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
+    cache_id = cache_id_of(embedder)
     pending: list[_Pending] = []
     for entity in changed:
         chunks = chunk_entity(entity)
-        keys = [embedding_key(embedder.model_id, c.context_text(entity.title)) for c in chunks]
+        keys = [embedding_key(cache_id, c.context_text(entity.title)) for c in chunks]
         pending.append(_Pending(entity, chunks, keys))
 
     wanted = list(dict.fromkeys(k for p in pending for k in p.keys))
@@ -116,7 +122,7 @@ def ingest_entities(
             if key not in vectors:
                 texts[key] = chunk.context_text(p.entity.title)
     if texts:
-        vectors.update(_embed_and_cache(engine, embedder, texts, progress=progress))
+        vectors.update(embed_and_cache(engine, embedder, texts, progress=progress))
 
     prepared = [
         PreparedEntity(
@@ -126,7 +132,7 @@ def ingest_entities(
         )
         for p in pending
     ]
-    root = engine.publish(prepared, [], kind="ingest")
+    root = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
     added = sum(1 for e in changed if e.uid not in existing)
     return IngestReport(
         content_root=root,

@@ -493,17 +493,45 @@ def stats(as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def rebuild(as_json: JsonOpt = False) -> None:
+def rebuild(
+    reembed: Annotated[
+        bool,
+        typer.Option(
+            "--reembed",
+            help="also embed every chunk again (one publish; resumable): after a model_mismatch,"
+            " or to move the store to another embedder of the same dimension",
+        ),
+    ] = False,
+    embedder: Annotated[
+        str | None,
+        typer.Option(
+            "--embedder",
+            help="with --reembed: the embedder spec (default $KS_EMBEDDER, else the default,"
+            " onnx:int8); see docs/embedding.md",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Rebuild the derived indexes from the source of truth (embedded: Tantivy + HNSW; postgres: text index, BM25 statistics, HNSW)."""
 
     def action() -> Any:
+        if embedder is not None and not reembed:
+            raise InvalidRequest("--embedder goes with --reembed", field="embedder")
+        progress = not as_json and sys.stderr.isatty()
         with _store() as store:
-            store.rebuild(progress=not as_json and sys.stderr.isatty())
+            if reembed:
+                store.reembed(embedder or os.environ.get("KS_EMBEDDER"), progress=progress)
+            else:
+                store.rebuild(progress=progress)
             return store.stats()
 
-    _run(
-        as_json, action, lambda s: out.print(f"rebuilt: {s.chunks} chunks · {s.segments} segments")
-    )
+    def show(s: Any) -> None:
+        if reembed:
+            out.print(f"re-embedded: {s.chunks} chunks · model {s.model}")
+        else:
+            out.print(f"rebuilt: {s.chunks} chunks · {s.segments} segments")
+
+    _run(as_json, action, show)
 
 
 @app.command("eval")

@@ -33,7 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from knowledge_store.ingest.embedding import DelegatingEmbedder, Embedder, Vectors
+from knowledge_store.ingest.embedding import (
+    DelegatingEmbedder,
+    Embedder,
+    MicroBatchingEmbedder,
+    Vectors,
+)
 from knowledge_store.model import LIGHT_K, LIGHT_LIST_VALUES, LIGHT_QUERY_CHARS
 from knowledge_store.store import KnowledgeStore
 
@@ -121,5 +126,10 @@ class SlotEmbedder(DelegatingEmbedder):
 
 
 def with_embedding_slots(store: KnowledgeStore, slots: int = EMBED_SLOTS) -> KnowledgeStore:
-    """The same store (same engine) whose query embeddings take a slot; loads the model now."""
-    return KnowledgeStore(store.engine, embedder=SlotEmbedder(store.embedder, slots))
+    """The same store (same engine) whose query embeddings take a slot; loads the model now.
+
+    Concurrent query embeddings are batched (:class:`MicroBatchingEmbedder`,
+    ``$KS_EMBED_WINDOW_MS``) and each batch takes one slot.
+    """
+    batched = MicroBatchingEmbedder(SlotEmbedder(store.embedder, slots))
+    return KnowledgeStore(store.engine, embedder=batched)

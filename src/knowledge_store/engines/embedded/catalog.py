@@ -31,7 +31,7 @@ from knowledge_store.engines.embedded.schema import (
 from knowledge_store.engines.shared import membership_path
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Edge, Entity, Filters
+from knowledge_store.model import Edge, Entity, Filters, compose_context
 
 __all__ = ["EMPTY_ROOT", "Catalog", "ChunkRow", "PublishOp", "content_root_of"]
 
@@ -414,6 +414,55 @@ class Catalog:
             )
             conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
             return publish, root
+
+    def replace_embeddings(
+        self, ids: Sequence[int], vectors: Vector, meta: Mapping[str, str], *, base_root: str
+    ) -> tuple[int, str]:
+        """Every chunk's embedding and the model ``meta``, as one publish.
+
+        Each chunk is logged as re-added (op ``add``): the derived indexes catch
+        up as after any publish, HNSW replacing the vectors (and Tantivy, which
+        has one op kind for a changed chunk, re-indexing the same text).
+        """
+        matrix = np.asarray(vectors, dtype=np.float32)
+        with self.write() as conn:
+            publish, parent = self.latest_publish(conn)
+            (count,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
+            if parent != base_root or count != len(ids):
+                raise StoreError(
+                    "the store changed while it was being re-embedded; nothing was replaced —"
+                    " run it again (the vectors made so far are cached)"
+                )
+            publish += 1
+            conn.executemany(
+                "UPDATE chunks SET embedding = ? WHERE id = ?",
+                ((matrix[i].tobytes(), int(c)) for i, c in enumerate(ids)),
+            )
+            for key, value in meta.items():
+                self.set_meta(key, value, conn)
+            root = content_root_of(parent, {})
+            at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            conn.execute(
+                "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (publish, root, parent, "reembed", at, 0, 0, 0),
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)",
+                ((publish, int(c), "add") for c in ids),
+            )
+            return publish, root
+
+    def chunk_contexts(
+        self, conn: sqlite3.Connection, after: int, limit: int
+    ) -> list[tuple[int, str]]:
+        """``(id, embedded text)`` of chunks with ids above ``after``, in id order."""
+        rows = conn.execute(
+            "SELECT c.id, e.title, c.heading, c.text FROM chunks AS c"
+            " JOIN entities AS e ON e.id = c.entity WHERE c.id > ? ORDER BY c.id LIMIT ?",
+            (after, limit),
+        ).fetchall()
+        return [(int(r[0]), compose_context(r[1], json.loads(r[2]), r[3])) for r in rows]
 
     @staticmethod
     def _drop_chunks(

@@ -69,6 +69,17 @@ _WRITE_LOCK_TIMEOUT_S = 120.0
 _REBUILD_BATCH = 2000
 
 
+def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
+    """A publish of vectors made by ``model`` into a store that records another is refused."""
+    if model is not None and recorded is not None and recorded[0] != model:
+        raise ModelMismatch(
+            f"this store's vectors are now {recorded[0]}, not {model} (it was re-embedded"
+            " meanwhile); nothing was published — ingest again",
+            store_model=recorded[0],
+            model=model,
+        )
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
@@ -255,6 +266,27 @@ class EmbeddedEngine:
     def content_root(self) -> str:
         return self.catalog.latest_publish()[1]
 
+    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
+        with self.catalog.read() as conn:
+            return self.catalog.chunk_contexts(conn, after, limit)
+
+    def replace_embeddings(
+        self,
+        ids: Sequence[int],
+        vectors: Vector,
+        *,
+        model_id: str,
+        dimension: int,
+        spec: str,
+        base_root: str,
+    ) -> str:
+        with self._writer():
+            self._catch_up()
+            meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+            _, root = self.catalog.replace_embeddings(ids, vectors, meta, base_root=base_root)
+            self._catch_up()
+            return root
+
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
         return self.catalog.content_hashes(uids)
 
@@ -266,9 +298,15 @@ class EmbeddedEngine:
             self.catalog.cache_embeddings(items)
 
     def publish(
-        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+        self,
+        upserts: Sequence[PreparedEntity],
+        deletes: Sequence[str],
+        *,
+        kind: str,
+        model: str | None = None,
     ) -> str:
         with self._writer():
+            _check_model(self.model(), model)
             self._catch_up()
             _, root = self.catalog.apply_publish(upserts, deletes, kind=kind)
             self._catch_up()

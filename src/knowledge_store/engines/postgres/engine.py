@@ -73,6 +73,7 @@ from knowledge_store.model import (
     VectorInfo,
     check_k,
     check_principal,
+    compose_context,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
@@ -151,7 +152,6 @@ class PostgresEngine:
         self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
         if self.lexical_ranker not in lexical_sql.LEXICAL_RANKERS:
             lexical_sql.lexical_statement(self.lexical_ranker, EVERYONE, "", 1, Filters())  # raises
-        self._model: tuple[str, int] | None = None
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
@@ -215,15 +215,16 @@ class PostgresEngine:
         return None if row is None else str(row[0])
 
     def model(self) -> tuple[str, int] | None:
-        if self._model is not None:
-            return self._model
+        # Read every time (one small statement): another process may re-embed the store.
         with translate("reading the model"):
-            conn = self.db.conn()
-            model, dimension = self._meta(conn, "model"), self._meta(conn, "dimension")
-        if model is None or dimension is None:
+            rows = dict(
+                self.db.conn()
+                .execute("SELECT key, value FROM meta WHERE key IN ('model', 'dimension')")
+                .fetchall()
+            )
+        if "model" not in rows or "dimension" not in rows:
             return None
-        self._model = (model, int(dimension))
-        return self._model
+        return str(rows["model"]), int(rows["dimension"])
 
     def model_spec(self) -> str | None:
         with translate("reading the model"):
@@ -259,6 +260,35 @@ class PostgresEngine:
                 model=model_id,
                 dimension=dimension,
             )
+
+    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
+        with translate("reading chunks"):
+            rows = (
+                self.db.conn()
+                .execute(
+                    "SELECT c.id, e.title, c.heading, c.text FROM chunks AS c"
+                    " JOIN entities AS e ON e.id = c.entity WHERE c.id > %s ORDER BY c.id LIMIT %s",
+                    (after, limit),
+                )
+                .fetchall()
+            )
+        return [(int(r[0]), compose_context(r[1], r[2], r[3])) for r in rows]
+
+    def replace_embeddings(
+        self,
+        ids: Sequence[int],
+        vectors: Vector,
+        *,
+        model_id: str,
+        dimension: int,
+        spec: str,
+        base_root: str,
+    ) -> str:
+        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+        with self.db.write() as conn, translate("re-embedding"):
+            result = writes.replace_embeddings(conn, ids, vectors, meta, base_root=base_root)
+        self._after_write(len(ids))
+        return result.root
 
     def content_root(self) -> str:
         with translate("reading the content root"):
@@ -306,9 +336,22 @@ class PostgresEngine:
             )
 
     def publish(
-        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+        self,
+        upserts: Sequence[PreparedEntity],
+        deletes: Sequence[str],
+        *,
+        kind: str,
+        model: str | None = None,
     ) -> str:
         with self.db.write() as conn, translate("publishing"):
+            recorded = self._meta(conn, "model")
+            if model is not None and recorded is not None and recorded != model:
+                raise ModelMismatch(
+                    f"this store's vectors are now {recorded}, not {model} (it was re-embedded"
+                    " meanwhile); nothing was published — ingest again",
+                    store_model=recorded,
+                    model=model,
+                )
             result = writes.apply_publish(conn, upserts, deletes, kind=kind)
         self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
         return result.root

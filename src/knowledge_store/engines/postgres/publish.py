@@ -16,7 +16,7 @@ database, postings and statistics as ``INSERT … SELECT … GROUP BY``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -26,6 +26,7 @@ from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.errors import StoreError
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "apply_publish",
     "latest_publish",
     "load_entity",
+    "replace_embeddings",
 ]
 
 _STAGE = """
@@ -422,3 +424,52 @@ def apply_publish(
         ),
     )
     return PublishResult(publish, root, added, updated, len(removed))
+
+
+def replace_embeddings(
+    conn: Connection,
+    ids: Sequence[int],
+    vectors: np.ndarray,
+    meta: Mapping[str, str],
+    *,
+    base_root: str,
+) -> PublishResult:
+    """Every chunk's embedding and the model ``meta``, as one publish (kind ``reembed``).
+
+    Inside the caller's write transaction; refused if the store moved on from
+    ``base_root`` or ``ids`` are not all its chunks.
+    """
+    publish, parent = latest_publish(conn)
+    row = conn.execute("SELECT count(*) FROM chunks").fetchone()
+    if parent != base_root or row is None or int(row[0]) != len(ids):
+        raise StoreError(
+            "the store changed while it was being re-embedded; nothing was replaced —"
+            " run it again (the vectors made so far are cached)"
+        )
+    publish += 1
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS ks_vectors (id bigint, embedding vector)"
+        " ON COMMIT DELETE ROWS"
+    )
+    with conn.cursor().copy(
+        "COPY ks_vectors (id, embedding) FROM STDIN WITH (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["int8", "vector"])
+        for chunk_id, vector in zip(ids, np.asarray(vectors, dtype=np.float32), strict=True):
+            copy.write_row((int(chunk_id), vector))
+    conn.execute(
+        "UPDATE chunks AS c SET embedding = v.embedding FROM ks_vectors AS v WHERE c.id = v.id"
+    )
+    for key, value in meta.items():
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (%s, %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+    root = content_root_of(parent, {})
+    conn.execute(
+        "INSERT INTO publishes (id, root, parent, kind, at, added, updated, deleted)"
+        " VALUES (%s, %s, %s, 'reembed', %s, 0, 0, 0)",
+        (publish, root, parent, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
+    )
+    return PublishResult(publish, root, 0, 0, 0)
