@@ -139,7 +139,7 @@ class BatchRejected(InvalidRecord):
         self.message = (
             f"{clip(first.describe())}"
             + (f" (and {more} more bad record{'s' if more != 1 else ''})" if more else "")
-            + "; nothing was published. Fix the records or pass --skip-invalid"
+            + "; nothing was published. Fix the records, or set skip_invalid"
             " to publish the good ones."
         )
         self.args = (self.message,)

@@ -116,9 +116,17 @@ def test_graphql_answers_like_rest(app: Any, served: KnowledgeStore) -> None:
         k: want.results[0].to_dict()["ranks"][k] for k in ("graph", "sql")
     }
     content = _gql(
-        app, '{ content(uid: "unit:vacuum") { title chunks { heading } incoming { uid } } }', ANN
-    )
-    assert "ticket:1043" in {e["uid"] for e in content["data"]["content"]["incoming"]}
+        app,
+        '{ content(uid: "unit:vacuum") { entity { title } chunks { heading } edges { in { uid } } } }',
+        ANN,
+    )["data"]["content"]
+    rest = call(app, "GET", "/v1/content/unit:vacuum", headers=ANN).json()
+    assert content == {  # the same shape as REST's content API
+        "entity": {"title": rest["entity"]["title"]},
+        "chunks": [{"heading": c["heading"]} for c in rest["chunks"]],
+        "edges": {"in": [{"uid": e["uid"]} for e in rest["edges"]["in"]]},
+    }
+    assert "ticket:1043" in {e["uid"] for e in content["edges"]["in"]}
     caps = _gql(app, "{ capabilities { isEmpty identity tools { name } } }", BOB)
     assert caps["data"]["capabilities"]["identity"] == "user:bob"
     rows = _gql(
@@ -138,7 +146,7 @@ def test_graphql_errors_carry_the_error_shape(app: Any) -> None:
         "message",
         "details",
     }
-    hidden = _gql(app, '{ content(uid: "ticket:2001") { uid } }', BOB)
+    hidden = _gql(app, '{ content(uid: "ticket:2001") { entity { uid } } }', BOB)
     assert hidden["errors"][0]["extensions"]["code"] == "not_found"
 
 

@@ -43,8 +43,8 @@ _LABEL_SET = frozenset(LABELS)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DATE_FORM = "an ISO 8601 date or datetime, e.g. 2024-05-01 or 2024-05-01T12:00:00Z"
 _NO_ACL = (
-    "no acl and no --acl default: nothing becomes public silently;"
-    ' add "acl": [...] or pass --acl everyone'
+    "no acl and no default acl for the batch: nothing becomes public silently;"
+    ' add "acl": [...] to the record, or give the batch a default acl (e.g. everyone)'
 )
 
 

@@ -230,8 +230,9 @@ def search(
     unknown = sorted(set(weights or {}) - set(names))
     if unknown:
         raise InvalidRequest(
-            f"--weights names {', '.join(map(repr, unknown))}, which is not a configured list;"
+            f"weights names {', '.join(map(repr, unknown))}, which is not a configured list;"
             f" the lists are {', '.join(names)}",
+            field="weights",
             allowed=names,
         )
     fusion = Fusion.of(fusion.mode, weights)

@@ -1,0 +1,142 @@
+"""The requests and answers only the surfaces have, next to the store's own.
+
+- ``fetch_content``: the content API read for a model — the entity's fields,
+  its body cut at ``max_chars``, a code sample's code and language, its edges,
+  its chunks on request;
+- :class:`ReaderStats`: what ``stats`` tells a caller without the admin scope
+  (global counts would tell a reader how much it can't see);
+- :class:`AclShown`: an entity's ACL, as ``acl show`` prints it;
+- :class:`Capabilities`: the tools a caller sees now.
+
+Every one is a pydantic model like the store's (:mod:`knowledge_store.requests`,
+:mod:`knowledge_store.model.answers`), so that every surface derives its schema
+from it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from knowledge_store.model import Answer, ContentChunk, ContentEdges
+from knowledge_store.requests import ContentRequest
+from knowledge_store.retrieval.knowledge import CODE_SAMPLE_TYPE, code_of
+
+if TYPE_CHECKING:
+    from knowledge_store.model import Identity
+    from knowledge_store.store import KnowledgeStore
+
+__all__ = [
+    "AclShown",
+    "Capabilities",
+    "FetchContentRequest",
+    "FetchedContent",
+    "ReaderStats",
+    "ToolInfo",
+    "fetch_content",
+]
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
+class FetchContentRequest(ContentRequest):
+    """One entity in full, for a model: its body cut at ``max_chars``."""
+
+    max_chars: int = Field(
+        20000, ge=100, le=500000, description="cut the body after this many characters"
+    )
+    include_chunks: bool = Field(
+        False, description="also return the chunks (heading path and offsets of each slice)"
+    )
+
+
+class FetchedContent(Answer):
+    """An entity's fields, its body (cut at ``max_chars``), its edges; a code sample's code."""
+
+    content_root: str
+    uid: str
+    type: str
+    title: str
+    body: str
+    body_truncated: bool
+    body_chars: int
+    source: str
+    status: str
+    created_at: str | None
+    updated_at: str | None
+    href: str | None
+    attributes: dict[str, Any]
+    code: str | None = Field(None, description="a code sample's code")
+    language: str | None = Field(None, description="a code sample's language, if known")
+    edges: ContentEdges
+    chunks: list[ContentChunk] | None = Field(None, exclude_if=_absent)
+
+
+def fetch_content(
+    store: KnowledgeStore, identity: Identity, request: FetchContentRequest
+) -> FetchedContent:
+    """``store.content`` shaped for a model (see :class:`FetchedContent`)."""
+    content = store.content(request, identity=identity)
+    entity = content.entity
+    code, language = (
+        code_of(entity.body, entity.attributes) if entity.type == CODE_SAMPLE_TYPE else (None, None)
+    )
+    return FetchedContent(
+        content_root=content.content_root,
+        **entity.model_dump(exclude={"body"}),
+        body=entity.body[: request.max_chars],
+        body_truncated=len(entity.body) > request.max_chars,
+        body_chars=len(entity.body),
+        code=code,
+        language=language,
+        edges=content.edges,
+        chunks=content.chunks if request.include_chunks else None,
+    )
+
+
+class ReaderStats(Answer):
+    """``stats`` for a caller without the admin scope: the slice it can read."""
+
+    content_root: str
+    entities: int = Field(description="entities this caller can read")
+    model: str | None
+    dimension: int | None
+    is_empty: bool
+    identity: str
+
+
+class AclShown(Answer):
+    """The principals in an entity's ACL."""
+
+    uid: str
+    acl: tuple[str, ...]
+
+
+class ToolInfo(Answer):
+    """One tool as a model sees it: its name, description and input schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class Endpoints(Answer):
+    rest: str
+    openapi: str
+    graphql: str
+    mcp: str
+    page: str
+
+
+class Capabilities(Answer):
+    """What a caller can do now: the tools it sees (none while the store is empty)."""
+
+    content_root: str
+    is_empty: bool
+    identity: str
+    admin: bool
+    tools: list[ToolInfo]
+    endpoints: Endpoints
