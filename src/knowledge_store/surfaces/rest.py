@@ -23,12 +23,11 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest
-from knowledge_store.surfaces.shapes import Capabilities
+from knowledge_store.surfaces.shapes import Capabilities, ErrorEnvelope
 from knowledge_store.surfaces.tools import call_tool, capabilities, heavy_call
 from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, service
 from knowledge_store.surfaces.workers import is_heavy
@@ -37,18 +36,6 @@ __all__ = ["ErrorEnvelope", "request_error", "router", "routers"]
 
 Svc = Annotated[Service, Depends(service)]
 _PARAM = re.compile(r"\{(\w+)\}")
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    details: dict[str, Any]
-
-
-class ErrorEnvelope(BaseModel):
-    """The one error shape."""
-
-    error: ErrorBody
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {

@@ -6,7 +6,8 @@
 - :class:`ReaderStats`: what ``stats`` tells a caller without the admin scope
   (global counts would tell a reader how much it can't see);
 - :class:`AclShown`: an entity's ACL, as ``acl show`` prints it;
-- :class:`Capabilities`: the tools a caller sees now.
+- :class:`Capabilities`: the tools a caller sees now;
+- :class:`ErrorEnvelope`: the one error shape, as a schema (OpenAPI, MCP output schemas).
 
 Every one is a pydantic model like the store's (:mod:`knowledge_store.requests`,
 :mod:`knowledge_store.model.answers`), so that every surface derives its schema
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AclShown",
     "Capabilities",
+    "ErrorEnvelope",
     "FetchContentRequest",
     "FetchedContent",
     "ReaderStats",
@@ -140,3 +142,15 @@ class Capabilities(Answer):
     admin: bool
     tools: list[ToolInfo]
     endpoints: Endpoints
+
+
+class ErrorBody(Answer):
+    code: str
+    message: str
+    details: dict[str, Any]
+
+
+class ErrorEnvelope(Answer):
+    """The one error shape: ``{"error": {"code", "message", "details"}}``."""
+
+    error: ErrorBody

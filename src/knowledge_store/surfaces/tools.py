@@ -31,7 +31,7 @@ from knowledge_store.errors import InvalidRequest
 from knowledge_store.requests import json_schema_of
 from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.operations import OPERATIONS, Operation
-from knowledge_store.surfaces.shapes import Capabilities, Endpoints, ToolInfo
+from knowledge_store.surfaces.shapes import Capabilities, Endpoints, ErrorEnvelope, ToolInfo
 from knowledge_store.surfaces.workers import is_heavy
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def _plain_optionals(schema: dict[str, Any]) -> dict[str, Any]:
                 prop["enum"] = [v for v in prop["enum"] if v is not None]
             if prop.get("default", 0) is None:
                 prop.pop("default")
-        properties[name] = prop
+        properties[name] = _plain_optionals(prop) if "properties" in prop else prop
     return {**schema, "properties": properties}
 
 
@@ -128,12 +128,17 @@ class Tool:
 
     @cached_property
     def output_schema(self) -> dict[str, Any]:
+        """The answer's schema — or the error shape's, the structured content of an ``isError``.
+
+        Clients validate structured content against it, error results too (the
+        MCP Inspector's SDK does), so it names both.
+        """
         schemas = [
             json_schema_of(answer, mode="serialization")
             for op in self.operations
             for answer in op.answers
         ]
-        return schemas[0] if len(schemas) == 1 else {"type": "object", "anyOf": schemas}
+        return {"type": "object", "anyOf": [*schemas, json_schema_of(ErrorEnvelope)]}
 
     def to_info(self) -> ToolInfo:
         return ToolInfo(

@@ -60,7 +60,7 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
         if name is None:
             raise InvalidRequest(
                 f"can't tell the format of {str(path)!r} from its extension;"
-                f" pass --format ({', '.join(FORMATS)})",
+                f" name it: one of {', '.join(FORMATS)}",
                 path=str(path),
             )
         return [(name, path, path.parent)]
