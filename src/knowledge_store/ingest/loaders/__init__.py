@@ -59,8 +59,9 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
         name = format or _FORMAT_OF.get(path.suffix.lower())
         if name is None:
             raise InvalidRequest(
-                f"can't tell the format of {str(path)!r} from its extension;"
-                f" name it: one of {', '.join(FORMATS)}",
+                f"can't tell what kind of records {str(path)!r} holds from its extension;"
+                f" name its format: one of {', '.join(FORMATS)}",
+                field="format",
                 path=str(path),
             )
         return [(name, path, path.parent)]
