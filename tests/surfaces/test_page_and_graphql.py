@@ -159,3 +159,63 @@ def test_ks_serve_refuses_a_server_nobody_could_call(tmp_path: Any) -> None:
         cli, ["--store", str(tmp_path / "s"), "serve", "--anonymous", "--as", "user:a"]
     )
     assert result.exit_code == 2
+
+
+def test_graphql_answers_are_typed_like_the_answer_models(app: Any) -> None:
+    """Only what has no shape is the JSON scalar: attributes, rows, explain, counts by key."""
+    from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLScalarType
+    from pydantic import BaseModel
+
+    from knowledge_store.surfaces.graphql import output_type, schema
+    from knowledge_store.surfaces.operations import OPERATIONS
+
+    untyped = {"attributes", "rows", "explain", "edges", "by_label", "by_type", "input_schema"}
+    seen: set[str] = set()
+
+    def walk(model: type[BaseModel]) -> None:
+        kind = schema._schema.type_map[model.__name__]
+        assert isinstance(kind, GraphQLObjectType)
+        if model.__name__ in seen:
+            return
+        seen.add(model.__name__)
+        for name, info in model.model_fields.items():
+            field = kind.fields[
+                name
+                if "_" not in name
+                else name.split("_")[0]
+                + "".join(p.title() for p in name.split("_")[1:]).rstrip("_")
+            ]
+            inner = field.type
+            while isinstance(inner, GraphQLNonNull | GraphQLList):
+                inner = inner.of_type
+            if isinstance(inner, GraphQLScalarType) and inner.name == "JSON":
+                assert name in untyped, f"{model.__name__}.{name} is untyped JSON"
+            for arg in getattr(info.annotation, "__args__", ()) or (info.annotation,):
+                for sub in getattr(arg, "__args__", ()) or (arg,):
+                    if isinstance(sub, type) and issubclass(sub, BaseModel):
+                        walk(sub)
+
+    for op in OPERATIONS:
+        if op.graphql:
+            for answer in op.answers:
+                output_type(answer)
+                walk(answer)
+    assert {"SearchAnswer", "Content", "CodeSamples", "Knowledge", "StoreStats"} <= seen
+
+
+def test_graphql_stats_is_the_store_for_admins_and_the_visible_slice_for_readers(
+    app: Any,
+) -> None:
+    from tests.surfaces.serve_estate import ROOT
+
+    query = """{ stats { __typename ... on StoreStats { entities chunks }
+        ... on ReaderStats { entities identity } } }"""
+    admin = _gql(app, query, ROOT)["data"]["stats"]
+    reader = _gql(app, query, BOB)["data"]["stats"]
+    assert admin["__typename"] == "StoreStats" and admin["chunks"] > 0
+    assert reader == {
+        "__typename": "ReaderStats",
+        "entities": reader["entities"],
+        "identity": "user:bob",
+    }
+    assert reader["entities"] < admin["entities"]

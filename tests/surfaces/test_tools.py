@@ -81,6 +81,8 @@ def test_the_tools_are_the_designs_and_each_is_written_for_a_model() -> None:
     assert all(label in json.dumps(graph) for label in LABELS)
     assert graph["required"] == ["starts"]
     assert ALL_TOOLS["search"].input_schema["properties"]["filters"]["type"] == "object"
+    # the documented bound of docs/query_graph.md, not another number (issue 15 item 7)
+    assert ALL_TOOLS["query_graph"].input_schema["properties"]["query"]["maxLength"] == 10_000
 
 
 def test_search_tool_ranks_like_the_api_and_its_answer_fits_its_output_schema(

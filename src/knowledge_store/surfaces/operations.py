@@ -72,13 +72,13 @@ from knowledge_store.requests import (
 )
 from knowledge_store.retrieval.docs_tools import GraphFacets, LearningPath, Related, XrefResolution
 from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
+from knowledge_store.surfaces import shapes as runners
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.shapes import (
     AclShown,
     FetchContentRequest,
     FetchedContent,
     ReaderStats,
-    fetch_content,
 )
 
 if TYPE_CHECKING:
@@ -176,44 +176,6 @@ def _call(method: str) -> Runner:
 
     run.__name__ = method
     return run
-
-
-def _fetch(store: KnowledgeStore, caller: Caller, request: FetchContentRequest) -> Answer:
-    return fetch_content(store, caller.identity, request)
-
-
-def _stats(store: KnowledgeStore, caller: Caller, request: StatsRequest) -> Answer:
-    figures = store.stats()
-    if caller.admin:
-        return figures
-    # Global counts would tell a reader how much it can't see: give it its own slice.
-    visible = store.aggregate("count", None, identity=caller.identity)
-    return ReaderStats(
-        content_root=figures.content_root,
-        entities=visible.rows[0].value if visible.rows else 0,
-        model=figures.model,
-        dimension=figures.dimension,
-        is_empty=figures.is_empty,
-        identity=caller.principal,
-    )
-
-
-def _ingest(store: KnowledgeStore, caller: Caller, request: IngestRequest) -> Answer:
-    return store.ingest_records(
-        request.records, acl=request.acl or None, skip_invalid=request.skip_invalid
-    )
-
-
-def _acl_show(store: KnowledgeStore, caller: Caller, request: AclShowRequest) -> Answer:
-    return AclShown(uid=request.uid, acl=store.acl_show(request.uid))
-
-
-def _acl_explain(store: KnowledgeStore, caller: Caller, request: AclExplainRequest) -> Answer:
-    return store.acl_explain(request.principal, request.uid)
-
-
-def _load(store: KnowledgeStore, caller: Caller, request: MembershipsRequest) -> Answer:
-    return store.load_memberships(request.pairs)
 
 
 # -- what a model reads ------------------------------------------------------------------------------
@@ -426,7 +388,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "fetch_content",
         FetchContentRequest,
-        _fetch,
+        runners.fetch_content,
         (FetchedContent,),
         "One entity for a model: its body cut at max_chars, a code sample's code",
         "Read one entity in full by uid: its fields (type, title, source, status, dates, href,"
@@ -492,7 +454,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "stats",
         StatsRequest,
-        _stats,
+        runners.stats,
         (StoreStats, ReaderStats),
         "Counts, content root, model and whether the store is empty",
         "Store figures: the content root, counts of entities, chunks, edges by label and index"
@@ -506,7 +468,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "ingest",
         IngestRequest,
-        _ingest,
+        runners.ingest,
         (IngestReport,),
         "Publish records as one atomic batch",
         "Administration: publish canonical records as one atomic batch (a bad record rejects"
@@ -563,7 +525,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "acl_show",
         AclShowRequest,
-        _acl_show,
+        runners.acl_show,
         (AclShown,),
         "The principals in UID's ACL",
         "Administration: the principals in an entity's ACL.",
@@ -574,7 +536,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "acl_explain",
         AclExplainRequest,
-        _acl_explain,
+        runners.acl_explain,
         (AclExplanation,),
         "Whether PRINCIPAL can read UID, and through which membership chain (or why not)",
         "Administration: whether a principal can read an entity, the membership chain that"
@@ -620,7 +582,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "principals_load",
         MembershipsRequest,
-        _load,
+        runners.load_memberships,
         (MembershipsLoaded,),
         'Load {"group", "member"} lines; replaces the memberships of the groups the file names',
         "Administration: replace the memberships of every group named by the pairs with"

@@ -11,7 +11,8 @@
 
 Every one is a pydantic model like the store's (:mod:`knowledge_store.requests`,
 :mod:`knowledge_store.model.answers`), so that every surface derives its schema
-from it.
+from it. Below them, the operations of the table that are more than one store
+method called with the request (``(store, caller, request) → answer``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,18 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from knowledge_store.model import Answer, ContentChunk, ContentEdges
-from knowledge_store.requests import ContentRequest
+from knowledge_store.requests import (
+    AclExplainRequest,
+    AclShowRequest,
+    ContentRequest,
+    IngestRequest,
+    MembershipsRequest,
+    StatsRequest,
+)
 from knowledge_store.retrieval.knowledge import CODE_SAMPLE_TYPE, code_of
+from knowledge_store.surfaces.auth import Caller
 
 if TYPE_CHECKING:
-    from knowledge_store.model import Identity
     from knowledge_store.store import KnowledgeStore
 
 __all__ = [
@@ -36,7 +44,12 @@ __all__ = [
     "FetchedContent",
     "ReaderStats",
     "ToolInfo",
+    "acl_explain",
+    "acl_show",
     "fetch_content",
+    "ingest",
+    "load_memberships",
+    "stats",
 ]
 
 
@@ -75,28 +88,6 @@ class FetchedContent(Answer):
     language: str | None = Field(None, description="a code sample's language, if known")
     edges: ContentEdges
     chunks: list[ContentChunk] | None = Field(None, exclude_if=_absent)
-
-
-def fetch_content(
-    store: KnowledgeStore, identity: Identity, request: FetchContentRequest
-) -> FetchedContent:
-    """``store.content`` shaped for a model (see :class:`FetchedContent`)."""
-    content = store.content(request, identity=identity)
-    entity = content.entity
-    code, language = (
-        code_of(entity.body, entity.attributes) if entity.type == CODE_SAMPLE_TYPE else (None, None)
-    )
-    return FetchedContent(
-        content_root=content.content_root,
-        **entity.model_dump(exclude={"body"}),
-        body=entity.body[: request.max_chars],
-        body_truncated=len(entity.body) > request.max_chars,
-        body_chars=len(entity.body),
-        code=code,
-        language=language,
-        edges=content.edges,
-        chunks=content.chunks if request.include_chunks else None,
-    )
 
 
 class ReaderStats(Answer):
@@ -154,3 +145,61 @@ class ErrorEnvelope(Answer):
     """The one error shape: ``{"error": {"code", "message", "details"}}``."""
 
     error: ErrorBody
+
+
+# -- operations that are more than one store call ---------------------------------------------------
+def fetch_content(
+    store: KnowledgeStore, caller: Caller, request: FetchContentRequest
+) -> FetchedContent:
+    """``store.content`` shaped for a model (see :class:`FetchedContent`)."""
+    content = store.content(request, identity=caller.identity)
+    entity = content.entity
+    code, language = (
+        code_of(entity.body, entity.attributes) if entity.type == CODE_SAMPLE_TYPE else (None, None)
+    )
+    return FetchedContent(
+        content_root=content.content_root,
+        **entity.model_dump(exclude={"body"}),
+        body=entity.body[: request.max_chars],
+        body_truncated=len(entity.body) > request.max_chars,
+        body_chars=len(entity.body),
+        code=code,
+        language=language,
+        edges=content.edges,
+        chunks=content.chunks if request.include_chunks else None,
+    )
+
+
+def stats(store: KnowledgeStore, caller: Caller, request: StatsRequest) -> Answer:
+    """The store's figures for an admin; the slice it can read for anyone else."""
+    figures = store.stats()
+    if caller.admin:
+        return figures
+    # Global counts would tell a reader how much it can't see: give it its own slice.
+    visible = store.aggregate("count", None, identity=caller.identity)
+    return ReaderStats(
+        content_root=figures.content_root,
+        entities=visible.rows[0].value if visible.rows else 0,
+        model=figures.model,
+        dimension=figures.dimension,
+        is_empty=figures.is_empty,
+        identity=caller.principal,
+    )
+
+
+def ingest(store: KnowledgeStore, caller: Caller, request: IngestRequest) -> Answer:
+    return store.ingest_records(
+        request.records, acl=request.acl or None, skip_invalid=request.skip_invalid
+    )
+
+
+def acl_show(store: KnowledgeStore, caller: Caller, request: AclShowRequest) -> Answer:
+    return AclShown(uid=request.uid, acl=store.acl_show(request.uid))
+
+
+def acl_explain(store: KnowledgeStore, caller: Caller, request: AclExplainRequest) -> Answer:
+    return store.acl_explain(request.principal, request.uid)
+
+
+def load_memberships(store: KnowledgeStore, caller: Caller, request: MembershipsRequest) -> Answer:
+    return store.load_memberships(request.pairs)

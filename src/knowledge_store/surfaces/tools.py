@@ -166,18 +166,11 @@ class Tool:
         op = self.operation(arguments)
         given = dict(arguments or {})
         if len(self.operations) > 1:  # the other modes' arguments are not this one's business
-            others = {n for o in self.operations if o is not op for n in o.request.model_fields}
-            given = {
-                k: v
-                for k, v in given.items()
-                if k != MODE and (k not in others or k in _fields(op))
-            }
+            own = set(op.request.model_fields)
+            others = {n for o in self.operations for n in o.request.model_fields} - own
+            given = {k: v for k, v in given.items() if k != MODE and k not in others}
         request = op.request.parse(given)
         return op.run(store, caller, request).to_dict()
-
-
-def _fields(op: Operation) -> frozenset[str]:
-    return frozenset(op.request.model_fields)
 
 
 def _tools() -> dict[str, Tool]:
