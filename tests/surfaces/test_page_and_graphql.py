@@ -168,6 +168,7 @@ def test_graphql_answers_are_typed_like_the_answer_models(app: Any) -> None:
 
     from knowledge_store.surfaces.graphql import output_type, schema
     from knowledge_store.surfaces.operations import OPERATIONS
+    from knowledge_store.surfaces.spelling import camel
 
     untyped = {"attributes", "rows", "explain", "edges", "by_label", "by_type", "input_schema"}
     seen: set[str] = set()
@@ -179,12 +180,7 @@ def test_graphql_answers_are_typed_like_the_answer_models(app: Any) -> None:
             return
         seen.add(model.__name__)
         for name, info in model.model_fields.items():
-            field = kind.fields[
-                name
-                if "_" not in name
-                else name.split("_")[0]
-                + "".join(p.title() for p in name.split("_")[1:]).rstrip("_")
-            ]
+            field = kind.fields[camel(name)]
             inner = field.type
             while isinstance(inner, GraphQLNonNull | GraphQLList):
                 inner = inner.of_type
