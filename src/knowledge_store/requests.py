@@ -429,7 +429,7 @@ class DocsSearchRequest(Request):
 class SearchRequest(DocsSearchRequest):
     """Fused search with the fusion's knobs."""
 
-    mode: FusionMode | None = Field(None, description="fusion mode (default rrf)")
+    mode: FusionMode | None = Field(None, description="fusion mode (default adaptive)")
     weights: dict[str, Weight] | None = Field(
         None, description="per-list weights; 0 switches a list off"
     )

@@ -238,7 +238,10 @@ def test_learn_units_map_to_entities() -> None:
 
 
 def test_learn_units_get_code_samples() -> None:
-    entities = by_uid(load(FIXTURES / "learn" / "units.json", default_acl=["everyone"]))
+    result = load(FIXTURES / "learn" / "units.json", default_acl=["everyone"])
+    entities = by_uid(result)
+    derived = {r.entity.uid: r.derived_from for r in result.records if r.derived_from}
+    assert derived["intro.unit-1#code-1"] == "intro.unit-1"
     sample = entities["intro.unit-1#code-1"]
     assert sample.type == "codeSample"
     assert sample.title == "What is a store? › Stores (python)"
@@ -480,6 +483,17 @@ def test_an_html_file_that_is_not_utf8_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "p.html").write_bytes(b"<p>caf\xe9</p>")
     found = only_rejection(load(tmp_path, default_acl=["everyone"]))
     assert "not UTF-8" in found.message and "byte offset 6" in found.message
+
+
+def test_html_drops_run_together_navigation_and_link_tooltips(tmp_path: Path) -> None:
+    (tmp_path / "p.html").write_text(
+        '<html><body><div class="navheader"><a href="q.html">Next</a></div>'
+        '<div class="sect1"><h2>Dump</h2><p>Use <a href="q.html" title="The Q tool">q</a>.</p>'
+        '</div><div class="navfooter"><a href="index.html">Home</a></div></body></html>',
+        encoding="utf-8",
+    )
+    page = by_uid(load(tmp_path, default_acl=["everyone"]))["p"]
+    assert page.body == "## Dump\n\nUse [q](q.html)."
 
 
 def test_a_code_samples_title_names_its_heading_and_language() -> None:

@@ -244,6 +244,37 @@ def test_convex_bounded(lists, weights):
         assert 0.0 <= r.score <= total
 
 
+@given(ranked_lists(), weights_st)
+def test_convex_by_max_is_bounded_too(lists, weights):
+    total = math.fsum(weights.get(lst.name, 1.0) for lst in lists)
+    for r in convex(lists, weights=weights, normalise="max"):
+        assert 0.0 <= r.score <= total * (1 + 1e-12)
+
+
+@given(ranked_list("lexical"), st.sampled_from(["minmax", "max", "zscore"]))
+def test_one_list_keeps_its_order_under_every_normalisation(lst, normalise):
+    scores = [r.score for r in convex([lst], normalise=normalise)]
+    assert scores == sorted(scores, reverse=True)
+    assert {r.uid for r in convex([lst], normalise=normalise)} == {u for u, _ in lst.items}
+
+
+def test_convex_normalisation_examples():
+    vec = RankedList("vector", [("a", 0.8), ("b", 0.6), ("c", 0.4)])
+    lex = RankedList("lexical", [("c", 20.0), ("a", 5.0)])
+    by_max = by_uid(convex([vec, lex], normalise="max"))
+    assert by_max["a"].score == pytest.approx(1.0 + 0.25)
+    assert by_max["c"].score == pytest.approx(0.5 + 1.0)
+    z = by_uid(convex([vec], normalise="zscore"))
+    assert z["b"].score == pytest.approx(0.0)
+    assert z["a"].score == pytest.approx(-z["c"].score)
+    assert (
+        by_uid(convex([RankedList("x", [("a", 2.0), ("b", 2.0)])], normalise="zscore"))["a"].score
+        == 0.0
+    )
+    with pytest.raises(InvalidRequest, match="unknown normalisation 'rank'"):
+        convex([vec], normalise="rank")
+
+
 def test_convex_handles_huge_score_ranges():
     lst = RankedList("lexical", [("a", 1.7e308), ("b", 0.0), ("c", -1.7e308)])
     out = by_uid(convex([lst]))

@@ -41,7 +41,7 @@ def _result(answer: SearchAnswer, uid: str) -> Any:
 # -- the shape of an answer ----------------------------------------------------------------------
 def test_every_result_has_a_rank_in_every_list(fields_store: KnowledgeStore) -> None:
     answer = fields_store.search("vacuum dead tuples", k=5)
-    assert answer.mode == "rrf" and answer.content_root == fields_store.content_root()
+    assert answer.mode == "adaptive" and answer.content_root == fields_store.content_root()
     assert _uids(answer)[0] == "doc:vacuum"
     top = answer.to_dict()["results"][0]
     assert list(top["ranks"]) == list(LIST_NAMES)
@@ -81,7 +81,7 @@ def test_explain_shows_the_lists_and_the_timings(fields_store: KnowledgeStore) -
     for stage in ("embed", "vector", "lexical", "fuse", "total", "total_without_embed"):
         assert stage in explain["ms"], stage
     assert explain["fused"] == _uids(answer)
-    assert answer.to_dict()["explain"]["mode"] == "rrf"
+    assert answer.to_dict()["explain"]["mode"] == "adaptive"
 
 
 # -- FILTERS and the ACL restrict every list -------------------------------------------------------
@@ -178,10 +178,27 @@ def test_modes_and_weights(fields_store: KnowledgeStore) -> None:
     )
 
 
+def test_adaptive_mode_explains_the_weights_it_chose(fields_store: KnowledgeStore) -> None:
+    question = fields_store.search(
+        "how do I reclaim space from dead rows?", mode="adaptive", explain=True
+    )
+    assert question.mode == "adaptive" and question.explain is not None
+    chosen = question.explain["adaptive"]
+    assert chosen["features"]["question"] is True
+    assert chosen["weights"]["lexical"] < chosen["weights"]["vector"]
+    assert question.explain["weights"]["lexical"] == chosen["weights"]["lexical"]
+    assert "question" in chosen["why"][0]
+    keyword = fields_store.search("vacuum", mode="adaptive", explain=True)
+    assert keyword.explain is not None
+    assert keyword.explain["adaptive"]["weights"]["lexical"] == keyword.explain["weights"]["vector"]
+    # Without --explain nothing extra is computed into the answer.
+    assert fields_store.search("vacuum", mode="adaptive").explain is None
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"mode": "borda"}, InvalidRequest, "rrf, convex"),
+        ({"mode": "borda"}, InvalidRequest, "rrf, convex, adaptive"),
         ({"k": 0}, InvalidRequest, "k must be"),
         ({"k": 1001}, InvalidRequest, "k must be"),
         ({"weights": {"splade": 1.0}}, InvalidRequest, "not a configured list"),
@@ -297,7 +314,7 @@ def test_the_evaluation_ranks_exactly_like_the_planner(fields_store: KnowledgeSt
     filters = Filters.build(status=("published",))  # no visible supersession in this slice
     queries = [("q1", "vacuum dead tuples"), ("q2", "replication standby"), ("q3", "backup")]
     collected = collect(fields_store, queries, filters=filters)
-    for mode in ("rrf", "convex"):
+    for mode in ("rrf", "convex", "adaptive"):
         fusion = Fusion.of(mode)
         run = run_variant(collected, Variant(mode, fusion=fusion))
         for qid, text in queries:

@@ -56,7 +56,7 @@ def test_search_json_shape(cli_store: Path) -> None:
     code, answer = ks(cli_store, "search", "vacuum dead tuples", "--json", "--k", "3")
     assert code == 0
     assert set(answer) >= {"content_root", "mode", "results", "vector"}
-    assert answer["mode"] == "rrf"
+    assert answer["mode"] == "adaptive"
     assert set(answer["vector"]) == {"strategy", "scanned", "exhaustive"}
     top = answer["results"][0]
     assert set(top) == {

@@ -98,7 +98,7 @@ DIRECTIONS: tuple[str, ...] = get_args(Direction)
 
 # -- fusion ------------------------------------------------------------------------------------------
 
-FusionMode = Literal["rrf", "convex"]
+FusionMode = Literal["rrf", "convex", "adaptive"]
 FUSION_MODES: tuple[str, ...] = get_args(FusionMode)
 #: The four lists of fused search, in the order ``ranks`` lists them.
 ListName = Literal["vector", "lexical", "graph", "sql"]

@@ -196,7 +196,7 @@ def collect(
 def run_variant(collected: Collected, variant: Variant, *, depth: int = CANDIDATES) -> Run:
     """The run of one variant over every collected query (the top ``depth`` uids)."""
     run: Run = {}
-    for qid, _ in collected.queries:
+    for qid, text in collected.queries:
         lists = collected.lists[qid]
         if variant.single is not None:
             chosen = next((lst for lst in lists if lst.name == variant.single), None)
@@ -210,6 +210,8 @@ def run_variant(collected: Collected, variant: Variant, *, depth: int = CANDIDAT
             run[qid] = _run_of([uid for uid, _ in chosen.items[:depth]])
             continue
         fusion = variant.fusion or Fusion.of(None)
+        if isinstance(fusion, Fusion):
+            fusion, _ = fusion.for_query(text)
         if variant.expand:
             fused, _, _ = fuse_stages(fusion, lists, collected.expand)
         else:

@@ -4,7 +4,9 @@ The inputs are ranked lists of *entity* uids, one per retriever (chunk hits
 are folded to their entity first: ``fold_chunks``). Two modes:
 
 * ``rrf``: ``score(e) = Σ_list w_list / (k + rank_list(e))`` — ranks only;
-* ``convex``: ``score(e) = Σ_list w_list × minmax(score_list(e))`` — scores.
+* ``convex``: ``score(e) = Σ_list w_list × norm(score_list(e))`` — scores, each
+  list normalised on its own (:data:`NORMALISATIONS`: min-max by default; or
+  divided by the list's top score; or z-scores).
 
 An entity in several lists is one result; a list an entity is absent from
 contributes nothing and reports a null rank. Sums are exact (``math.fsum``), so
@@ -23,6 +25,7 @@ from knowledge_store.model import LIST_NAMES
 
 __all__ = [
     "LIST_NAMES",
+    "NORMALISATIONS",
     "Fused",
     "RankedList",
     "agreement",
@@ -155,10 +158,42 @@ def _minmax(scores: Sequence[float]) -> list[float]:
     return [min(1.0, (s - lo) / span) for s in scores]
 
 
+def _by_max(scores: Sequence[float]) -> list[float]:
+    """Scores over the list's top score (a lower bound of 0: BM25, cosine); ≤ 1."""
+    top = max(scores)
+    if top <= 0 or not math.isfinite(top):
+        return _minmax(scores)
+    return [max(0.0, s / top) for s in scores]
+
+
+def _zscore(scores: Sequence[float]) -> list[float]:
+    """Standard scores; a list whose scores are all equal maps to 0."""
+    mean = math.fsum(scores) / len(scores)
+    spread = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
+    if not math.isfinite(spread):  # huge scores of both signs: fall back to min-max
+        return _minmax(scores)
+    if spread == 0:
+        return [0.0] * len(scores)
+    return [(s - mean) / spread for s in scores]
+
+
+#: How ``convex`` normalises each list's scores before weighting them.
+NORMALISATIONS = {"minmax": _minmax, "max": _by_max, "zscore": _zscore}
+
+
 def convex(
-    lists: Sequence[RankedList], *, weights: Mapping[str, float] | None = None
+    lists: Sequence[RankedList],
+    *,
+    weights: Mapping[str, float] | None = None,
+    normalise: str = "minmax",
 ) -> list[Fused]:
-    """Convex combination: ``Σ w_list × minmax(score)``; bounded by ``[0, Σ w]``."""
+    """Convex combination: ``Σ w_list × norm(score)``; ``minmax``/``max`` bound it by ``[0, Σ w]``."""
+    scale = NORMALISATIONS.get(normalise)
+    if scale is None:
+        raise InvalidRequest(
+            f"unknown normalisation {normalise!r}; use one of: {', '.join(NORMALISATIONS)}",
+            allowed=list(NORMALISATIONS),
+        )
     weight = _check_lists(lists, weights)
     ranks = {lst.name: lst.ranks() for lst in lists}
     contributions: dict[str, list[float]] = {}
@@ -166,7 +201,7 @@ def convex(
         if not lst.items:
             continue
         w = weight[lst.name]
-        normalised = _minmax([score for _, score in lst.items])
+        normalised = scale([score for _, score in lst.items])
         for (uid, _), value in zip(lst.items, normalised, strict=True):
             contributions.setdefault(uid, []).append(w * value)
     return _rank(lists, contributions, ranks)

@@ -18,16 +18,18 @@ engine's primitives; every primitive applies the caller's ACL inside its own
 query. Fusion itself is the pure functions of :mod:`.fusion`; the stage
 logic the planner and the evaluation share is :func:`fuse_stages`.
 
-Defaults — chosen by measurement on the postgres-docs eval set (1,500
-queries, code samples excluded; ``bench/eval_fusion.py`` prints the table,
-with paired 95 % bootstrap intervals):
+Defaults — chosen by measurement across both shared eval sets together
+(postgres-docs: 1,500 index terms; sqlite-git-faq: 28 FAQ questions; code
+samples excluded; the macro mean of the two with a stratified paired
+bootstrap; ``bench/eval_adaptive.py``, docs/relevance.md):
 
-* ``rrf`` with vector = lexical = 1: nDCG@10 0.829 against lexical alone
-  0.802 and vector alone 0.741. Convex 0.5/0.5 (0.834), rrf with vector 0.8
-  (0.834) and lexical weighted up per query where the lists disagree
-  (``fusion.agreement``, 0.834) are all within +0.005 of it; the gain is a
-  lexical tilt on a set whose README warns it favours exact words, so the
-  default stays unbiased and the tilt is one ``--weights vector=0.8`` away;
+* ``adaptive``: convex 0.5/0.5 (min-max per list) whose lexical weight is
+  halved for a question or a long plain-words request (:mod:`.adaptive`;
+  ``--explain`` says which and why). Against ``rrf`` (k=60, 1/1): macro
+  +0.038 [+0.008, +0.070] (postgres-docs 0.833 vs 0.830, sqlite-git-faq 0.537
+  vs 0.465); against plain convex +0.005 [−0.021, +0.030], and with the lists
+  4× deeper (``retrievers.CHUNKS_PER_ENTITY``) +0.020 on the questions where
+  convex loses 0.013. ``rrf`` and ``convex`` stay available by name;
 * graph weight 0.05 (rrf) / 0.05 (convex): the graph list alone is no ranking
   (nDCG@10 0.007: a seed's neighbours are rarely the answer) and at weight
   ≥ 0.25 it costs nDCG (−0.005 at 0.25, −0.21 at 1). At 0.05 it changes
@@ -58,6 +60,7 @@ from knowledge_store.model import (
     SearchAnswer,
     VectorInfo,
 )
+from knowledge_store.retrieval.adaptive import AdaptiveParams, AdaptiveWeights, adaptive_weights
 from knowledge_store.retrieval.fusion import Fused, RankedList, convex, rrf
 from knowledge_store.retrieval.retrievers import (
     Candidate,
@@ -86,12 +89,17 @@ __all__ = [
 CANDIDATES = 100
 MODES: tuple[str, ...] = FUSION_MODES
 #: The fusion mode used when none is given.
-DEFAULT_MODE = "rrf"
+DEFAULT_MODE = "adaptive"
 #: Per-list weights by mode; a list not named here weighs 1.
 DEFAULT_WEIGHTS: Mapping[str, Mapping[str, float]] = {
     "rrf": {"vector": 1.0, "lexical": 1.0, "graph": 0.05, "sql": 1.0},
     "convex": {"vector": 0.5, "lexical": 0.5, "graph": 0.05, "sql": 1.0},
+    "adaptive": {"vector": 0.5, "lexical": 0.5, "graph": 0.05, "sql": 1.0},
 }
+#: ``adaptive``: the mode its per-query weights fuse with, and how the query scales
+#: them (:mod:`.adaptive`; chosen by bench/eval_adaptive.py, docs/relevance.md).
+ADAPTIVE_BASE = "convex"
+ADAPTIVE = AdaptiveParams(question=0.5, identifier=1.0)
 #: How many fused entities of the query stage seed the expand stage.
 SEEDS = 10
 DEFAULT_DEPTH = 1
@@ -129,10 +137,18 @@ class Fusion:
     def weight(self, name: str) -> float:
         return float(self.weights.get(name, 1.0))
 
+    def for_query(self, text: str | None) -> tuple[Fusion, AdaptiveWeights | None]:
+        """The fusion for one query: ``adaptive`` picks its weights from the text (and says why)."""
+        if self.mode != "adaptive" or text is None:
+            return self, None
+        chosen = adaptive_weights(text, self.weights, ADAPTIVE)
+        return Fusion(ADAPTIVE_BASE, chosen.weights), chosen
+
     def fuse(self, lists: Sequence[RankedList]) -> list[Fused]:
         """Fuse ``lists``; an entity found only by lists of weight 0 is left out."""
         weights = {lst.name: self.weight(lst.name) for lst in lists}
-        fused = (rrf if self.mode == "rrf" else convex)(lists, weights=weights)
+        mode = ADAPTIVE_BASE if self.mode == "adaptive" else self.mode
+        fused = (rrf if mode == "rrf" else convex)(lists, weights=weights)
         return [
             f
             for f in fused
@@ -235,9 +251,10 @@ def search(
             field="weights",
             allowed=names,
         )
-    fusion = Fusion.of(fusion.mode, weights)
     filters = filters or Filters()
     query = text if text is not None and text.strip() else None
+    requested = Fusion.of(fusion.mode, weights)
+    fusion, adapted = requested.for_query(query)
     request = Request(query, filters, k=max(CANDIDATES, k), depth=depth)
 
     started = time.perf_counter()
@@ -325,8 +342,9 @@ def search(
         ms["total_without_embed"] = round(ms["total"] - ms.get("embed", 0.0), 3)
         shown = max(k, 10)
         details = {
-            "mode": fusion.mode,
+            "mode": requested.mode,
             "weights": {name: fusion.weight(name) for name in names},
+            **({"adaptive": adapted.explain()} if adapted is not None else {}),
             "retrievers": [
                 {
                     "name": r.name,
@@ -351,7 +369,7 @@ def search(
         }
     return SearchAnswer(
         content_root=content_root,
-        mode=fusion.mode,
+        mode=requested.mode,
         results=results,
         vector=vector_info,
         explain=details,

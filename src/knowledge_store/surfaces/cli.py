@@ -30,7 +30,7 @@ from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
-from knowledge_store.model import Filters, Identity
+from knowledge_store.model import FUSION_MODES, Filters, Identity
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.cli_options import (
     FILTER_PREFIX,
@@ -378,7 +378,12 @@ def _eval(
     qrels: Annotated[
         Path, typer.Option("--qrels", metavar="F", help="TSV: query-id, corpus-id, score")
     ],
-    mode: Annotated[str, typer.Option("--mode", metavar="rrf|convex", help="fusion mode")] = "rrf",
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode", metavar="|".join(FUSION_MODES), help="fusion mode (default adaptive)"
+        ),
+    ] = None,
     weights: Annotated[
         str | None, typer.Option("--weights", metavar="LIST=W,…", help="fusion weights")
     ] = None,

@@ -96,6 +96,9 @@ def show_search_explain(out: Console, answer: SearchAnswer) -> None:
         row.append(safe(fused[i]) if i < len(fused) else "")
         table.add_row(*row)
     out.print(table)
+    adaptive = explain.get("adaptive")
+    if adaptive:
+        out.print(f"[dim]adaptive weights for this query: {'; '.join(adaptive.get('why', []))}[/]")
     skipped = [name for name in lists if lists[name] is None]
     if skipped:
         out.print(f"[dim]not run for this request: {', '.join(skipped)}[/]")

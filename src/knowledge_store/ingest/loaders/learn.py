@@ -126,5 +126,5 @@ def read_learn(data: bytes, file: str, options: Options) -> Iterator[LoadedRecor
             continue
         page, samples, rejected = with_code_samples(page, file=file, line=line)
         yield LoadedRecord(file, line, page)
-        yield from (LoadedRecord(file, line, sample) for sample in samples)
+        yield from (LoadedRecord(file, line, sample, page.uid) for sample in samples)
         yield from rejected
