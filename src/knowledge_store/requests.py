@@ -66,6 +66,7 @@ from knowledge_store.model import (
     MAX_UID_LENGTH,
     MAX_WEIGHT,
     METRICS,
+    ORDER_FIELDS,
     ORDER_SPECS,
     QUERY_GRAPH_MAX_LENGTH,
     AggregateSpec,
@@ -80,7 +81,9 @@ from knowledge_store.model import (
 )
 
 __all__ = [
+    "AclExplainRequest",
     "AclRequest",
+    "AclShowRequest",
     "AggregateRequest",
     "ContentRequest",
     "DeleteRequest",
@@ -93,14 +96,17 @@ __all__ = [
     "LearningPathRequest",
     "LexicalRequest",
     "MemberRequest",
+    "MembershipsRequest",
     "PrincipalRequest",
     "QueryGraphRequest",
     "RelatedRequest",
     "Request",
     "SearchRequest",
     "SqlRequest",
+    "StatsRequest",
     "VectorRequest",
     "XrefRequest",
+    "json_schema_of",
     "request_models",
 ]
 
@@ -260,9 +266,19 @@ class Request(BaseModel):
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
         """The input schema: explicit types everywhere, nested models inlined."""
-        schema = cls.model_json_schema(schema_generator=_ExplicitTypes)
-        out: dict[str, Any] = _inline(schema, schema.get("$defs", {}))
-        return out
+        return json_schema_of(cls)
+
+
+def json_schema_of(
+    model: type[BaseModel], *, mode: Literal["validation", "serialization"] = "validation"
+) -> dict[str, Any]:
+    """``model``'s JSON schema as surfaces publish it: explicit types, nested models inlined.
+
+    ``mode="serialization"`` describes an answer (what ``model_dump()`` gives).
+    """
+    schema = model.model_json_schema(schema_generator=_ExplicitTypes, mode=mode)
+    out: dict[str, Any] = _inline(schema, schema.get("$defs", {}))
+    return out
 
 
 # -- shared field types --------------------------------------------------------------------------------
@@ -520,7 +536,10 @@ class SqlRequest(Request):
     """Entities by their typed fields, ordered."""
 
     filters: Filtering
-    order: OrderText = Field("updated_at:desc", description="FIELD[:asc|:desc]")
+    order: OrderText = Field(
+        "updated_at:desc",
+        description=f"the order: {', '.join(ORDER_FIELDS)}, each optionally :asc or :desc",
+    )
     k: int = Field(10, ge=1, le=MAX_K, description="how many entities")
 
     @field_validator("order", mode="before")
@@ -634,6 +653,8 @@ class IngestRequest(Request):
 
 
 class DeleteRequest(Request):
+    """Entities to delete, with their chunks and outgoing edges (one publish)."""
+
     needs: ClassVar[dict[str, str]] = {"uids": "delete needs at least one uid"}
     uids: Annotated[list[Uid], BeforeValidator(_listed)] = Field(
         ..., min_length=1, description="uids to delete"
@@ -641,17 +662,53 @@ class DeleteRequest(Request):
 
 
 class AclRequest(Request):
+    """A principal and an entity: grant or revoke the principal's read access."""
+
     uid: Uid = Field(..., description="the entity's uid")
     principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
 
 
 class MemberRequest(Request):
+    """A group membership: ``member`` is (or stops being) a member of ``group``."""
+
     group: Principal = Field(..., description="the group: 'group:<id>'")
     member: Principal = Field(..., description="the member: 'user:<id>' or 'group:<id>'")
 
 
 class PrincipalRequest(Request):
+    """One principal: its direct and inherited groups, and a group's members."""
+
     principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
+
+
+class AclShowRequest(Request):
+    """The principals in one entity's ACL."""
+
+    uid: Uid = Field(..., description="the entity's uid")
+
+
+class AclExplainRequest(Request):
+    """Whether a principal can read an entity, and through which membership chain."""
+
+    principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
+    uid: Uid = Field(..., description="the entity's uid")
+
+
+class MembershipsRequest(Request):
+    """Group memberships to load: each named group's memberships are replaced by these."""
+
+    needs: ClassVar[dict[str, str]] = {"memberships": "memberships needs at least one pair"}
+    memberships: list[MemberRequest] = Field(
+        ..., min_length=1, description="the memberships: [{group, member}, ...]"
+    )
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(m.group, m.member) for m in self.memberships]
+
+
+class StatsRequest(Request):
+    """Store figures (takes no arguments)."""
 
 
 def request_models() -> tuple[type[Request], ...]:
@@ -676,4 +733,8 @@ def request_models() -> tuple[type[Request], ...]:
         AclRequest,
         MemberRequest,
         PrincipalRequest,
+        AclShowRequest,
+        AclExplainRequest,
+        MembershipsRequest,
+        StatsRequest,
     )

@@ -142,6 +142,10 @@ def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -
     code, err = ks(cli_store, "ingest", "README.md", "--format", "docx", "--json")
     assert code == 2 and err["error"]["code"] == "invalid_request"
     assert "jsonl" in err["error"]["message"]
+    unknown = tmp_path / "records.txt"
+    unknown.write_text("{}")
+    code, err = ks(cli_store, "ingest", str(unknown), "--json")
+    assert code == 2 and "name its --format: one of jsonl" in err["error"]["message"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         '{"uid": "x", "type": "page", "title": "X", "body": "b", "acl": []}\n{not json\n'

@@ -183,7 +183,8 @@ def test_acl_administration_runs_in_the_worker_pool(store: KnowledgeStore) -> No
         ("graph", {"starts": ["a"], "depth": 2}, True),
         ("graph_facets", {"uids": ["a"] * 11}, True),
         ("query_graph", {"query": "MATCH (n) RETURN n LIMIT 1"}, True),
-        ("ingest_records", {"records": []}, True),
+        ("ingest", {"records": []}, True),
+        ("delete", {"uids": ["a"]}, True),
         ("content", None, False),
         ("search", {"k": "50", "filters": "not a mapping"}, False),  # raw input: never fails
     ],

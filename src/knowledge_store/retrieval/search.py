@@ -264,7 +264,7 @@ def plan(
     unknown = sorted(set(weights or {}) - set(names))
     if unknown:
         raise InvalidRequest(
-            f"weights name {', '.join(map(repr, unknown))}, which is not a configured list;"
+            f"weights names {', '.join(map(repr, unknown))}, which is not a configured list;"
             f" the lists are {', '.join(names)}",
             field="weights",
             allowed=names,
