@@ -132,9 +132,7 @@ def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None
     old.close()
     engine = PostgresEngine.open(url)
     try:
-        assert [h.created_at for h in engine.sql(Identity(), Filters()).hits] == [
-            "0001-01-01T00:00:00Z"
-        ]
+        assert [h.created_at for h in KnowledgeStore(engine).sql().hits] == ["0001-01-01T00:00:00Z"]
         engine.publish([prepared("b")], [], kind="ingest")  # the same ACL: the same set
         keys = [r[0] for r in engine.db.conn().execute("SELECT key FROM acl_sets")]
         assert keys == [acl_set_key(acl)]
