@@ -127,7 +127,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=30000")
-    conn.execute("PRAGMA cache_size=-65536")
+    conn.execute("PRAGMA cache_size=-8192")  # per connection: a server holds many
     return conn
 
 
