@@ -165,7 +165,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.torch_threads)
-    docs = Filters(not_types=("codeSample",))
+    docs = Filters.build(not_type=("codeSample",))
     results: dict[str, Any] = {}
     if not args.only_replicated:
         results["eval"] = bench(args.store, args.queries, Filters(), f"{args.store}, no filter")
