@@ -133,7 +133,7 @@ def variants() -> dict[str, Chooser | str]:
 
 def collected_lists(eval_set: EvalSet, store: KnowledgeStore) -> Collected:
     """The query-stage lists of every query, cached per store content root."""
-    cache = CACHE / f"lists-{eval_set.name}.pickle"
+    cache = CACHE / f"lists-{store.engine.path.name}.pickle"  # type: ignore[attr-defined]
     key = f"{store.content_root()}:{len(eval_set.queries)}:{FILTERS}:{CHUNKS_PER_ENTITY}"
     saved = None
     if cache.exists():
