@@ -73,7 +73,9 @@ class NoAclEngine:
             _, root = e.catalog.latest_publish(conn)
             found = e.lexical_index.search(text, k + 10, principals=None, filters=filters)
             rows = e.catalog.checked_chunks(conn, [c for c, _, _ in found], None, filters)
-        return ChunkHits(root, _hits(((c, s) for c, _, s in found), rows, k), explain={})
+        return ChunkHits(
+            root, _hits(((c, s) for c, _, s in found), rows, k, e.chunk_ids), explain={}
+        )
 
     def vector(self, identity: Any, vector: np.ndarray, k: int, filters: Any) -> Any:
         from knowledge_store.engines.embedded.engine import _hits
@@ -88,7 +90,7 @@ class NoAclEngine:
             ids, scores, info = dense.search(vector, k + 10, allowed=None)
             rows = e.catalog.checked_chunks(conn, [int(i) for i in ids], None, filters)
         ranked = zip((int(i) for i in ids), (float(s) for s in scores), strict=True)
-        return ChunkHits(root, _hits(ranked, rows, k), vector=info, explain={})
+        return ChunkHits(root, _hits(ranked, rows, k, e.chunk_ids), vector=info, explain={})
 
 
 def crossover(engine: Any, all_ids: np.ndarray, matrix: np.ndarray, vectors: list[Any]) -> None:

@@ -22,6 +22,9 @@ STEPS = {
     "query_graph": ["bench_query_graph.py"],
     "serve": ["bench_serve.py", "--store", ".ks/pg15", "--clients", "32", "--seconds", "60"],
     "engines": ["bench_engines.py"],
+    "crawl": ["bench_crawl.py"],
+    "bad_input": ["bad_input.py"],
+    "kill_soak": ["kill_soak.py", "--kills", "50"],
 }
 
 

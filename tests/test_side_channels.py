@@ -101,3 +101,47 @@ def test_lexical_scores_are_the_documented_side_channel(embedder: Embedder, work
             assert {h.uid for h in hits} == {"v0", "v1"}
             scores.append({h.uid: h.score for h in hits})
     assert scores[0]["v0"] != pytest.approx(scores[1]["v0"])
+
+
+def test_chunk_ids_count_no_hidden_chunk(embedder: Embedder, workdir: Path) -> None:
+    """``chunk_id`` was the catalog's global row id: the gap between two visible ids counted
+    the chunks hidden between them. Now it is a keyed hash of the chunk's own uid and
+    ordinal: with the same key, a store with hidden entities between two visible ones
+    gives the reader the very ids of a store without them."""
+    key_name = "chunk_id_key"  # engines.shared.CHUNK_KEY_META
+
+    first = _records("v", "everyone", [("vacuum index", "page")])
+    hidden = _records("h", "group:secret", [("vacuum table lock", "page")] * 4)
+    last = _records("w", "everyone", [("vacuum checkpoint", "page")])
+    with KnowledgeStore.open(workdir / "ids-a", embedder=embedder) as a:
+        key = a.engine.catalog.get_meta(key_name)  # type: ignore[attr-defined]
+    if key is not None:
+        with KnowledgeStore.open(workdir / "ids-b", embedder=embedder) as b:
+            b.engine.catalog.set_meta(key_name, key)  # type: ignore[attr-defined]
+
+    def ids(store: KnowledgeStore) -> dict[str, object]:
+        lexical = store.lexical("vacuum", identity=READER, k=50).hits
+        vector = store.vector("vacuum", identity=READER, k=50).hits
+        search = store.search("vacuum", identity=READER, k=50).results
+        return {
+            "lexical": sorted((h.uid, h.chunk_id) for h in lexical),
+            "vector": sorted((h.uid, h.chunk_id) for h in vector),
+            "evidence": sorted((r.uid, e.chunk_id) for r in search for e in r.evidence),
+            "content": sorted(
+                (uid, c["chunk_id"])
+                for uid in ("v0", "w0")
+                for c in store.content(uid, identity=READER)["chunks"]
+            ),
+        }
+
+    answers = []
+    for name, batches in (("ids-a", (first, hidden, last)), ("ids-b", (first, last))):
+        with KnowledgeStore.open(workdir / name, embedder=embedder) as store:
+            for batch in batches:
+                store.ingest_records(batch)
+            answers.append(ids(store))
+    assert answers[0] == answers[1]
+    assert answers[0]["lexical"] and all(
+        0 <= chunk_id < 2**53
+        for _, chunk_id in answers[0]["lexical"]  # type: ignore[attr-defined]
+    )

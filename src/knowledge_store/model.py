@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time
@@ -20,21 +21,36 @@ from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 __all__ = [
     "ENTITY_FIELDS",
     "EVERYONE",
+    "JSON_INT_RANGE",
     "LABELS",
     "LIGHT_K",
     "LIGHT_LIST_VALUES",
     "LIGHT_QUERY_CHARS",
     "MAX_ACL_PRINCIPALS",
+    "MAX_ATTRIBUTES_BYTES",
+    "MAX_ATTRIBUTE_DEPTH",
+    "MAX_BODY_CHARS",
+    "MAX_CHUNK_CHARS",
+    "MAX_DATE_CHARS",
+    "MAX_EDGES",
+    "MAX_EDGE_POSITION",
     "MAX_FILTER_VALUES",
     "MAX_GRAPHQL_ALIASES",
     "MAX_GRAPHQL_DEPTH",
     "MAX_GRAPHQL_FIELDS",
     "MAX_GRAPHQL_SELECTIONS",
     "MAX_GRAPHQL_TOKENS",
+    "MAX_HREF_BYTES",
     "MAX_INGEST_BYTES",
+    "MAX_JSON_DEPTH",
     "MAX_K",
+    "MAX_NAME_CHARS",
+    "MAX_PRINCIPAL_ID_CHARS",
     "MAX_REQUEST_BYTES",
+    "MAX_TITLE_CHARS",
+    "MAX_UID_CHARS",
     "PRINCIPAL_PATTERN",
+    "TIMESTAMP_FORM",
     "AggregateAnswer",
     "Chunk",
     "ChunkHit",
@@ -60,7 +76,11 @@ __all__ = [
     "check_membership",
     "check_principal",
     "compose_context",
+    "format_timestamp",
+    "name_problem",
     "normalize_timestamp",
+    "stored_timestamp",
+    "text_problem",
 ]
 
 #: The closed edge vocabulary. Anything else is rejected at ingest and in queries.
@@ -78,9 +98,90 @@ LABELS: tuple[str, ...] = (
 _LABEL_SET = frozenset(LABELS)
 
 EVERYONE = "everyone"
-#: What a principal looks like (matched whole: a trailing newline is not allowed).
-PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):[^\x00-\x1f\x7f]{1,256})$"
-_PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
+
+# -- Bounds of what a record may hold (docs/records.md, "Limits and names"). Declared once here;
+# -- validation (ingest/records.py), the chunker and the engines read them from here.
+# The byte sizes behind some: a PostgreSQL b-tree entry holds at most 2,704 bytes, and a
+# UTF-8 character takes up to 4 (an edge's key holds two uids; titles and hrefs are indexed).
+#: A uid, or an edge target.
+MAX_UID_CHARS = 256
+#: ``type``, ``source``, ``status`` and attribute keys: names, not prose.
+MAX_NAME_CHARS = 256
+MAX_TITLE_CHARS = 500
+#: An href, in UTF-8 bytes (a URL is ASCII; percent-encoding makes it longer, not wider).
+MAX_HREF_BYTES = 2_000
+#: The largest real page of the eval sets is ~260k characters.
+MAX_BODY_CHARS = 1_000_000
+#: A ``created_at`` / ``updated_at`` string, before it is parsed.
+MAX_DATE_CHARS = 64
+#: ``attributes`` as canonical JSON, in UTF-8 bytes, and how deep it may nest.
+MAX_ATTRIBUTES_BYTES = 65_536
+MAX_ATTRIBUTE_DEPTH = 16
+MAX_EDGES = 10_000
+#: An edge ``position``: 0 … 2³¹−1 (a PostgreSQL ``integer``).
+MAX_EDGE_POSITION = 2**31 - 1
+#: The id after ``user:`` / ``group:``.
+MAX_PRINCIPAL_ID_CHARS = 256
+#: How deep one JSON record (a line) may nest, and the integers it may hold (int64).
+MAX_JSON_DEPTH = 32
+JSON_INT_RANGE = (-(2**63), 2**63 - 1)
+#: The longest chunk text: a longer code block is cut at line ends (a PostgreSQL
+#: tsvector holds at most 1 MiB; 100k characters of the densest text stay under 300 KiB).
+MAX_CHUNK_CHARS = 100_000
+
+#: Characters a name (uid, type, source, status, principal id, attribute key) may not
+#: hold: controls, invisible format characters, line/paragraph separators, surrogates.
+_NOT_IN_NAMES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def text_problem(value: str, limit: int) -> str | None:
+    """Why ``value`` can't be stored as text (too long, NUL, a lone surrogate), or None."""
+    if len(value) > limit:
+        return f"has {len(value):,} characters; the limit is {limit:,}"
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    if not _encodable(value):
+        return "holds a lone surrogate (\\ud800–\\udfff), which is not Unicode text"
+    return None
+
+
+def name_problem(value: str, limit: int) -> str | None:
+    """Why ``value`` can't be a name (a uid, a type, a principal id …), or None.
+
+    Names are compared as written, so nothing may make two of them look alike:
+    no control or invisible format characters, no leading or trailing
+    whitespace, and Unicode NFC form (``é`` as one character, not ``e`` + accent).
+    """
+    problem = text_problem(value, limit)
+    if problem is not None:
+        return problem
+    if not value.strip():
+        return "must not be empty or blank"
+    if value != value.strip():
+        return "must not start or end with whitespace"
+    for char in value:
+        if unicodedata.category(char) in _NOT_IN_NAMES:
+            return (
+                f"must not contain control characters or invisible ones (U+{ord(char):04X}:"
+                " newline, tab, NUL, zero-width, bidi …)"
+            )
+    if not unicodedata.is_normalized("NFC", value):
+        return "is not in Unicode NFC form; write accented letters composed (one code point)"
+    return None
+
+
+#: What a principal looks like, as a pattern (the record JSON Schema's). ``check_principal``
+#: holds a principal id to the rules of a name, which a pattern can't state (NFC, invisible
+#: characters): the pattern is looser, never stricter.
+PRINCIPAL_PATTERN = r"^(?:everyone|(?:user|group):\S(?:[^\x00-\x1f\x7f-\x9f]{0,254}\S)?)$"
 
 
 def check_label(label: str) -> str:
@@ -96,14 +197,24 @@ def check_label(label: str) -> str:
 
 def check_principal(principal: str) -> str:
     """Return ``principal`` if it is ``everyone``, ``user:<id>`` or ``group:<id>``."""
-    if not isinstance(principal, str) or not _PRINCIPAL.fullmatch(principal):
-        shown = principal if isinstance(principal, str) else repr(principal)
-        raise InvalidRequest(
-            f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
-            " (an id of 1–256 characters, no control characters)",
-            principal=shown[:256],
-        )
-    return principal
+    if isinstance(principal, str):
+        if principal == EVERYONE:
+            return principal
+        kind, sep, ident = principal.partition(":")
+        if (
+            sep
+            and kind in ("user", "group")
+            and name_problem(ident, MAX_PRINCIPAL_ID_CHARS) is None
+        ):
+            return principal
+    shown = principal if isinstance(principal, str) else repr(principal)
+    shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")
+    raise InvalidRequest(
+        f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
+        f" (an id of 1–{MAX_PRINCIPAL_ID_CHARS} characters: no control or invisible"
+        " characters, no surrounding spaces)",
+        principal=shown[:256],
+    )
 
 
 #: The most results any primitive returns in one answer.
@@ -120,7 +231,8 @@ def check_k(k: int) -> int:
 # -- request bounds: declared once here, read by every surface (docs/serving.md, "Limits") ----------
 #: The most values one FILTERS list (type, not_type, source, status, uid) may hold.
 MAX_FILTER_VALUES = 1000
-#: The most principals a default ACL (``--acl``, ``?acl=``, the ingest tool's ``acl``) may name.
+#: The most principals an ACL may name: a record's ``acl``, or a default ACL (``--acl``,
+#: ``?acl=``, the ingest tool's ``acl``).
 MAX_ACL_PRINCIPALS = 100
 #: The largest HTTP request body, in bytes, of every route but the admin ingest.
 MAX_REQUEST_BYTES = 1024 * 1024
@@ -171,23 +283,66 @@ def check_membership(group: str, member: str) -> None:
         raise InvalidRequest(f"{group} cannot be a member of itself", cycle=[group, group])
 
 
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+#: What every stored date looks like (see :func:`normalize_timestamp`).
+TIMESTAMP_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+
+
 def normalize_timestamp(value: str, *, end_of_day: bool = False) -> str:
     """ISO 8601 date or datetime → ``YYYY-MM-DDTHH:MM:SSZ`` in UTC.
 
     A bare date means the start of that day (or its last second with
     ``end_of_day``, so that a ``--created-to 2024-05-01`` range includes the day).
-    A datetime without an offset is taken as UTC. Raises ``ValueError``.
+    A datetime without an offset is taken as UTC. Every year 0001–9999 round-trips:
+    the result is four-digit, zero-padded, and sorts as text in time order. Raises
+    ``ValueError`` (also for an offset that moves the moment outside those years).
     """
     text = value.strip()
     if not text:
         raise ValueError("empty date")
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        day = date.fromisoformat(text)
-        moment = datetime.combine(day, time(23, 59, 59) if end_of_day else time(0, 0, 0), UTC)
-    else:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if len(text) > MAX_DATE_CHARS or not text.isascii():
+        raise ValueError(f"not an ISO 8601 date: {text[:MAX_DATE_CHARS]!r}")
+    try:
+        if _DAY.fullmatch(text):
+            day = date.fromisoformat(text)
+            moment = datetime.combine(day, time(23, 59, 59) if end_of_day else time(0, 0, 0), UTC)
+        else:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:  # an offset that moves 0001-01-01 or 9999-12-31 out of range
+        raise ValueError(f"{text!r} is outside the years 0001–9999 in UTC") from None
+    return format_timestamp(moment)
+
+
+_STORED = re.compile(r"(-?[0-9]{1,4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z")
+
+
+def stored_timestamp(stamp: str) -> datetime | None:
+    """A stored stamp back as an aware UTC datetime, or None if it isn't one.
+
+    Also reads the unpadded years older versions wrote (``1-01-01T00:00:00Z``), so
+    that no stamp a catalog holds can stop a derived index from being rebuilt.
+    """
+    match = _STORED.fullmatch(stamp.strip()) if isinstance(stamp, str) else None
+    if match is None:
+        return None
+    try:
+        year, month, day, hour, minute, second = (int(part) for part in match.groups())
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def format_timestamp(moment: datetime) -> str:
+    """A UTC datetime as ``YYYY-MM-DDTHH:MM:SSZ``, the year always four digits.
+
+    (``strftime("%Y")`` writes year 1 as ``1`` on glibc: such a stamp neither sorts
+    as text nor parses back.)
+    """
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+        f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}Z"
+    )
 
 
 @dataclass(frozen=True)
@@ -392,10 +547,10 @@ class Filters:
             ("uid", filters.uids),
         ):
             for v in values:
-                if not isinstance(v, str) or "\x00" in v or len(v) > 4096:
+                if not isinstance(v, str) or text_problem(v, 4096) is not None:
                     raise InvalidRequest(
                         f"--{name} value must be a string of at most 4096 characters"
-                        " without NUL bytes",
+                        " of Unicode text (no NUL bytes, no lone surrogates)",
                         field=name,
                     )
         return filters

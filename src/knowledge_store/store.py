@@ -30,6 +30,7 @@ from knowledge_store.model import (
     SearchAnswer,
     SqlHits,
     check_list_bound,
+    text_problem,
 )
 from knowledge_store.retrieval import search as fused
 from knowledge_store.retrieval.filters import FiltersLike, coerce_filters
@@ -39,6 +40,37 @@ __all__ = ["DEFAULT_STORE", "KnowledgeStore"]
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
+
+
+#: The longest uid a lookup takes (stored uids are shorter: ``model.MAX_UID_CHARS``).
+_MAX_LOOKUP_UID = 4096
+
+
+def _uid(uid: object, field: str = "uid") -> str:
+    """A uid to look up: text the engines can bind (a lone surrogate or NUL is not)."""
+    if not isinstance(uid, str) or not uid or text_problem(uid, _MAX_LOOKUP_UID) is not None:
+        raise InvalidRequest(
+            f"a uid is a non-empty string of at most {_MAX_LOOKUP_UID} characters of Unicode"
+            " text (no NUL, no lone surrogate)",
+            field=field,
+        )
+    return uid
+
+
+def _text(text: str) -> str:
+    """A query text: any characters (NUL is matched literally) but lone surrogates, which
+    are not text at all and no engine can bind."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(
+            "the query text holds a lone surrogate (\\ud800–\\udfff), which is not Unicode"
+            " text; send it as UTF-8",
+            field="query",
+        ) from None
+    except AttributeError:
+        pass  # not a string: the primitive says what it takes
+    return text
 
 
 def _identity(who: IdentityLike) -> Identity:
@@ -164,12 +196,13 @@ class KnowledgeStore:
         seen: dict[str, int] = {}
         for line, record in enumerate(records, start=1):
             try:
-                entity = (
-                    record
-                    if isinstance(record, Entity)
-                    else record_to_entity(
-                        record, file="<records>", line=line, default_acl=acl, source=None
-                    )
+                # An Entity is held to the same rules as a record: it is one, built in Python.
+                entity = record_to_entity(
+                    record.to_record() if isinstance(record, Entity) else record,
+                    file="<records>",
+                    line=line,
+                    default_acl=acl,
+                    source=None,
                 )
             except InvalidRecord as exc:
                 rejected.append(exc.rejection)
@@ -201,7 +234,7 @@ class KnowledgeStore:
         """Delete entities (their chunks and outgoing edges) as one publish."""
         if not uids:
             raise InvalidRequest("delete needs at least one uid")
-        return self.engine.delete(uids)
+        return self.engine.delete([_uid(uid) for uid in uids])
 
     # -- primitives ------------------------------------------------------------------------------
     def lexical(
@@ -213,7 +246,7 @@ class KnowledgeStore:
         filters: Filters | None = None,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        return self.engine.lexical(_identity(identity), text, k, filters or Filters())
+        return self.engine.lexical(_identity(identity), _text(text), k, filters or Filters())
 
     def vector(
         self,
@@ -226,6 +259,7 @@ class KnowledgeStore:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
         who = _identity(identity)
         if isinstance(query, str):
+            _text(query)
             if not query.strip():
                 raise InvalidRequest("vector needs a non-empty text")
             vec = self.embedder.embed_query(query)
@@ -250,7 +284,7 @@ class KnowledgeStore:
             self.engine,
             lambda: self.embedder,
             _identity(identity),
-            text,
+            None if text is None else _text(text),
             k=k,
             filters=coerce_filters(filters),
             mode=mode,
@@ -315,11 +349,7 @@ class KnowledgeStore:
         ``{"content_root", "entity": {…fields}, "chunks": […], "edges": {"out": […], "in": […]}}``.
         Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
         """
-        if not isinstance(uid, str) or not uid or len(uid) > 4096 or "\x00" in uid:
-            raise InvalidRequest(
-                "a uid is a non-empty string of at most 4096 characters", field="uid"
-            )
-        found = self.engine.content(_identity(identity), uid)
+        found = self.engine.content(_identity(identity), _uid(uid))
         if found is None:
             raise NotFound(f"no entity with uid {uid!r}", uid=uid)
         return found
@@ -354,16 +384,16 @@ class KnowledgeStore:
 
     # -- ACL administration ---------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
-        return self.engine.grant(uid, principal)
+        return self.engine.grant(_uid(uid), principal)
 
     def revoke(self, uid: str, principal: str) -> str:
-        return self.engine.revoke(uid, principal)
+        return self.engine.revoke(_uid(uid), principal)
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
-        return self.engine.acl_show(uid)
+        return self.engine.acl_show(_uid(uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        return self.engine.acl_explain(principal, uid)
+        return self.engine.acl_explain(principal, _uid(uid))
 
     def add_member(self, group: str, member: str) -> None:
         self.engine.add_member(group, member)

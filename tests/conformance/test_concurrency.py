@@ -5,7 +5,9 @@
   exactly those the publish log says existed at the root the answer reports
   (replayed afterwards from what each writer published, in publish order);
 * no lost update: grants by every writer on one shared entity all survive, and
-  every entity a writer added and did not delete is there at the end.
+  every entity a writer added and did not delete is there at the end;
+* an ingest reports what its publish did (counted under the write lock), however
+  the uids it read before taking the lock changed meanwhile.
 """
 
 from __future__ import annotations
@@ -57,11 +59,11 @@ def _writer(store: KnowledgeStore, n: int, log: Log, shared: str) -> Callable[[]
                     removed: set[str] = set()
                 elif choice < 0.25 and mine:
                     gone = mine.pop(rng.randrange(len(mine)))
-                    root = store.engine.publish([], [gone], kind="delete")
+                    root = store.engine.publish([], [gone], kind="delete").root
                     added, removed = set(), {gone}
                 else:
                     uids = [f"w{n}:{i}:{j}" for j in range(rng.randint(1, 3))]
-                    root = store.engine.publish([_entity(u) for u in uids], [], kind="ingest")
+                    root = store.engine.publish([_entity(u) for u in uids], [], kind="ingest").root
                     mine.extend(uids)
                     added, removed = set(uids), set()
                 with log.lock:
@@ -103,7 +105,7 @@ def _roots_in_order(store: KnowledgeStore) -> list[str]:
 
 def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     shared = "shared"
-    base = store.engine.publish([_entity(shared)], [], kind="ingest")
+    base = store.engine.publish([_entity(shared)], [], kind="ingest").root
     log = Log()
     log.changes[base] = ({shared}, set())
     stop = threading.Event()
@@ -172,3 +174,53 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     release.set()
     thread.join(10)
     assert {h.uid for h in engine.sql(Identity(), Filters(), k=10).hits} == {"before", "during"}
+
+
+def _records(n: int, body: str = "kiwi") -> list[dict[str, object]]:
+    return [
+        {"uid": f"n:{i}", "type": "page", "title": f"N {i}", "body": f"{body} {i}", "acl": []}
+        for i in range(n)
+    ]
+
+
+def test_an_ingest_reports_what_its_publish_did_not_what_it_read_before(
+    store: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer published these uids between this ingest's read and its publish."""
+    store.ingest_records(_records(40))
+    monkeypatch.setattr(store.engine, "content_hashes", lambda uids: {})  # the stale read
+    changed = store.ingest_records(_records(40, "kiwi changed"))
+    assert (changed.added, changed.updated, changed.unchanged) == (0, 40, 0)
+    again = store.ingest_records(_records(40, "kiwi changed"))
+    assert (again.added, again.updated, again.unchanged) == (0, 0, 40)
+    assert again.content_root == changed.content_root  # nothing was rewritten
+    monkeypatch.undo()
+    assert store.stats().entities == 40
+
+
+def test_concurrent_ingests_of_overlapping_uids_count_each_uid_once(
+    store: KnowledgeStore,
+) -> None:
+    batches = [
+        [r for r in _records(80, "kiwi overlap") if lo <= int(str(r["uid"])[2:]) < lo + 60]
+        for lo in (0, 20)
+    ]
+    store.ingest_records(_records(1, "warm up the model"))
+    reports: list[object] = []
+    errors: list[BaseException] = []
+
+    def run(batch: list[dict[str, object]]) -> None:
+        try:
+            reports.append(store.ingest_records(batch))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(batch,)) for batch in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(BOUND_S)
+    assert not errors, errors
+    assert sum(r.added for r in reports) == 79  # type: ignore[attr-defined]  # n:0 was there
+    assert sum(r.added + r.updated + r.unchanged for r in reports) == 120  # type: ignore[attr-defined]
+    assert store.stats().entities == 80

@@ -103,6 +103,36 @@ def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(datab
         PostgresEngine.open(url)  # this build knows one version less
 
 
+def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None:
+    """Version 1 wrote year 1 as ``1-01-01T…`` (sorts wrong) and ACL-set keys as the
+    principals' text (a long ACL overflowed its b-tree entry)."""
+    from knowledge_store.engines.postgres.publish import acl_set_key
+
+    url = postgres_support.store_url(database, "version1")
+    acl = ("everyone", "user:x")
+
+    def prepared(uid: str) -> PreparedEntity:
+        entity = Entity(uid, "page", uid, "alpha", created_at="2024-01-01T00:00:00Z", acl=acl)
+        return PreparedEntity(entity, (), np.zeros((0, 1), np.float32))
+
+    old = PostgresEngine.open(url, migrations=MIGRATIONS[:1])
+    old.publish([prepared("a")], [], kind="ingest")
+    with old.db.write() as conn:  # what version 1 wrote
+        conn.execute("UPDATE entities SET created_at = '1-01-01T00:00:00Z'")
+        conn.execute("UPDATE acl_sets SET key = %s", ("\n".join(acl),))
+    old.close()
+    engine = PostgresEngine.open(url)
+    try:
+        assert [h.created_at for h in engine.sql(Identity(), Filters()).hits] == [
+            "0001-01-01T00:00:00Z"
+        ]
+        engine.publish([prepared("b")], [], kind="ingest")  # the same ACL: the same set
+        keys = [r[0] for r in engine.db.conn().execute("SELECT key FROM acl_sets")]
+        assert keys == [acl_set_key(acl)]
+    finally:
+        engine.close()
+
+
 def test_a_fresh_schema_opens_concurrently_once(database: str) -> None:
     import threading
 
@@ -198,7 +228,13 @@ def test_sql_bm25_equals_a_reference_implementation(docs: KnowledgeStore, text: 
     hits = engine.lexical(Identity("user:sam"), text, 20, Filters()).hits
     assert hits, text
     expected = sorted(reference.items(), key=lambda kv: (-kv[1], kv[0]))[: len(hits)]
-    assert [h.chunk_id for h in hits] == [c for c, _ in expected]
+    public = {  # answers name a chunk by its public id (engines.shared.ChunkIds)
+        int(row_id): engine.chunk_ids(str(uid), int(ordinal))
+        for row_id, uid, ordinal in engine.db.conn().execute(
+            "SELECT c.id, e.uid, c.ordinal FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+        )
+    }
+    assert [h.chunk_id for h in hits] == [public[c] for c, _ in expected]
     for hit, (_, score) in zip(hits, expected, strict=True):
         assert hit.score == pytest.approx(score, rel=1e-9)
 

@@ -190,6 +190,26 @@ def test_parameter_values_of_the_wrong_kind_are_refused(estate: KnowledgeStore) 
             estate.query_graph(text, params)
 
 
+@pytest.mark.parametrize(
+    ("text", "value", "says"),
+    [
+        ("MATCH (n {uid: $u}) RETURN n", "a\x00b", "NUL"),
+        ("MATCH (n {uid: $u}) RETURN n", "\ud800", "surrogate"),
+        ("MATCH (n) WHERE n.title STARTS WITH $u RETURN n", "a\x00", "NUL"),
+        ("MATCH (n) WHERE n.uid IN $u RETURN n", ["ok", "a\x00"], "NUL"),
+        ("MATCH (n {uid: $u}) RETURN n", float("inf"), "finite"),
+    ],
+)
+def test_a_parameter_value_that_is_not_storable_text_says_why(
+    estate: KnowledgeStore, text: str, value: object, says: str
+) -> None:
+    """A string with NUL was refused as "must be a string …, not str"."""
+    with pytest.raises(InvalidRequest) as caught:
+        estate.query_graph(text, {"u": value})
+    assert says in caught.value.message
+    assert "not str" not in caught.value.message
+
+
 # -- properties and variables ------------------------------------------------------------------------------
 
 

@@ -235,7 +235,10 @@ def test_learn_units_map_to_entities() -> None:
 
 
 def test_learn_units_get_code_samples() -> None:
-    entities = by_uid(load(FIXTURES / "learn" / "units.json", default_acl=["everyone"]))
+    result = load(FIXTURES / "learn" / "units.json", default_acl=["everyone"])
+    entities = by_uid(result)
+    derived = {r.entity.uid: r.derived_from for r in result.records if r.derived_from}
+    assert derived["intro.unit-1#code-1"] == "intro.unit-1"
     sample = entities["intro.unit-1#code-1"]
     assert sample.type == "codeSample"
     assert sample.title == "What is a store? › Stores (python)"
@@ -396,6 +399,15 @@ def test_markdown_with_bad_front_matter_is_rejected(tmp_path: Path) -> None:
     assert found.field == "front matter" and "YAML" in found.message
 
 
+def test_a_key_twice_in_front_matter_is_rejected_not_the_last_one_taken(tmp_path: Path) -> None:
+    """A second ``acl:`` made a private page public, as a duplicate JSON key did."""
+    (tmp_path / "page.md").write_text(
+        "---\nacl: [user:owner]\nacl: [everyone]\n---\n# Page\n\nText.\n", encoding="utf-8"
+    )
+    found = only_rejection(load(tmp_path))
+    assert found.field == "front matter" and "'acl' appears twice" in found.message
+
+
 def test_markdown_without_acl_and_without_default_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "page.md").write_text("# Page\n\nText.\n", encoding="utf-8")
     found = only_rejection(load(tmp_path))
@@ -479,6 +491,17 @@ def test_an_html_file_that_is_not_utf8_is_rejected(tmp_path: Path) -> None:
     assert "not UTF-8" in found.message and "byte offset 6" in found.message
 
 
+def test_html_drops_run_together_navigation_and_link_tooltips(tmp_path: Path) -> None:
+    (tmp_path / "p.html").write_text(
+        '<html><body><div class="navheader"><a href="q.html">Next</a></div>'
+        '<div class="sect1"><h2>Dump</h2><p>Use <a href="q.html" title="The Q tool">q</a>.</p>'
+        '</div><div class="navfooter"><a href="index.html">Home</a></div></body></html>',
+        encoding="utf-8",
+    )
+    page = by_uid(load(tmp_path, default_acl=["everyone"]))["p"]
+    assert page.body == "## Dump\n\nUse [q](q.html)."
+
+
 def test_a_code_samples_title_names_its_heading_and_language() -> None:
     """Regression (issue 15): samples were titled "Page › example 1"."""
     assert sample_title("Failover", "Check lag", "sql", 1) == "Failover › Check lag (sql)"
@@ -487,3 +510,13 @@ def test_a_code_samples_title_names_its_heading_and_language() -> None:
     # under the page's own title (its h1) or no heading at all: the language names it
     assert sample_title("Failover", "Failover", "bash", 1) == "Failover › bash sample"
     assert sample_title("Failover", None, None, 3) == "Failover › code sample 3"
+
+
+def test_a_folder_name_is_a_source_in_nfc(tmp_path: Path) -> None:
+    """macOS writes names decomposed; the default source is a name, so it is composed."""
+    folder = tmp_path / "Cafe\u0301 notes"
+    folder.mkdir()
+    (folder / "page.md").write_text("# Page\n\nText.\n", encoding="utf-8")
+    result = load(folder, default_acl=["everyone"])
+    assert not result.rejections
+    assert result.records[0].entity.source == "Caf\u00e9 notes"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,18 @@ WITH_DEFAULT = record_json_schema(acl_default=True)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "records.md"
 
 # The rules beyond the schema, by a short name the corpus uses.
-CALENDAR, SELF_EDGE, EDGE_TWICE, INTEGRAL_FLOAT, FINITE, UID_ONCE = RULES_BEYOND_SCHEMA
+(
+    CALENDAR,
+    SELF_EDGE,
+    EDGE_TWICE,
+    INTEGRAL_FLOAT,
+    FINITE,
+    UID_ONCE,
+    NAMES,
+    ATTRIBUTES,
+    HREF_BYTES,
+    JSON_TEXT,
+) = RULES_BEYOND_SCHEMA
 
 
 def schema_accepts(record: object, schema: dict[str, Any] = STRICT) -> bool:
@@ -84,6 +96,9 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
             "pattern",
             "not",
             "maxLength",
+            "maxItems",
+            "minimum",
+            "maximum",
             "required",
             "additionalProperties",
             "properties",
@@ -99,7 +114,7 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     if kind == "null":
         return st.none()
     if kind == "integer":
-        return st.integers()
+        return st.integers(min_value=schema.get("minimum"), max_value=schema.get("maximum"))
     if kind == "string":
         text = st.from_regex(schema["pattern"]) if "pattern" in schema else st.text()
         if "maxLength" in schema:
@@ -109,7 +124,7 @@ def from_schema(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
             text = text.filter(lambda s: not re.search(schema["not"]["pattern"], s))
         return text
     if kind == "array":
-        return st.lists(from_schema(schema["items"]), max_size=4)
+        return st.lists(from_schema(schema["items"]), max_size=min(4, schema.get("maxItems", 4)))
     assert kind == "object", kind
     if "properties" not in schema:
         return st.dictionaries(st.text(max_size=8), _JSON, max_size=4)
@@ -145,7 +160,7 @@ _MOMENT = re.compile(
 
 
 def real_moment(text: str) -> bool:
-    """A real day and time, within years 1000–9999 in UTC (the calendar rule)."""
+    """A real day and time, within years 0001–9999 in UTC (the calendar rule)."""
     match = _MOMENT.fullmatch(text)
     assert match, text  # the schema's pattern let it through
     year, month, day, hour, minute, second, _, zone, sign, oh, om = match.groups()
@@ -165,12 +180,47 @@ def real_moment(text: str) -> bool:
         ).astimezone(UTC)
     except (ValueError, OverflowError):
         return False
-    return moment.year >= 1000
+    return 1 <= moment.year <= 9999
+
+
+_INVISIBLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+
+
+def a_name(text: str) -> bool:
+    """The names rule: no invisible or control character, NFC (the rest is the schema's)."""
+    return not any(unicodedata.category(c) in _INVISIBLE for c in text) and (
+        unicodedata.normalize("NFC", text) == text
+    )
+
+
+def plain_attributes(value: Any, depth: int = 1) -> bool:
+    """The attributes rule: name keys, 64-bit integers, at most 16 levels (and small here)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    if depth > 16:
+        return False
+    if isinstance(value, list):
+        return all(plain_attributes(v, depth + 1) for v in value)
+    return all(
+        k.strip() == k != "" and a_name(k) and plain_attributes(v, depth + 1)
+        for k, v in value.items()
+    )
 
 
 def keeps_rules_beyond_schema(record: dict[str, Any]) -> bool:
     dates = [record.get(key) for key in ("created_at", "updated_at")]
     if not all(real_moment(d) for d in dates if d is not None):
+        return False
+    names = [record["uid"], record["type"], record.get("source") or "", record.get("status") or ""]
+    names += [e["to"] for e in record.get("edges") or []]
+    names += [p.partition(":")[2] for p in record.get("acl") or []]
+    if not all(a_name(name) for name in names):
+        return False
+    if not plain_attributes(record.get("attributes") or {}):
+        return False
+    if len((record.get("href") or "").encode()) > 2000:
         return False
     positions: dict[tuple[str, str], Any] = {}
     for edge in record.get("edges") or []:
@@ -323,6 +373,38 @@ BAD: list[tuple[str, object, str | None]] = [
     ("acl with a tab", good(acl=["group:a\tb"]), None),
     ("acl with a long id", good(acl=["group:" + "g" * 257]), None),
     ("acl with a number", good(acl=[5]), None),
+    # issue 11: names, sizes, years 0001–9999
+    ("a uid with a trailing space", good(uid="ok:1 "), None),
+    ("a uid with a leading space", good(uid=" ok:1"), None),
+    ("a C1 control in the uid", good(uid="ok\x851"), None),
+    ("a zero-width space in the uid", good(uid="ok\u200b1"), NAMES),
+    ("a uid not in NFC", good(uid="cafe\u0301"), NAMES),
+    ("a type with a trailing space", good(type="page "), None),
+    ("a bidi override in the type", good(type="page\u202e"), NAMES),
+    ("a long type", good(type="t" * 257), None),
+    ("a long source", good(source="s" * 257), None),
+    ("a source with a newline", good(source="docs\n"), None),
+    ("a long title", good(title="T" * 501), None),
+    ("an escape in the title", good(title="Bad\x1b[2J"), None),
+    ("a long href", good(href="h" * 2001), None),
+    ("an href of over 2,000 bytes", good(href="é" * 1001), HREF_BYTES),
+    ("a newline in the href", good(href="/a\nb"), None),
+    ("a negative position", edge(position=-1), None),
+    ("a position over 2^31", edge(position=2**31), None),
+    ("too many edges", good(edges=[{"label": "xref", "to": f"t{i}"} for i in range(10_001)]), None),
+    ("too many principals", good(acl=[f"user:u{i}" for i in range(101)]), None),
+    ("a principal with a trailing space", good(acl=["user:sam "]), None),
+    ("a principal with a zero-width space", good(acl=["user:s\u200bam"]), NAMES),
+    ("year 0", good(created_at="0000-01-01"), None),
+    ("before year 1 in UTC", good(created_at="0001-01-01T00:00:00+01:00"), CALENDAR),
+    ("an attribute key with a tab", good(attributes={"a\tb": 1}), ATTRIBUTES),
+    ("an integer over 64 bits", good(attributes={"n": 2**64}), ATTRIBUTES),
+    (
+        "attributes 20 deep",
+        good(attributes={"a": [[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}),
+        ATTRIBUTES,
+    ),
+    ("attributes over 64 KiB", good(attributes={"blob": "x" * 65_536}), ATTRIBUTES),
 ]
 
 
@@ -347,6 +429,16 @@ def test_a_uid_twice_in_one_load_is_the_loaders_rule(tmp_path: Path) -> None:
     assert "a uid may appear once in a load" in result.rejections[0].message
 
 
+def test_a_key_given_twice_is_the_loaders_rule(tmp_path: Path) -> None:
+    """A parsed value can't show a repeated key: the last one won, silently."""
+    (tmp_path / "twice.jsonl").write_text(
+        '{"uid":"doc:1","type":"page","title":"t","body":"b","acl":["user:a"],"acl":["everyone"]}\n'
+    )
+    result = load_paths([tmp_path / "twice.jsonl"], format="jsonl", source=None, default_acl=None)
+    assert not result.records and "appears twice" in result.rejections[0].message
+    assert JSON_TEXT
+
+
 def test_the_principal_pattern_is_matched_whole() -> None:
     """Regression: ``user:bob\\n`` was a valid principal (``re.match`` + ``$``)."""
     with pytest.raises(Exception, match="invalid principal"):
@@ -356,7 +448,15 @@ def test_the_principal_pattern_is_matched_whole() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["2024-05-01", "2024-05-01T12:00", "2024-05-01T12:00:30.25Z", "2024-05-01 12:00:00+05:30"],
+    [
+        "2024-05-01",
+        "2024-05-01T12:00",
+        "2024-05-01T12:00:30.25Z",
+        "2024-05-01 12:00:00+05:30",
+        "0001-01-01",
+        "0500-06-01T00:00:00Z",
+        "9999-12-31T23:59:59Z",
+    ],
 )
 def test_documented_date_forms_match_the_pattern(text: str) -> None:
     assert re.search(DATE_PATTERN, text)

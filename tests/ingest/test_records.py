@@ -8,7 +8,7 @@ import pytest
 
 from knowledge_store.errors import InvalidRecord, InvalidRequest, Rejection
 from knowledge_store.ingest.records import MAX_BODY_CHARS, RECORD_KEYS, record_to_entity
-from knowledge_store.model import LABELS, Edge
+from knowledge_store.model import LABELS, MAX_UID_CHARS, Edge
 
 
 def good(**changes: Any) -> dict[str, Any]:
@@ -108,8 +108,8 @@ def test_a_body_over_the_limit_is_rejected_saying_the_limit() -> None:
 
 
 def test_a_long_uid_or_one_with_control_characters_is_rejected() -> None:
-    assert "limit is 512" in rejection(good(uid="u" * 513)).message
-    assert build(good(uid="u" * 512)).uid == "u" * 512
+    assert f"limit is {MAX_UID_CHARS}" in rejection(good(uid="u" * (MAX_UID_CHARS + 1))).message
+    assert build(good(uid="u" * MAX_UID_CHARS)).uid == "u" * MAX_UID_CHARS
     assert "control characters" in rejection(good(uid="a\nb")).message
 
 
@@ -227,3 +227,35 @@ def test_the_rejection_describes_file_line_uid_and_field() -> None:
         build(good(edges=[{"label": "mentions", "to": "b"}]))
     message = caught.value.message
     assert "in.jsonl:7" in message and "doc:1" in message and "edges[0].label" in message
+
+
+def test_the_documented_record_limits_are_the_declared_ones() -> None:
+    """docs/records.md "Limits and names" names each bound of model.py beside its value."""
+    import re
+    from pathlib import Path
+
+    from knowledge_store import model
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text()
+    found = {
+        name: int(number.replace(",", ""))
+        for number, name in re.findall(r"([\d,]+)[A-Za-z\s]*\(`(MAX_\w+)`[);]", text)
+    }
+    assert found == {name: getattr(model, name) for name in found}
+    record_bounds = {
+        "MAX_UID_CHARS",
+        "MAX_NAME_CHARS",
+        "MAX_TITLE_CHARS",
+        "MAX_BODY_CHARS",
+        "MAX_HREF_BYTES",
+        "MAX_DATE_CHARS",
+        "MAX_ATTRIBUTES_BYTES",
+        "MAX_ATTRIBUTE_DEPTH",
+        "MAX_EDGES",
+        "MAX_EDGE_POSITION",
+        "MAX_ACL_PRINCIPALS",
+        "MAX_PRINCIPAL_ID_CHARS",
+        "MAX_JSON_DEPTH",
+        "MAX_CHUNK_CHARS",
+    }
+    assert record_bounds <= set(found)

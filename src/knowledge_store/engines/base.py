@@ -26,7 +26,14 @@ from knowledge_store.model import (
     SqlHits,
 )
 
-__all__ = ["AclExplanation", "Engine", "PreparedEntity", "PrincipalInfo", "StoreStats"]
+__all__ = [
+    "AclExplanation",
+    "Engine",
+    "PreparedEntity",
+    "PrincipalInfo",
+    "PublishResult",
+    "StoreStats",
+]
 
 Vector = npt.NDArray[np.float32]
 
@@ -38,6 +45,23 @@ class PreparedEntity:
     entity: Entity
     chunks: tuple[Chunk, ...]
     vectors: Vector  # (len(chunks), dimension) float32, L2-normalised
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What one publish did, counted inside it (under the write lock).
+
+    ``unchanged``: upserts whose stored content hash already matched when the
+    publish ran (another writer got there first); they are left as they are.
+    ``publish`` is the new publish id, or the previous one when nothing changed.
+    """
+
+    publish: int
+    root: str
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    unchanged: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,7 +144,7 @@ class Engine(Protocol):
         *,
         kind: str,
         model: str | None = None,
-    ) -> str:
+    ) -> PublishResult:
         """One publish; with ``model``, refused (ModelMismatch) unless the store records it."""
         ...
 

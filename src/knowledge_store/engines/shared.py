@@ -7,15 +7,23 @@ same on SQLite and PostgreSQL; each engine only supplies the rows.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from knowledge_store.engines.base import AclExplanation, PrincipalInfo
-from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import ENTITY_FIELDS, EVERYONE
+import numpy as np
+
+from knowledge_store.engines.base import AclExplanation, PreparedEntity, PrincipalInfo
+from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.model import ENTITY_FIELDS, EVERYONE, MAX_CHUNK_CHARS
 
 __all__ = [
+    "CHUNK_KEY_META",
     "EDGE_DIRECTIONS",
+    "ChunkIds",
+    "check_prepared",
+    "check_vectors",
     "content_answer",
     "cycle_error",
     "explain_access",
@@ -27,6 +35,75 @@ __all__ = [
 EDGE_DIRECTIONS: tuple[tuple[str, str, str], ...] = (("out", "src", "dst"), ("in", "dst", "src"))
 
 GroupsOf = Callable[[Sequence[str]], Mapping[str, Sequence[str]]]
+
+#: The meta key of the store's secret for public chunk ids (hex).
+CHUNK_KEY_META = "chunk_id_key"
+
+
+class ChunkIds:
+    """Public chunk ids: a keyed hash of ``(uid, ordinal)`` under the store's secret.
+
+    The row ids the engines keep are a global sequence, so gaps between the ids a
+    reader sees would count the chunks hidden from it. A public id depends only on
+    the chunk's own entity and position (and a per-store secret, so that it can't be
+    computed for a guessed uid): it carries no signal about any other chunk. 53 bits,
+    so that JavaScript clients read it exactly. The same chunk has the same id in
+    ``lexical``, ``vector``, ``search`` evidence and the content API.
+    """
+
+    BITS = 53
+
+    def __init__(self, key_hex: str) -> None:
+        self._key = bytes.fromhex(key_hex)
+
+    @staticmethod
+    def new_key() -> str:
+        return secrets.token_hex(32)
+
+    def __call__(self, uid: str, ordinal: int) -> int:
+        digest = hashlib.blake2b(
+            f"{uid}\x00{int(ordinal)}".encode(), key=self._key, digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big") & ((1 << self.BITS) - 1)
+
+
+def check_vectors(what: str, vectors: Any, rows: int, dimension: int | None) -> None:
+    """Refuse vectors a derived index could not take: ``rows`` of them, of ``dimension`` (when
+    the store has one), finite and not zero. Raises ``StoreError`` naming ``what``."""
+    matrix = np.asarray(vectors)
+    if rows == 0 and matrix.size == 0:
+        return  # no chunk, no vector: nothing reaches a derived index
+    expected = (rows, dimension or (matrix.shape[-1] if matrix.ndim else 0))
+    if matrix.ndim != 2 or matrix.shape != expected:
+        raise StoreError(
+            f"{what}: {rows} chunks came with vectors of shape {matrix.shape}, not {expected};"
+            " nothing was published"
+        )
+    if not np.isfinite(matrix).all():
+        raise StoreError(
+            f"{what}: the embedder returned NaN or infinite values; nothing was published"
+        )
+    if not (np.linalg.norm(matrix, axis=1) > 0).all():
+        raise StoreError(f"{what}: the embedder returned an all-zero vector; nothing was published")
+
+
+def check_prepared(upserts: Sequence[PreparedEntity], dimension: int | None) -> None:
+    """Refuse, before anything is written, chunks and vectors a derived index could not take.
+
+    One vector per chunk (see ``check_vectors``); chunk texts within ``MAX_CHUNK_CHARS``.
+    Raises ``StoreError``: the records were valid, the embedder (or the caller of
+    ``Engine.publish``) was not.
+    """
+    for prepared in upserts:
+        uid = prepared.entity.uid
+        check_vectors(f"entity {uid!r}", prepared.vectors, len(prepared.chunks), dimension)
+        for chunk in prepared.chunks:
+            if len(chunk.text) > MAX_CHUNK_CHARS:
+                raise StoreError(
+                    f"entity {uid!r}: chunk {chunk.ordinal} has {len(chunk.text):,} characters;"
+                    f" the limit is {MAX_CHUNK_CHARS:,}; nothing was published",
+                    uid=uid,
+                )
 
 
 def membership_path(start: str, goal: str, groups_of: GroupsOf) -> list[str] | None:
@@ -124,18 +201,21 @@ def content_answer(
     entity: Sequence[Any],
     chunks: Iterable[Sequence[Any]],
     edges: Mapping[str, Iterable[Sequence[Any]]],
+    chunk_ids: ChunkIds,
 ) -> dict[str, Any]:
     """The content API's answer (without its content root) from rows.
 
     ``entity``: the values of ``ENTITY_FIELDS`` (attributes decoded); ``chunks``:
-    ``(chunk_id, ordinal, text, heading, start, end)`` with the heading a list;
+    ``(row id, ordinal, text, heading, start, end)`` with the heading a list (the row
+    id stays inside: each chunk is named by its public id);
     ``edges``: per direction, ``(label, uid, position, title, type, href)``.
     """
+    uid = str(entity[0])
     return {
         "entity": dict(zip(ENTITY_FIELDS, entity, strict=True)),
         "chunks": [
             {
-                "chunk_id": int(c[0]),
+                "chunk_id": chunk_ids(uid, int(c[1])),
                 "ordinal": int(c[1]),
                 "text": c[2],
                 "heading": list(c[3]),

@@ -82,22 +82,39 @@ def param_uses(query: n.Query) -> list[ParamUse]:
     return uses
 
 
-def _encodable(text: str) -> bool:
+def _text_problem(value: str) -> str | None:
+    """What keeps a string out of a query (NUL, a lone surrogate), said for the message."""
+    if "\x00" in value:
+        return "holds a NUL character, which no stored value contains; remove it"
     try:
-        text.encode("utf-8")
+        value.encode("utf-8")
     except UnicodeEncodeError:
-        return False
-    return True
+        return "holds a lone surrogate (\\ud800–\\udfff), which is not Unicode text"
+    return None
 
 
 def _is_scalar(value: Any) -> bool:
     if isinstance(value, bool) or value is None:
         return True
     if isinstance(value, str):
-        return "\x00" not in value and _encodable(value)
+        return _text_problem(value) is None
     if isinstance(value, float):
         return math.isfinite(value)
     return isinstance(value, int) and _INT64[0] <= value <= _INT64[1]
+
+
+def _scalar_problem(value: Any, place: str) -> str:
+    """Why ``value`` can't be bound at ``place`` (it is not ``_is_scalar``)."""
+    if isinstance(value, str):
+        return str(_text_problem(value))
+    if isinstance(value, float):
+        return f"is used in {place} and must be a finite number, not {value!r}"
+    if isinstance(value, int):
+        return f"is used in {place} and must fit in 64 bits"
+    return (
+        f"is used in {place} and must be a string, a number, a boolean or null"
+        f" (lists go with IN), not {type(value).__name__}"
+    )
 
 
 def check_params(query: n.Query, params: Mapping[str, Any]) -> list[QueryError]:
@@ -149,11 +166,17 @@ def check_params(query: n.Query, params: Mapping[str, Any]) -> list[QueryError]:
                         maximum=MAX_LIST_PARAM,
                     )
                 )
-            elif not all(_is_scalar(v) for v in value):
-                problem = "must be a list of strings, numbers, booleans or nulls"
+            else:
+                bad = [v for v in value if not _is_scalar(v)]
+                if bad and isinstance(bad[0], str):
+                    problem = f"has an item that {_text_problem(bad[0])}"
+                elif bad:
+                    problem = "must be a list of strings, numbers, booleans or nulls"
         elif use.kind == "string":
-            if not isinstance(value, str) or not _is_scalar(value):
+            if not isinstance(value, str):
                 problem = f"is used with {use.where} and must be a string"
+            elif not _is_scalar(value):
+                problem = _scalar_problem(value, use.where)
         elif use.kind == "count":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 problem = f"is used as {use.where} and must be a whole number ≥ 0"
@@ -162,10 +185,7 @@ def check_params(query: n.Query, params: Mapping[str, Any]) -> list[QueryError]:
             elif value > _INT64[1]:
                 problem = "is too large"
         elif not _is_scalar(value):
-            problem = (
-                f"is used in {use.where} and must be a string, a number, a boolean or null"
-                f" (lists go with IN), not {type(value).__name__}"
-            )
+            problem = _scalar_problem(value, use.where)
         if problem is not None:
             errors.append(
                 error_at(

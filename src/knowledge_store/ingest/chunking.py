@@ -14,7 +14,9 @@ the body into sections; each section knows its heading path. Then:
   last, word) boundaries, preferring the strongest boundary in the second half
   of the window, with about ``overlap_tokens`` of overlap between neighbours;
 * a fenced code block is never split: one longer than ``max_tokens`` becomes a
-  chunk on its own (the embedder embeds it in windows).
+  chunk on its own (the embedder embeds it in windows) — up to ``MAX_CHUNK_CHARS``,
+  beyond which any chunk is cut at line ends (:func:`bounded_spans`); heading paths
+  keep at most ``MAX_TITLE_CHARS`` of each heading.
 
 Every chunk is ``body[start:end]`` exactly, with no leading or trailing
 whitespace. An opening fence with no closing fence is read as text, not as
@@ -33,12 +35,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from knowledge_store.errors import InvalidRequest, StoreError
-from knowledge_store.model import Chunk
+from knowledge_store.model import MAX_CHUNK_CHARS, MAX_TITLE_CHARS, Chunk
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["Block", "chunk_markdown", "heading_paths", "scan_blocks", "token_counter"]
+__all__ = [
+    "Block",
+    "bounded_spans",
+    "chunk_markdown",
+    "heading_paths",
+    "scan_blocks",
+    "token_counter",
+]
 
 TokenCounter = Callable[[str], int]
 SpanCounter = Callable[[int, int], int]  # tokens of body[start:end]
@@ -444,8 +453,34 @@ def chunk_markdown(
         group_tokens, group_path = tokens, section.path
     flush()
     return [
-        Chunk(ordinal=ordinal, text=body[start:end], heading=path, start=start, end=end)
+        Chunk(
+            ordinal=ordinal,
+            text=body[start:end],
+            heading=tuple(h[:MAX_TITLE_CHARS] for h in path),
+            start=start,
+            end=end,
+        )
         for ordinal, (start, end, path) in enumerate(
-            s for s in spans if not body[s[0] : s[1]].isspace() and s[0] < s[1]
+            s for s in bounded_spans(body, spans) if not body[s[0] : s[1]].isspace() and s[0] < s[1]
         )
     ]
+
+
+def bounded_spans(
+    body: str, spans: Sequence[tuple[int, int, tuple[str, ...]]]
+) -> list[tuple[int, int, tuple[str, ...]]]:
+    """``spans`` with any longer than ``MAX_CHUNK_CHARS`` cut at line ends (else hard).
+
+    The one exception to "a code block is never split": a chunk is a document of the
+    derived indexes, and a PostgreSQL tsvector holds at most 1 MiB.
+    """
+    out: list[tuple[int, int, tuple[str, ...]]] = []
+    for start, end, path in spans:
+        while end - start > MAX_CHUNK_CHARS:
+            cut = body.rfind("\n", start + 1, start + MAX_CHUNK_CHARS)
+            if cut <= start:
+                cut = start + MAX_CHUNK_CHARS
+            out.append((*_strip_span(body, start, cut), path))
+            start = cut
+        out.append((*_strip_span(body, start, end), path))
+    return out

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from knowledge_store.engines.base import Engine, PreparedEntity
 from knowledge_store.errors import BatchRejected, Rejection
-from knowledge_store.ingest.chunking import chunk_markdown
+from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
 from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import Chunk, Entity, IngestReport
@@ -31,7 +31,11 @@ def chunk_entity(entity: Entity) -> tuple[Chunk, ...]:
     chunks = tuple(chunk_markdown(entity.body))
     if chunks:
         return chunks
-    return (Chunk(ordinal=0, text=entity.body, heading=(), start=0, end=len(entity.body)),)
+    body = entity.body
+    return tuple(
+        Chunk(ordinal=ordinal, text=body[start:end], heading=(), start=start, end=end)
+        for ordinal, (start, end, _) in enumerate(bounded_spans(body, [(0, len(body), ())]))
+    )
 
 
 @dataclass
@@ -122,8 +126,15 @@ def ingest_entities(
         )
         for p in pending
     ]
-    root = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
-    added = sum(1 for e in changed if e.uid not in existing)
+    # The counts are the publish's own, made under the write lock: another writer may
+    # have published some of these uids since ``existing`` was read.
+    result = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
     return IngestReport(
-        root, added, len(changed) - added, unchanged, 0, list(rejected), list(skipped)
+        result.root,
+        result.added,
+        result.updated,
+        unchanged + result.unchanged,
+        0,
+        list(rejected),
+        list(skipped),
     )

@@ -21,18 +21,27 @@ from typing import Any
 
 from knowledge_store.ingest.records import (
     EDGE_KEYS,
-    MAX_BODY_CHARS,
-    MAX_UID_CHARS,
     RECORD_KEYS,
     REQUIRED_KEYS,
 )
-from knowledge_store.model import LABELS, PRINCIPAL_PATTERN
+from knowledge_store.model import (
+    LABELS,
+    MAX_ACL_PRINCIPALS,
+    MAX_BODY_CHARS,
+    MAX_EDGE_POSITION,
+    MAX_EDGES,
+    MAX_HREF_BYTES,
+    MAX_NAME_CHARS,
+    MAX_TITLE_CHARS,
+    MAX_UID_CHARS,
+    PRINCIPAL_PATTERN,
+)
 
 __all__ = ["DATE_PATTERN", "RULES_BEYOND_SCHEMA", "SCHEMA_DIALECT", "record_json_schema"]
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
-_YEAR = "[1-9][0-9]{3}"
+_YEAR = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001–9999
 _MONTH = "(0[1-9]|1[0-2])"
 _DAY = "(0[1-9]|[12][0-9]|3[01])"
 _TIME = "([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\\.[0-9]{1,6})?)?"
@@ -46,48 +55,71 @@ DATE_PATTERN = f"^{_YEAR}-{_MONTH}-{_DAY}([T ]{_TIME}{_OFFSET}?)?$"
 #: beyond JSON's own data model). They are listed in the schema's description too.
 RULES_BEYOND_SCHEMA: tuple[str, ...] = (
     "created_at / updated_at name a real day and time (no 2024-02-30), within"
-    " years 1000–9999 once converted to UTC",
+    " years 0001–9999 once converted to UTC",
     "an edge does not point at its own record",
     "an edge (label, to) given twice has the same position both times",
     "an edge position is written as an integer (2, not 2.0)",
     "numbers in attributes are finite (no NaN or Infinity)",
     "a uid appears once in one load",
+    "names (uid, edge targets, type, source, status, principal ids, attribute keys) hold no"
+    " invisible format characters (zero-width, bidi, soft hyphen …) and are in Unicode NFC",
+    "attributes take at most 65,536 bytes as JSON, nest at most 16 levels, have names as"
+    " keys, and hold integers that fit in 64 bits",
+    "an href takes at most 2,000 bytes in UTF-8",
+    "a key appears once in each object, at every depth, and a record nests at most 32"
+    " levels (a parsed value can't show a repeated key)",
 )
 
-_CONTROL = "[\\x00-\\x1f\\x7f]"
+#: C0 and C1 control characters and DEL.
+_CONTROL = "[\\x00-\\x1f\\x7f-\\x9f]"
+#: Controls a title may hold: tabs and line breaks (they become one space).
+_TITLE_CONTROL = "[\\x00-\\x08\\x0e-\\x1f\\x7f-\\x84\\x86-\\x9f]"
 _NUL = "\\x00"
+#: Not blank, no whitespace at either end (with ``_CONTROL`` excluded, ``$`` is safe).
+_NAME = "^\\S(.*\\S)?$"
 
 
-def _text(description: str, *, max_length: int | None = None) -> dict[str, Any]:
-    """A required text field: not blank, no NUL."""
+def _text(
+    description: str, *, max_length: int | None = None, control: str = _NUL
+) -> dict[str, Any]:
+    """A required text field: not blank, without ``control`` characters (NUL at least)."""
     schema: dict[str, Any] = {
         "description": description,
         "type": "string",
         "pattern": "\\S",
-        "not": {"pattern": _NUL},
+        "not": {"pattern": control},
     }
     if max_length is not None:
         schema["maxLength"] = max_length
     return schema
 
 
-def _uid(description: str) -> dict[str, Any]:
-    """A uid or an edge target: not blank, at most MAX_UID_CHARS, no control characters."""
+def _name(description: str, max_length: int = MAX_NAME_CHARS) -> dict[str, Any]:
+    """A name (a uid, a type, …): not blank, no surrounding whitespace, no control characters."""
     return {
         "description": description,
         "type": "string",
-        "pattern": "\\S",
-        "maxLength": MAX_UID_CHARS,
+        "pattern": _NAME,
+        "maxLength": max_length,
         "not": {"pattern": _CONTROL},
     }
+
+
+def _uid(description: str) -> dict[str, Any]:
+    """A uid or an edge target: a name of at most MAX_UID_CHARS."""
+    return _name(description, MAX_UID_CHARS)
 
 
 def _nullable(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "anyOf": [{"type": "null"}, schema]}
 
 
-def _optional_text(description: str) -> dict[str, Any]:
-    return _nullable(description, {"type": "string", "not": {"pattern": _NUL}})
+def _optional_name(description: str) -> dict[str, Any]:
+    """A name, or "" or null for none."""
+    return {
+        "description": description,
+        "anyOf": [{"type": "null"}, {"enum": [""]}, _name(description)],
+    }
 
 
 def _date(description: str) -> dict[str, Any]:
@@ -113,7 +145,7 @@ def _edge() -> dict[str, Any]:
         ),
         "position": _nullable(
             "The order among siblings (a section's place in its chapter), or null.",
-            {"type": "integer"},
+            {"type": "integer", "minimum": 0, "maximum": MAX_EDGE_POSITION},
         ),
     }
     return {
@@ -132,6 +164,7 @@ def _acl() -> dict[str, Any]:
             " deny); duplicates are dropped."
         ),
         "type": "array",
+        "maxItems": MAX_ACL_PRINCIPALS,
         "items": {
             "description": "everyone, user:<id> or group:<id> (an id of 1–256 characters).",
             "type": "string",
@@ -146,25 +179,36 @@ def _properties() -> dict[str, dict[str, Any]]:
         "uid": _uid(
             "The entity's stable id: the merge key of every re-ingest, edge and ACL command."
         ),
-        "type": _text("The entity's type (page, codeSample, ticket, …): an open vocabulary."),
-        "title": _text("The title shown in results; indexed with every chunk."),
+        "type": _name("The entity's type (page, codeSample, ticket, …): an open vocabulary."),
+        "title": _text(
+            "The title shown in results; indexed with every chunk. Tabs and line breaks"
+            " become one space.",
+            max_length=MAX_TITLE_CHARS,
+            control=_TITLE_CONTROL,
+        ),
         "body": _text(
             "The text, Markdown or plain. Headings make the chunks' heading paths; fenced"
             " code in a page loaded from a folder or a Learn unit becomes codeSample"
             " entities. Split longer documents into several records.",
             max_length=MAX_BODY_CHARS,
         ),
-        "source": _optional_text(
+        "source": _optional_name(
             "The system the record came from (docs, jira, …); a filter. --source replaces it."
         ),
-        "status": _optional_text("A free status (published, open, closed, …); a filter."),
+        "status": _optional_name("A free status (published, open, closed, …); a filter."),
         "created_at": _date("When the entity was created; a filter and an aggregate dimension."),
         "updated_at": _date("When it last changed; a filter, an order and a dimension."),
-        "href": _optional_text("Where the original lives (a URL or a path); returned as is."),
+        "href": _nullable(
+            "Where the original lives (a URL or a path); returned as is.",
+            {"type": "string", "maxLength": MAX_HREF_BYTES, "not": {"pattern": _CONTROL}},
+        ),
         "attributes": _nullable(
             "Anything else, as JSON; stored and returned, not searched.", {"type": "object"}
         ),
-        "edges": _nullable("Typed links to other entities.", {"type": "array", "items": _edge()}),
+        "edges": _nullable(
+            "Typed links to other entities.",
+            {"type": "array", "maxItems": MAX_EDGES, "items": _edge()},
+        ),
         "acl": _acl(),
     }
     return _described("record", RECORD_KEYS, properties)

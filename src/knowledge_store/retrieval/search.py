@@ -394,16 +394,18 @@ def _candidates(rankings: Any) -> dict[str, Candidate]:
 
 def _evidence(rankings: Any) -> dict[str, list[Evidence]]:
     """uid → its best chunks across the chunk lists (Σ 1/(60 + chunk rank)), best first."""
-    best: dict[int, tuple[float, str, Evidence]] = {}
+    # keyed by (uid, chunk id): a chunk id is a 53-bit hash, unique within an entity
+    best: dict[tuple[str, int], tuple[float, str, Evidence]] = {}
     for ranking in rankings:
         if ranking.granularity != "chunk":
             continue
         for rank, c in enumerate(ranking.candidates, start=1):
             if c.chunk is None:
                 continue
-            prev = best.get(c.chunk.chunk_id)
+            key = (c.uid, c.chunk.chunk_id)
+            prev = best.get(key)
             score = 1.0 / (60 + rank) + (prev[0] if prev else 0.0)
-            best[c.chunk.chunk_id] = (score, c.uid, c.chunk)
+            best[key] = (score, c.uid, c.chunk)
     grouped: dict[str, list[tuple[float, Evidence]]] = {}
     for score, uid, chunk in best.values():
         grouped.setdefault(uid, []).append((score, chunk))

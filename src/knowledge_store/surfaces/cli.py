@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
+from knowledge_store.ingest.records import JsonProblem, loads_strict
 from knowledge_store.model import ChunkHits, Filters, SearchAnswer
 from knowledge_store.surfaces.terminal import safe, strip_controls
 
@@ -40,7 +41,7 @@ app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
 
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _State:
@@ -731,11 +732,13 @@ def principals_load(file: Path, as_json: JsonOpt = False) -> None:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads_strict(line)  # a duplicate key would silently win
                 pairs.append((str(obj["group"]), str(obj["member"])))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError) as exc:
+                why = f" ({exc.msg})" if isinstance(exc, JsonProblem) else ""
                 raise InvalidRequest(
-                    f'{file}:{line_no}: expected {{"group": "group:<id>", "member": "user:<id>"}}',
+                    f'{file}:{line_no}: expected {{"group": "group:<id>", "member": "user:<id>"}}'
+                    + why,
                     file=str(file),
                     line=line_no,
                 ) from None

@@ -11,7 +11,6 @@ in its body only — no route reads a path on the server.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -19,6 +18,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.ingest.records import loads_strict
 from knowledge_store.model import MAX_ACL_PRINCIPALS
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
@@ -475,7 +475,7 @@ def _records(raw: bytes, content_type: str) -> list[Any]:
         raise InvalidRequest("the ingest body is empty; send JSON Lines records")
     if "json" in content_type and "ndjson" not in content_type and "jsonl" not in content_type:
         try:
-            document = json.loads(text)
+            document = loads_strict(text)
         except ValueError as exc:
             raise InvalidRequest(f"the ingest body is not JSON: {exc}") from None
         if isinstance(document, dict) and isinstance(document.get("records"), list):
@@ -488,7 +488,7 @@ def _records(raw: bytes, content_type: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append(loads_strict(line))
         except ValueError as exc:
             raise InvalidRequest(
                 f"line {number} of the ingest body is not JSON: {exc}", line=number

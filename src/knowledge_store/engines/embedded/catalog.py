@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,22 +22,43 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_store.engines.base import PreparedEntity, Vector
+from knowledge_store.engines.base import PreparedEntity, PublishResult, Vector
 from knowledge_store.engines.embedded.schema import (
     HELD_PRINCIPALS,
     SCHEMA,
     SCHEMA_VERSION,
     visible,
 )
-from knowledge_store.engines.shared import membership_path
+from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Edge, Entity, Filters, compose_context
+from knowledge_store.model import (
+    TIMESTAMP_FORM,
+    Edge,
+    Entity,
+    Filters,
+    compose_context,
+    format_timestamp,
+    stored_timestamp,
+)
 
 __all__ = ["EMPTY_ROOT", "Catalog", "ChunkRow", "PublishOp", "content_root_of"]
 
+log = logging.getLogger(__name__)
+
 EMPTY_ROOT = hashlib.sha256(b"knowledge-store:empty").hexdigest()
+#: Meta key set once every stored date has a four-digit year (older versions wrote
+#: years below 1000 unpadded, which neither sorts nor parses back).
+_STAMPS_REPAIRED = "timestamps_four_digit"
+_STAMP_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z"
 _CHUNK_BATCH = 900  # below SQLite's default host-parameter limit
+
+
+def _repaired(stamp: str | None) -> str | None:
+    if stamp is None or TIMESTAMP_FORM.fullmatch(stamp):
+        return stamp
+    moment = stored_timestamp(stamp)
+    return stamp if moment is None else format_timestamp(moment)
 
 
 def content_root_of(parent: str, changes: Mapping[str, str | None]) -> str:
@@ -49,7 +71,7 @@ def content_root_of(parent: str, changes: Mapping[str, str | None]) -> str:
 class ChunkRow:
     """A chunk joined with its entity, as the primitives return it."""
 
-    chunk_id: int
+    chunk_id: int  # the row id: internal (answers name a chunk by ``ChunkIds``)
     uid: str
     title: str
     type: str
@@ -63,6 +85,7 @@ class ChunkRow:
     status: str
     created_at: str | None
     updated_at: str | None
+    ordinal: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,7 +100,7 @@ class PublishOp:
 # visible ACL sets instead — 39 ms against 0.9 ms for 110 ids at 100k chunks.
 _CHUNK_SELECT = """
 SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
-       e.acl_set, e.source, e.status, e.created_at, e.updated_at
+       e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal
 FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity
 """
 
@@ -98,6 +121,7 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
         status=r[11],
         created_at=r[12],
         updated_at=r[13],
+        ordinal=r[14],
     )
 
 
@@ -179,6 +203,46 @@ class Catalog:
             " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    def chunk_ids(self) -> ChunkIds:
+        """The store's public chunk ids (its secret made on first use)."""
+        key = self.get_meta(CHUNK_KEY_META)
+        if key is None:
+            with self.write() as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)",
+                    (CHUNK_KEY_META, ChunkIds.new_key()),
+                )
+            key = self.get_meta(CHUNK_KEY_META)
+        assert key is not None
+        return ChunkIds(key)
+
+    def repair_timestamps(self) -> int:
+        """Rewrite dates stored by older versions with years below 1000 unpadded; how many.
+
+        Once per store (a meta flag). A stamp that can't be read at all is left as it is:
+        the derived indexes index such a chunk without that date.
+        """
+        if self.get_meta(_STAMPS_REPAIRED) is not None:
+            return 0
+        fixed = 0
+        with self.write() as conn:
+            rows = conn.execute(
+                "SELECT id, created_at, updated_at FROM entities"
+                f" WHERE created_at NOT GLOB '{_STAMP_GLOB}' OR updated_at NOT GLOB '{_STAMP_GLOB}'"
+            ).fetchall()
+            for row_id, *stamps in rows:
+                repaired = [_repaired(stamp) for stamp in stamps]
+                if repaired != stamps:
+                    conn.execute(
+                        "UPDATE entities SET created_at = ?, updated_at = ? WHERE id = ?",
+                        (*repaired, row_id),
+                    )
+                    fixed += 1
+            self.set_meta(_STAMPS_REPAIRED, "1", conn)
+        if fixed:
+            log.warning("catalog: rewrote the dates of %d entities with four-digit years", fixed)
+        return fixed
 
     # -- publishes -----------------------------------------------------------------
     def latest_publish(self, conn: sqlite3.Connection | None = None) -> tuple[int, str]:
@@ -299,23 +363,28 @@ class Catalog:
         *,
         kind: str,
         acl_only: Sequence[Entity] = (),
-    ) -> tuple[int, str]:
-        """Write one publish atomically; returns ``(publish id, content root)``.
+    ) -> PublishResult:
+        """Write one publish atomically; what it did, counted inside its transaction.
 
-        ``acl_only`` are entities whose ACL changed and nothing else: they keep
-        their chunks; their chunks are re-pointed (op ``acl``) for the lexical index.
+        An upsert whose stored content hash already matches is left as it is
+        (``unchanged``). ``acl_only`` are entities whose ACL changed and nothing
+        else: they keep their chunks; their chunks are re-pointed (op ``acl``) for
+        the lexical index.
         """
         with self.write() as conn:
             publish, parent = self.latest_publish(conn)
             publish += 1
             changes: dict[str, str | None] = {}
             ops: list[tuple[int, int, str]] = []
-            added = updated = deleted = 0
+            added = updated = deleted = unchanged = 0
             for prepared in upserts:
                 entity = prepared.entity
                 row = conn.execute(
-                    "SELECT id FROM entities WHERE uid = ?", (entity.uid,)
+                    "SELECT id, content_hash FROM entities WHERE uid = ?", (entity.uid,)
                 ).fetchone()
+                if row is not None and row[1] == entity.content_hash:
+                    unchanged += 1
+                    continue
                 acl_set = self.acl_set_id(conn, entity.acl)
                 values = (
                     entity.type,
@@ -396,7 +465,7 @@ class Catalog:
                 changes[uid] = None
                 deleted += 1
             if not changes:
-                return publish - 1, parent
+                return PublishResult(publish - 1, parent, unchanged=unchanged)
             root = content_root_of(parent, changes)
             conn.execute(
                 "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
@@ -413,7 +482,7 @@ class Catalog:
                 ),
             )
             conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
-            return publish, root
+            return PublishResult(publish, root, added, updated, deleted, unchanged)
 
     def replace_embeddings(
         self, ids: Sequence[int], vectors: Vector, meta: Mapping[str, str], *, base_root: str
@@ -542,22 +611,41 @@ class Catalog:
         return list(self.checked_chunks(conn, chunk_ids, None, Filters()).values())
 
     def chunk_vectors(
-        self, conn: sqlite3.Connection, chunk_ids: Sequence[int]
+        self, conn: sqlite3.Connection, chunk_ids: Sequence[int], dimension: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, vectors)`` of these chunks: those whose stored vector the dense index
+        can take (``dimension`` floats — the store's when not given —, all finite, not
+        zero). Any other is left out (and logged): no row of the catalog can stop the
+        dense index from being built."""
+        if dimension is None:
+            recorded = conn.execute("SELECT value FROM meta WHERE key = 'dimension'").fetchone()
+            dimension = int(recorded[0]) if recorded else 0
         ids: list[int] = []
         blobs: list[bytes] = []
+        size = 4 * dimension
         all_ids = [int(c) for c in chunk_ids]
         for i in range(0, len(all_ids), _CHUNK_BATCH):
             marks = ",".join(str(c) for c in all_ids[i : i + _CHUNK_BATCH])
             for cid, blob in conn.execute(
                 f"SELECT id, embedding FROM chunks WHERE id IN ({marks}) ORDER BY id"
             ):
-                ids.append(int(cid))
-                blobs.append(blob)
+                if isinstance(blob, bytes) and len(blob) == size:
+                    ids.append(int(cid))
+                    blobs.append(blob)
+                else:
+                    log.warning(
+                        "catalog: chunk %s has no usable vector; not in the dense index", cid
+                    )
         if not ids:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
-        return np.asarray(ids, dtype=np.int64), matrix
+            return np.zeros(0, dtype=np.int64), np.zeros((0, dimension), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), dimension)
+        usable = np.isfinite(matrix).all(axis=1) & (np.abs(matrix).sum(axis=1) > 0)
+        if not usable.all():
+            log.warning(
+                "catalog: chunks %s have NaN, infinite or zero vectors; not in the dense index",
+                [ids[i] for i in np.flatnonzero(~usable)],
+            )
+        return np.asarray(ids, dtype=np.int64)[usable], matrix[usable]
 
     def all_chunk_ids(self, conn: sqlite3.Connection) -> list[int]:
         return [int(c) for (c,) in conn.execute("SELECT id FROM chunks ORDER BY id")]

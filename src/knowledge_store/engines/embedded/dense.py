@@ -51,7 +51,7 @@ import numpy.typing as npt
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Strategy, VectorInfo
 
-__all__ = ["DenseIndex"]
+__all__ = ["DenseIndex", "file_watermark", "remove_leftovers"]
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +355,10 @@ class DenseIndex:
         return index, row_ids, live, int(header["watermark"])
 
     @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    @property
     def watermark(self) -> int:
         """The publish id of the last save (0 for a new or unreadable index)."""
         return self._watermark
@@ -382,15 +386,7 @@ class DenseIndex:
             return self._load()
 
     def _peek_watermark(self) -> int:
-        """The watermark in the file's header (-1 if it can't be read)."""
-        try:
-            with self._path.open("rb") as fh:
-                if fh.read(len(_MAGIC)) != _MAGIC:
-                    return -1
-                (length,) = struct.unpack("<I", fh.read(4))
-                return int(json.loads(fh.read(length))["watermark"])
-        except (OSError, ValueError, KeyError, TypeError, struct.error):
-            return -1
+        return file_watermark(self._path)
 
     # -- searching -----------------------------------------------------------
 
@@ -509,6 +505,34 @@ class DenseIndex:
         """Release the in-memory index (unsaved changes are dropped)."""
         with self._lock:
             self._reset()
+
+
+def file_watermark(path: Path) -> int:
+    """The watermark in a dense index file's header, without loading it (-1: none, unreadable)."""
+    try:
+        with Path(path).open("rb") as fh:
+            if fh.read(len(_MAGIC)) != _MAGIC:
+                return -1
+            (length,) = struct.unpack("<I", fh.read(4))
+            return int(json.loads(fh.read(length))["watermark"])
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return -1
+
+
+def remove_leftovers(path: Path) -> list[str]:
+    """Remove the temp files of killed ``save`` calls (``<name>.tmp<pid>``); the names removed.
+
+    Call only while holding the store's write lock: only a writer saves, so no
+    live process is writing one of them.
+    """
+    removed = []
+    for entry in Path(path).parent.glob(f"{Path(path).name}.tmp*"):
+        with contextlib.suppress(FileNotFoundError):
+            entry.unlink()
+        removed.append(entry.name)
+    if removed:
+        log.warning("dense index: removed temp files of a killed writer: %s", removed)
+    return removed
 
 
 def inner_products(index: Any, q: FloatArray, rows: IdArray) -> FloatArray:

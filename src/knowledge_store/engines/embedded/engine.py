@@ -9,10 +9,7 @@ One writer at a time (a file lock); readers never take it.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-import sqlite3
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -28,18 +25,21 @@ from knowledge_store.engines.base import (
     AclExplanation,
     PreparedEntity,
     PrincipalInfo,
+    PublishResult,
     StoreStats,
     Vector,
 )
 from knowledge_store.engines.embedded import fields
 from knowledge_store.engines.embedded import graph as graphs
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
-from knowledge_store.engines.embedded.dense import DenseIndex
+from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
+from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
-from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
+from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
-    EDGE_DIRECTIONS,
-    content_answer,
+    ChunkIds,
+    check_prepared,
+    check_vectors,
     cycle_error,
     explain_access,
     principal_info,
@@ -64,7 +64,9 @@ from knowledge_store.retrieval.filters import parse_order
 
 __all__ = ["EmbeddedEngine"]
 
-_WRITE_LOCK_TIMEOUT_S = 120.0
+log = logging.getLogger(__name__)
+
+_DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
 
 
@@ -95,16 +97,17 @@ class EmbeddedEngine:
         except OSError as exc:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
-        self._lock_path = self.path / "write.lock"
-        self._thread_lock = threading.RLock()
-        self._lock_depth = 0
+        self._write_lock = WriteLock(self.path)
         self.lexical_index = self._open_lexical()
         self._dense: DenseIndex | None = None
         self._allowed_cache: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
         self._refresh_lock = threading.Lock()
+        #: Why the derived indexes could not catch up last time (None: they did).
+        self.derived_error: str | None = None
+        self.chunk_ids = self.catalog.chunk_ids()
         with self._writer(wait=False) as acquired:
             if acquired:
-                self._catch_up()
+                self._recover()
 
     # -- opening the derived indexes --------------------------------------------------
     def _open_lexical(self) -> LexicalIndex:
@@ -120,65 +123,58 @@ class EmbeddedEngine:
 
     @property
     def dense(self) -> DenseIndex | None:
-        if self._dense is None:
-            model = self.model()
-            if model is None:
-                return None
-            self._dense = DenseIndex(self.path / "dense.hnsw", model[1])
+        """The HNSW index of the store's model (reopened when a re-embedding changed the
+        dimension: the file of the old one loads empty, and catching up rebuilds it)."""
+        model = self.model()
+        if model is None:
+            return None
+        if self._dense is None or self._dense.dimension != model[1]:
+            self._dense = DenseIndex(self.path / _DENSE_FILE, model[1])
         return self._dense
 
     # -- the single writer ----------------------------------------------------------------
     @contextmanager
     def _writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the store's write lock: a thread lock in this process, a file lock across them.
-
-        Re-entrant in one thread. With ``wait=False`` it yields False at once
-        when someone else is writing (readers use that; they never wait).
-        """
-        if not self._thread_lock.acquire(
-            blocking=wait, timeout=_WRITE_LOCK_TIMEOUT_S if wait else -1
-        ):
-            if not wait:
-                yield False
-                return
-            raise StoreError(f"timed out waiting for the write lock of {self.path}")
-        try:
-            if self._lock_depth:
-                self._lock_depth += 1
-                try:
-                    yield True
-                finally:
-                    self._lock_depth -= 1
-                return
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            if not _flock(fd, _WRITE_LOCK_TIMEOUT_S if wait else 0.0):
-                os.close(fd)
-                if not wait:
-                    yield False
-                    return
-                raise StoreError(
-                    f"another process has been writing to {self.path} for over"
-                    f" {_WRITE_LOCK_TIMEOUT_S:.0f} s; try again when it is done"
-                )
-            self._lock_depth = 1
-            try:
-                yield True
-            finally:
-                self._lock_depth = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-        finally:
-            self._thread_lock.release()
+        """Hold the store's write lock (see ``writelock``); readers pass ``wait=False``."""
+        with self._write_lock.hold(wait=wait) as held:
+            yield held
 
     # -- derived index catch-up ---------------------------------------------------------------
+    def _recover(self) -> None:
+        """At open, holding the write lock: repair what a killed writer or an older
+        version left, then catch the derived indexes up (a failure is logged, never
+        raised: the catalog-backed primitives answer regardless)."""
+        remove_dense_leftovers(self.path / _DENSE_FILE)
+        self.lexical_index.remove_leftovers()
+        self.catalog.repair_timestamps()
+        self._catch_up_or_log()
+
     def _catch_up(self, *, persist: bool = True) -> None:
-        """Apply every publish the derived indexes have not seen (idempotent)."""
+        """Apply every publish the derived indexes have not seen (idempotent).
+
+        Behind means a writer died between its catalog commit and its index
+        commits: its leftovers go first (a delete file its Tantivy commit wrote
+        without recording it would collide with this commit's).
+        """
         latest, _ = self.catalog.latest_publish()
         if self.lexical_index.watermark < latest:
+            self.lexical_index.remove_leftovers()
             self._apply_lexical(self.lexical_index.watermark, latest)
         dense = self.dense
         if dense is not None and dense.watermark < latest:
+            remove_dense_leftovers(self.path / _DENSE_FILE)
             self._apply_dense(dense, dense.watermark, latest, persist=persist)
+        self.derived_error = None
+
+    def _catch_up_or_log(self) -> None:
+        """``_catch_up`` for writers: a derived index that can't catch up must not stop a
+        publish (deleting the record it chokes on is one) nor an open; readers of that
+        index get the error, and ``ks rebuild`` rebuilds it."""
+        try:
+            self._catch_up()
+        except StoreError as exc:
+            self.derived_error = exc.message
+            log.warning("derived indexes behind the catalog: %s", exc.message)
 
     def _apply_lexical(self, since: int, latest: int) -> None:
         ops = self.catalog.ops_since(since)
@@ -204,7 +200,7 @@ class EmbeddedEngine:
         if removed:
             dense.remove(removed)
         with self.catalog.read() as conn:
-            ids, vectors = self.catalog.chunk_vectors(conn, added)
+            ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
         if len(ids):
             dense.add(ids, vectors)
         if persist:
@@ -220,17 +216,28 @@ class EmbeddedEngine:
         ):
             return
         with self._refresh_lock:
-            self.lexical_index.reload()
-            dense = self.dense
-            if dense is not None and dense.watermark < latest:
-                dense.reload_if_newer()
-            if self.lexical_index.watermark < latest:
-                with self._writer(wait=False) as acquired:
-                    if acquired:  # nobody is writing: a writer died before its commit
-                        self._apply_lexical(self.lexical_index.watermark, latest)
-            if dense is not None and dense.watermark < latest:
-                # In memory only: the writer process saves the file.
-                self._apply_dense(dense, dense.watermark, latest, persist=False)
+            try:
+                self.lexical_index.reload()
+                dense = self.dense
+                if dense is not None and dense.watermark < latest:
+                    dense.reload_if_newer()
+                if self.lexical_index.watermark < latest:
+                    with self._writer(wait=False) as acquired:
+                        if acquired:  # nobody is writing: a writer died before its commit
+                            self.lexical_index.remove_leftovers()
+                            self._apply_lexical(self.lexical_index.watermark, latest)
+                if dense is not None and dense.watermark < latest:
+                    # In memory only: the writer process saves the file.
+                    self._apply_dense(dense, dense.watermark, latest, persist=False)
+                if self.lexical_index.watermark >= latest:
+                    self.derived_error = None
+            except StoreError as exc:
+                self.derived_error = exc.message
+                raise StoreError(
+                    f"{exc.message}. The derived indexes are behind the catalog: sql, aggregate,"
+                    " graph, query_graph and content still answer; `ks rebuild` rebuilds them",
+                    **exc.details,
+                ) from exc
 
     # -- model and content ----------------------------------------------------------------------
     def model(self) -> tuple[str, int] | None:
@@ -279,11 +286,12 @@ class EmbeddedEngine:
         spec: str,
         base_root: str,
     ) -> str:
+        check_vectors("the re-embedding", vectors, len(ids), dimension)
         with self._writer():
-            self._catch_up()
+            self._catch_up_or_log()
             meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
             _, root = self.catalog.replace_embeddings(ids, vectors, meta, base_root=base_root)
-            self._catch_up()
+            self._catch_up_or_log()
             return root
 
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
@@ -303,13 +311,15 @@ class EmbeddedEngine:
         *,
         kind: str,
         model: str | None = None,
-    ) -> str:
+    ) -> PublishResult:
+        recorded = self.model()
+        check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
             _check_model(self.model(), model)
-            self._catch_up()
-            _, root = self.catalog.apply_publish(upserts, deletes, kind=kind)
-            self._catch_up()
-            return root
+            self._catch_up_or_log()
+            result = self.catalog.apply_publish(upserts, deletes, kind=kind)
+            self._catch_up_or_log()
+            return result
 
     def delete(self, uids: Sequence[str]) -> str:
         missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))
@@ -318,35 +328,59 @@ class EmbeddedEngine:
                 f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
                 uids=missing,
             )
-        return self.publish([], list(uids), kind="delete")
+        return self.publish([], list(uids), kind="delete").root
 
     def is_empty(self) -> bool:
         return not self.catalog.has_chunks()
 
     def stats(self) -> StoreStats:
+        """Counts from the catalog; the derived indexes' state beside them (never a failure)."""
         with self.catalog.read() as conn:
-            _, root = self.catalog.latest_publish(conn)
+            latest, root = self.catalog.latest_publish(conn)
             entities, chunks, edges = self.catalog.counts(conn)
         model = self.model()
+        try:
+            segments = self.lexical_index.num_segments()
+        except StoreError as exc:
+            segments, self.derived_error = 0, exc.message
+        dense = self._dense  # not loaded just for stats: its file's header says as much
+        on_disk = file_watermark(self.path / _DENSE_FILE)
+        indexes = {
+            "publish": latest,
+            "lexical": self.lexical_index.watermark,
+            "dense": dense.watermark if dense is not None else on_disk if on_disk >= 0 else None,
+            "error": self.derived_error,
+        }
         return StoreStats(
             content_root=root,
             entities=entities,
             chunks=chunks,
             edges=edges,
-            segments=self.lexical_index.num_segments(),
+            segments=segments,
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
-            extra={"engine": self.name, "path": str(self.path)},
+            extra={"engine": self.name, "path": str(self.path), "indexes": indexes},
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
-        """Rebuild Tantivy and HNSW from the catalog."""
+        """Rebuild Tantivy and HNSW from the catalog, whatever state they are in.
+
+        Never fails on data the catalog holds: a date that can't be read is left out
+        of its lexical document, a vector the dense index can't take is left out of it
+        (both logged); a lexical index that can't even be cleared is recreated.
+        """
         with self._writer():
+            remove_dense_leftovers(self.path / _DENSE_FILE)
+            self.lexical_index.remove_leftovers()
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
-            self.lexical_index.clear()
+            try:
+                self.lexical_index.clear()
+            except StoreError as exc:
+                log.warning("rebuild: the lexical index can't be cleared (%s); recreating it", exc)
+                self.lexical_index.recreate()
             dense = self.dense
             if dense is not None:
                 dense.clear()
@@ -356,7 +390,8 @@ class EmbeddedEngine:
                     part = ids[i : i + _REBUILD_BATCH]
                     with self.catalog.read() as conn:
                         docs = self._lexical_docs(conn, part)
-                        vids, vectors = self.catalog.chunk_vectors(conn, part)
+                        if dense is not None:
+                            vids, vectors = self.catalog.chunk_vectors(conn, part, dense.dimension)
                     self.lexical_index.add(docs)
                     if dense is not None and len(vids):
                         dense.add(vids, vectors)
@@ -365,6 +400,7 @@ class EmbeddedEngine:
             if dense is not None:
                 dense.save(latest)
             self._allowed_cache.clear()
+            self.derived_error = None
 
     def close(self) -> None:
         self.lexical_index.close()
@@ -386,7 +422,7 @@ class EmbeddedEngine:
             rows = self.catalog.checked_chunks(
                 conn, [c for c, _, _ in found], identity.principal, filters
             )
-        hits = _hits(((c, s) for c, _, s in found), rows, k)
+        hits = _hits(((c, s) for c, _, s in found), rows, k, self.chunk_ids)
         explain = {
             "identity": identity.principal,
             "held_principals": len(held),
@@ -423,7 +459,12 @@ class EmbeddedEngine:
             rows = self.catalog.checked_chunks(
                 conn, [int(i) for i in ids], identity.principal, filters
             )
-        hits = _hits(zip((int(i) for i in ids), (float(s) for s in scores), strict=True), rows, k)
+        hits = _hits(
+            zip((int(i) for i in ids), (float(s) for s in scores), strict=True),
+            rows,
+            k,
+            self.chunk_ids,
+        )
         explain = {
             "identity": identity.principal,
             "held_principals": len(held),
@@ -504,46 +545,9 @@ class EmbeddedEngine:
         return graphs.run_query_graph(self.catalog, identity, text, params, lenient=lenient)
 
     def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
-        """One entity with its chunks and its edges to visible entities, or None.
-
-        None both when ``uid`` does not exist and when ``identity`` may not read
-        it: the caller can't tell the two apart. The ACL check is the catalog's
-        one condition (``schema.visible``), as in every primitive.
-        """
-        try:
-            with self.catalog.read() as conn:
-                _, root = self.catalog.latest_publish(conn)
-                row = conn.execute(
-                    HELD_PRINCIPALS + "SELECT e.id, e.uid, e.type, e.title, e.body, e.source,"
-                    " e.status, e.created_at, e.updated_at, e.href, e.attributes"
-                    f" FROM entities AS e WHERE e.uid = :uid AND {visible(by_key=True)}",
-                    {"principal": identity.principal, "uid": uid},
-                ).fetchone()
-                if row is None:
-                    return None
-                chunks = [
-                    (*c[:3], json.loads(c[3]), *c[4:])
-                    for c in conn.execute(
-                        'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
-                        " WHERE entity = ? ORDER BY ordinal",
-                        (row[0],),
-                    )
-                ]
-                edges = {
-                    direction: conn.execute(
-                        HELD_PRINCIPALS
-                        + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-                        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
-                        f" WHERE g.{near} = :uid AND {visible('o', by_key=True)}"
-                        " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
-                        {"principal": identity.principal, "uid": uid},
-                    ).fetchall()
-                    for direction, near, far in EDGE_DIRECTIONS
-                }
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
-        entity = (*row[1:10], json.loads(row[10]))
-        return {"content_root": root, **content_answer(entity, chunks, edges)}
+        """One entity with its chunks and its edges to visible entities, or None
+        (alike for a missing uid and one the caller may not read; see ``fields``)."""
+        return fields.content(self.catalog, identity, uid, self.chunk_ids)
 
     # -- ACL administration -------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -560,9 +564,9 @@ class EmbeddedEngine:
                 raise NotFound(f"no entity with uid {uid!r}", uid=uid)
             if self.catalog.content_hashes([uid]).get(uid) == entity.content_hash:
                 return self.content_root()
-            self._catch_up()
-            _, root = self.catalog.apply_publish([], [], kind=change, acl_only=[entity])
-            self._catch_up()
+            self._catch_up_or_log()
+            root = self.catalog.apply_publish([], [], kind=change, acl_only=[entity]).root
+            self._catch_up_or_log()
             return root
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
@@ -629,18 +633,6 @@ class EmbeddedEngine:
         return {"groups": len(groups), "memberships": len(set(pairs))}
 
 
-def _flock(fd: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-
-
 def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
     return LexicalDoc(
         chunk_id=row.chunk_id,
@@ -658,7 +650,10 @@ def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
 
 
 def _hits(
-    ranked: Iterator[tuple[int, float]] | Any, rows: Mapping[int, ChunkRow], k: int
+    ranked: Iterator[tuple[int, float]] | Any,
+    rows: Mapping[int, ChunkRow],
+    k: int,
+    chunk_ids: ChunkIds,
 ) -> list[ChunkHit]:
     hits: list[ChunkHit] = []
     for chunk_id, score in ranked:
@@ -668,7 +663,7 @@ def _hits(
         hits.append(
             ChunkHit(
                 uid=row.uid,
-                chunk_id=row.chunk_id,
+                chunk_id=chunk_ids(row.uid, row.ordinal),
                 title=row.title,
                 type=row.type,
                 score=score,

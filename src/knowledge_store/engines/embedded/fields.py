@@ -1,4 +1,4 @@
-"""SQL over the entities' typed fields: the ``sql`` primitive, aggregates, successors.
+"""SQL over the entities' typed fields: the ``sql`` primitive, aggregates, successors, content.
 
 Every statement carries the caller's ACL inside it: the identity is expanded
 over memberships (``HELD_PRINCIPALS``) and only entities whose ACL set holds
@@ -11,11 +11,14 @@ expression come from closed lists, never from the caller's text.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, visible
+from knowledge_store.engines.shared import EDGE_DIRECTIONS, ChunkIds, content_answer
 from knowledge_store.engines.sqlfilters import filter_clause, named
 from knowledge_store.errors import InvalidRequest, StoreError
 from knowledge_store.model import (
@@ -30,7 +33,7 @@ from knowledge_store.model import (
 from knowledge_store.retrieval.aggregates import AggregateSpec, shape_rows
 from knowledge_store.retrieval.filters import ORDER_FIELDS, Order
 
-__all__ = ["MAX_K", "aggregate", "sql_hits", "visible_successors"]
+__all__ = ["MAX_K", "aggregate", "content", "sql_hits", "visible_successors"]
 
 
 def _visible(filters: Filters, alias: str = "e", *, by_key: bool = False) -> str:
@@ -170,3 +173,49 @@ def visible_successors(
     except sqlite3.Error as exc:
         raise StoreError(f"looking up successors failed: {exc}") from exc
     return out
+
+
+def content(
+    catalog: Catalog, identity: Identity, uid: str, chunk_ids: ChunkIds
+) -> dict[str, Any] | None:
+    """One entity with its chunks and its edges to visible entities, or None.
+
+    None both when ``uid`` does not exist and when ``identity`` may not read
+    it: the caller can't tell the two apart. The ACL check is the catalog's
+    one condition (``schema.visible``), as in every primitive.
+    """
+    who = {"principal": identity.principal, "uid": uid}
+    try:
+        with catalog.read() as conn:
+            _, root = catalog.latest_publish(conn)
+            row = conn.execute(
+                HELD_PRINCIPALS + "SELECT e.id, e.uid, e.type, e.title, e.body, e.source,"
+                " e.status, e.created_at, e.updated_at, e.href, e.attributes"
+                f" FROM entities AS e WHERE e.uid = :uid AND {visible(by_key=True)}",
+                who,
+            ).fetchone()
+            if row is None:
+                return None
+            chunks = [
+                (*c[:3], json.loads(c[3]), *c[4:])
+                for c in conn.execute(
+                    'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
+                    " WHERE entity = ? ORDER BY ordinal",
+                    (row[0],),
+                )
+            ]
+            edges = {
+                direction: conn.execute(
+                    HELD_PRINCIPALS
+                    + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
+                    f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+                    f" WHERE g.{near} = :uid AND {visible('o', by_key=True)}"
+                    " ORDER BY g.label, g.position IS NULL, g.position, g." + far,
+                    who,
+                ).fetchall()
+                for direction, near, far in EDGE_DIRECTIONS
+            }
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read entity {uid!r}: {exc}") from exc
+    entity = (*row[1:10], json.loads(row[10]))
+    return {"content_root": root, **content_answer(entity, chunks, edges, chunk_ids)}

@@ -42,18 +42,18 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tantivy
 
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Filters, compose_context
+from knowledge_store.model import Filters, compose_context, stored_timestamp
 
 __all__ = ["Analyzers", "LexicalDoc", "LexicalIndex", "QueryTerms"]
 
@@ -94,6 +94,9 @@ _MAX_QUERY_TERMS = 256
 #: 0.28 vs 0.55 ms, 40: 0.45 vs 0.59, 136: 0.62 vs 0.69, 520: 1.37 vs 0.92 ms.
 _ACL_UNION_MAX = 128
 
+#: Files of a segment (``<uuid>.<component>``) and its deletes (``<uuid>.<opstamp>.del``).
+_SEGMENT_FILE = re.compile(r"[0-9a-f]{32}\.(?:[a-z]+|[0-9]+\.del)")
+
 _WRITER_HEAP = 96_000_000
 _WRITER_THREADS = 1
 
@@ -125,12 +128,26 @@ def _translate(action: str, call: Callable[[], T]) -> T:
         raise StoreError(f"lexical index: {action} failed: {exc}", action=action) from exc
 
 
-def _epoch(stamp: str) -> int:
-    """``YYYY-MM-DDTHH:MM:SSZ`` (or any ISO 8601 with offset) → seconds since the epoch."""
-    moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+def _epoch(stamp: str) -> int | None:
+    """A stored ``YYYY-MM-DDTHH:MM:SSZ`` → seconds since the epoch (negative before 1970).
+
+    Total over what a catalog may hold: a stamp that can't be read (none can be
+    written since validation normalises every date) gives None — the document is
+    indexed without that date rather than not at all.
+    """
+    moment = stored_timestamp(stamp)
+    if moment is None:
+        log.warning("lexical index: the date %r can't be read; indexed without it", stamp)
+        return None
     return int(moment.timestamp())
+
+
+def _bound(stamp: str) -> int:
+    """A FILTERS date (normalised by ``Filters.build``) as a range bound."""
+    seconds = _epoch(stamp)
+    if seconds is None:
+        raise StoreError(f"lexical index: the filter date {stamp!r} is not normalised")
+    return seconds
 
 
 def _word_analyzer() -> tantivy.TextAnalyzer:
@@ -248,6 +265,65 @@ class LexicalIndex:
         index.config_reader("manual")
         return index
 
+    def remove_leftovers(self) -> list[str]:
+        """Remove what killed writers left behind; the names removed.
+
+        Call only while holding the store's write lock (no writer is alive): our
+        watermark's temp files, Tantivy's atomic-write temp files, and index files
+        that no commit refers to — segments of an uncommitted write, and a delete
+        file (``<segment>.<opstamp>.del``) written by a commit that never reached
+        ``meta.json``, which the next commit of the same operations would collide with.
+        """
+        with self._lock:
+            committed = self._committed_files()
+            if self._writer is not None or committed is None:
+                return []
+            segments, deletes = committed
+            removed: list[str] = []
+            for entry in self._path.iterdir():
+                name = entry.name
+                if _SEGMENT_FILE.fullmatch(name):
+                    leftover = (
+                        name not in deletes
+                        if name.endswith(".del")
+                        else name.partition(".")[0] not in segments
+                    )
+                else:
+                    leftover = name.startswith((".tmp", Path(SIDECAR).stem + ".tmp"))
+                if leftover and entry.is_file():
+                    with contextlib.suppress(FileNotFoundError):
+                        entry.unlink()
+                    removed.append(name)
+            if removed:
+                log.warning("lexical index: removed leftovers of a killed writer: %s", removed)
+            return removed
+
+    def _committed_files(self) -> tuple[set[str], set[str]] | None:
+        """The segment ids and delete-file names ``meta.json`` refers to (None: unreadable)."""
+        meta = self._path / "meta.json"
+        segments: set[str] = set()
+        deletes: set[str] = set()
+        if not meta.exists():
+            return segments, deletes
+        try:
+            for segment in json.loads(meta.read_text())["segments"]:
+                uuid = str(segment["segment_id"]).replace("-", "")
+                segments.add(uuid)
+                if segment.get("deletes"):
+                    deletes.add(f"{uuid}.{int(segment['deletes']['opstamp'])}.del")
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return segments, deletes
+
+    def recreate(self) -> None:
+        """Start over empty (watermark 0): the last resort of a rebuild."""
+        with self._lock:
+            self.rollback()
+            self._wipe()
+            self._write_sidecar(0)
+            self._watermark = 0
+            self._index = self._open()
+
     def _wipe(self) -> None:
         for entry in self._path.iterdir():
             if entry.is_dir():
@@ -326,10 +402,10 @@ class LexicalIndex:
         out.add_text("type", doc.type)
         out.add_text("source", doc.source)
         out.add_text("status", doc.status)
-        if doc.created_at:
-            out.add_integer("created_at", _epoch(doc.created_at))
-        if doc.updated_at:
-            out.add_integer("updated_at", _epoch(doc.updated_at))
+        for name, stamp in (("created_at", doc.created_at), ("updated_at", doc.updated_at)):
+            seconds = None if stamp is None else _epoch(stamp)
+            if seconds is not None:
+                out.add_integer(name, seconds)
         full = compose_context(doc.title, doc.heading, doc.text)
         out.add_text("body", full)
         out.add_text("title", doc.title)
@@ -373,7 +449,14 @@ class LexicalIndex:
             _translate("reloading", self._index.reload)
 
     def clear(self) -> None:
-        """Drop every document now (committed, watermark 0): the start of a rebuild."""
+        """Drop every document now (committed, watermark 0): the start of a rebuild.
+
+        The watermark goes to 0 *before* the documents go: a watermark may lag the
+        index (replaying is idempotent) but never lead it — killed between the two,
+        an emptied index still claiming the latest publish was never caught up.
+        """
+        self._write_sidecar(0)
+        self._watermark = 0
         with self._writing("clearing") as writer:
             writer.delete_all_documents()
         self.commit(0)
@@ -464,8 +547,8 @@ class LexicalIndex:
                             self._schema,
                             name,
                             tantivy.FieldType.Integer,
-                            lower_bound=None if lo is None else _epoch(lo),
-                            upper_bound=None if hi is None else _epoch(hi),
+                            lower_bound=None if lo is None else _bound(lo),
+                            upper_bound=None if hi is None else _bound(hi),
                         )
                     ),
                 )

@@ -28,6 +28,7 @@ from knowledge_store.engines.base import (
     AclExplanation,
     PreparedEntity,
     PrincipalInfo,
+    PublishResult,
     StoreStats,
     Vector,
 )
@@ -47,6 +48,12 @@ from knowledge_store.engines.postgres.schema import (
     Features,
     Migration,
     vector_ddl,
+)
+from knowledge_store.engines.shared import (
+    CHUNK_KEY_META,
+    ChunkIds,
+    check_prepared,
+    check_vectors,
 )
 from knowledge_store.errors import (
     BoundExceeded,
@@ -115,10 +122,10 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
-def _chunk_hit(row: Sequence[Any], rank: int) -> ChunkHit:
+def _chunk_hit(row: Sequence[Any], rank: int, chunk_ids: ChunkIds) -> ChunkHit:
     return ChunkHit(
         uid=str(row[1]),
-        chunk_id=int(row[0]),
+        chunk_id=chunk_ids(str(row[1]), int(row[0])),
         title=str(row[2]),
         type=str(row[3]),
         href=row[4],
@@ -156,6 +163,7 @@ class PostgresEngine:
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
+        self.chunk_ids = self._chunk_ids()
 
     @classmethod
     def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
@@ -192,6 +200,17 @@ class PostgresEngine:
             conn.close()
         self.db.search_path = path
         return features
+
+    def _chunk_ids(self) -> ChunkIds:
+        """The store's public chunk ids (its secret made on first open)."""
+        with self.db.write() as conn, translate("reading the chunk id key"):
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                (CHUNK_KEY_META, ChunkIds.new_key()),
+            )
+            key = self._meta(conn, CHUNK_KEY_META)
+        assert key is not None
+        return ChunkIds(key)
 
     # -- snapshot helpers ---------------------------------------------------------------------------
     def _snapshot(self, conn: Connection) -> tuple[int, str, str | None]:
@@ -285,6 +304,7 @@ class PostgresEngine:
         spec: str,
         base_root: str,
     ) -> str:
+        check_vectors("the re-embedding", vectors, len(ids), dimension)
         meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self.db.write() as conn, translate("re-embedding"):
             result = writes.replace_embeddings(conn, ids, vectors, meta, base_root=base_root)
@@ -343,7 +363,9 @@ class PostgresEngine:
         *,
         kind: str,
         model: str | None = None,
-    ) -> str:
+    ) -> PublishResult:
+        recorded_model = self.model()
+        check_prepared(upserts, None if recorded_model is None else recorded_model[1])
         with self.db.write() as conn, translate("publishing"):
             recorded = self._meta(conn, "model")
             if model is not None and recorded is not None and recorded != model:
@@ -355,7 +377,7 @@ class PostgresEngine:
                 )
             result = writes.apply_publish(conn, upserts, deletes, kind=kind)
         self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
-        return result.root
+        return result
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""
@@ -375,7 +397,7 @@ class PostgresEngine:
                 f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
                 uids=missing,
             )
-        return self.publish([], list(uids), kind="delete")
+        return self.publish([], list(uids), kind="delete").root
 
     def is_empty(self) -> bool:
         with translate("reading"):
@@ -447,7 +469,7 @@ class PostgresEngine:
         with self.db.read() as conn, translate("lexical search"):
             _, root, _ = self._snapshot(conn)
             rows = conn.execute(statement.sql, statement.params).fetchall()
-        hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
+        hits = [_chunk_hit(r, rank, self.chunk_ids) for rank, r in enumerate(rows, start=1)]
         explain = {
             "identity": identity.principal,
             "ranker": self.lexical_ranker,
@@ -500,7 +522,7 @@ class PostgresEngine:
                     plan, identity.principal, vector, k, filters
                 )
                 rows = conn.execute(statement, params).fetchall()
-        hits = [_chunk_hit(r, rank) for rank, r in enumerate(rows, start=1)]
+        hits = [_chunk_hit(r, rank, self.chunk_ids) for rank, r in enumerate(rows, start=1)]
         scanned = (
             plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
         )
@@ -646,7 +668,7 @@ class PostgresEngine:
         """
         with self.db.read() as conn, translate(f"reading entity {uid!r}"):
             _, root, _ = self._snapshot(conn)
-            found = field_sql.content(conn, identity.principal, uid)
+            found = field_sql.content(conn, identity.principal, uid, self.chunk_ids)
         return None if found is None else {"content_root": root, **found}
 
     # -- ACL administration ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import held_principals_cte
-from knowledge_store.engines.shared import EDGE_DIRECTIONS, content_answer
+from knowledge_store.engines.shared import EDGE_DIRECTIONS, ChunkIds, content_answer
 from knowledge_store.engines.sqlfilters import filter_clause, pyformat
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Filters
@@ -98,7 +98,9 @@ def successors_statement(
     return sql, {**params, "principal": principal, "starts": list(uids)}
 
 
-def content(conn: Connection, principal: str, uid: str) -> dict[str, Any] | None:
+def content(
+    conn: Connection, principal: str, uid: str, chunk_ids: ChunkIds
+) -> dict[str, Any] | None:
     """The entity, its chunks and its edges to visible entities (the ACL join in each)."""
     head = _head()
     who = {"principal": principal, "uid": uid}
@@ -126,4 +128,4 @@ def content(conn: Connection, principal: str, uid: str) -> dict[str, Any] | None
         ).fetchall()
         for direction, near, far in EDGE_DIRECTIONS
     }
-    return content_answer(row[1:], chunks, edges)
+    return content_answer(row[1:], chunks, edges, chunk_ids)

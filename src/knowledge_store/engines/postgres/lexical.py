@@ -63,7 +63,9 @@ MAX_QUERY_TERMS = 256
 TS_RANK_NORMALIZATION = 1
 
 #: The chunk columns every ranker returns, then the score.
-_ROW = 'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+#: A hit's columns: the chunk's ordinal (its public id is a keyed hash of uid + ordinal,
+#: see ``engines.shared.ChunkIds``), its entity's fields, its text and place.
+_ROW = 'c.ordinal, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ database, postings and statistics as ``INSERT … SELECT … GROUP BY``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 
-from knowledge_store.engines.base import PreparedEntity
+from knowledge_store.engines.base import PreparedEntity, PublishResult
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
@@ -33,6 +33,7 @@ __all__ = [
     "REBUILD_LEXICAL",
     "PublishResult",
     "acl_set_id",
+    "acl_set_key",
     "apply_publish",
     "latest_publish",
     "load_entity",
@@ -147,24 +148,24 @@ ON CONFLICT (entity) DO UPDATE SET body = excluded.body, attributes = excluded.a
 """
 
 
-@dataclass(frozen=True)
-class PublishResult:
-    publish: int
-    root: str
-    added: int
-    updated: int
-    deleted: int
-
-
 def latest_publish(conn: Connection) -> tuple[int, str]:
     row = conn.execute("SELECT id, root FROM publishes ORDER BY id DESC LIMIT 1").fetchone()
     return (0, EMPTY_ROOT) if row is None else (int(row[0]), str(row[1]))
 
 
+def acl_set_key(principals: Sequence[str]) -> str:
+    """The unique key of an ACL set: sha256 of its sorted principals, one per line.
+
+    A hash, not the text: 1,000 principals of 256 characters would not fit in a
+    b-tree entry (schema version 2 rewrote the older keys the same way).
+    """
+    return hashlib.sha256("\n".join(sorted(set(principals))).encode()).hexdigest()
+
+
 def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
     """The id of the deduplicated ACL set holding exactly ``principals`` (made if new)."""
     members = sorted(set(principals))
-    key = "\n".join(members)
+    key = acl_set_key(members)
     row = conn.execute("SELECT id FROM acl_sets WHERE key = %s", (key,)).fetchone()
     if row is not None:
         return int(row[0])
@@ -367,13 +368,23 @@ def apply_publish(
     doomed = set(delete_uids)  # an entity upserted and deleted in one publish ends deleted
     unique = [p for p in _unique_last(upserts) if p.entity.uid not in doomed]
     upsert_uids = [p.entity.uid for p in unique]
-    existing = {
-        str(uid): int(row_id)
-        for uid, row_id in conn.execute(
-            "SELECT uid, id FROM entities WHERE uid = ANY(%s::text[])",
+    stored = {
+        str(uid): (int(row_id), str(content_hash))
+        for uid, row_id, content_hash in conn.execute(
+            "SELECT uid, id, content_hash FROM entities WHERE uid = ANY(%s::text[])",
             (upsert_uids + delete_uids,),
         )
     }
+    # Counted here, under the lock: an upsert another writer already published as it is
+    # stays unchanged (and is not rewritten).
+    same = {
+        p.entity.uid
+        for p in unique
+        if stored.get(p.entity.uid, (0, ""))[1] == p.entity.content_hash
+    }
+    unique = [p for p in unique if p.entity.uid not in same]
+    upsert_uids = [p.entity.uid for p in unique]
+    existing = {uid: row_id for uid, (row_id, _) in stored.items()}
     changes: dict[str, str | None] = {}
     replaced = [existing[u] for u in upsert_uids if u in existing]
     removed = [u for u in delete_uids if u in existing]
@@ -406,7 +417,7 @@ def apply_publish(
         changes[entity.uid] = entity.content_hash
         updated += 1
     if not changes:
-        return PublishResult(publish - 1, parent, 0, 0, 0)
+        return PublishResult(publish - 1, parent, unchanged=len(same))
     root = content_root_of(parent, changes)
     added = len(unique) - len(replaced)
     conn.execute(
@@ -423,7 +434,7 @@ def apply_publish(
             len(removed),
         ),
     )
-    return PublishResult(publish, root, added, updated, len(removed))
+    return PublishResult(publish, root, added, updated, len(removed), len(same))
 
 
 def replace_embeddings(

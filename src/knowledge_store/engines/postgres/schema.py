@@ -148,7 +148,7 @@ _V1 = (
     """
 CREATE TABLE IF NOT EXISTS acl_sets (
     id  bigserial PRIMARY KEY,
-    key text COLLATE "C" NOT NULL UNIQUE        -- the sorted principals, one per line
+    key text COLLATE "C" NOT NULL UNIQUE        -- the sorted principals, one per line (v2: their sha256)
 )""",
     """
 CREATE TABLE IF NOT EXISTS acl_set_principals (
@@ -281,8 +281,22 @@ CREATE TABLE IF NOT EXISTS lexical_fields (
 )
 
 #: Every schema version, oldest first. Append; never edit a released one.
+#: Version 2: dates with four-digit years (older versions wrote years below 1000
+#: unpadded, ``1-01-01T00:00:00Z``, which sorts wrong as text), and ACL-set keys as
+#: sha256 of the principals (a long ACL's text did not fit in its b-tree entry).
+_V2: tuple[str, ...] = (
+    *(
+        f"UPDATE entities SET {column} = lpad(split_part({column}, '-', 1), 4, '0')"
+        f" || substr({column}, strpos({column}, '-')) WHERE {column} ~ '^[0-9]{{1,3}}-'"
+        for column in ("created_at", "updated_at")
+    ),
+    "UPDATE acl_sets SET key = encode(sha256(convert_to(key, 'UTF8')), 'hex')"
+    " WHERE key !~ '^[0-9a-f]{64}$'",  # a principal list never looks like that
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
+    Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

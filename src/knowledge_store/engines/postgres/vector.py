@@ -61,7 +61,9 @@ EXACT_SHARE = 0.05
 OVERSAMPLE = 2.0
 
 Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
-_ROW = 'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+#: A hit's columns: the chunk's ordinal (its public id is a keyed hash of uid + ordinal,
+#: see ``engines.shared.ChunkIds``), its entity's fields, its text and place.
+_ROW = 'c.ordinal, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
 
 
 @dataclass(frozen=True)
@@ -145,10 +147,10 @@ def vector_statement(
             f"{head},\nvisible AS MATERIALIZED ("
             "\n  SELECT e.id, e.uid, e.title, e.type, e.href FROM entities AS e"
             f"\n  WHERE {visible})"
-            '\nSELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",'
+            f"\nSELECT {_ROW},"
             " 1.0 - c.distance AS score, %(scanned)s AS scanned"
             "\nFROM visible AS e CROSS JOIN LATERAL ("
-            '\n  SELECT c.id, c.text, c.heading, c.start, c."end",'
+            '\n  SELECT c.id, c.ordinal, c.text, c.heading, c.start, c."end",'
             " (c.embedding <=> %(q)s) + 0 AS distance"
             "\n  FROM chunks AS c WHERE c.entity = e.id OFFSET 0) AS c"
             "\nORDER BY c.distance, c.id\nLIMIT %(k)s"

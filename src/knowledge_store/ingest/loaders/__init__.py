@@ -1,20 +1,30 @@
-"""Loaders: paths → validated entities and rejections (DESIGN §1, §7).
+"""Loaders: paths and URLs → validated entities and rejections (DESIGN §1, §7).
 
 ``load_paths`` reads every path with one of :data:`FORMATS` — given, or told
-by each file's extension — and returns the good records and the rejected ones.
-Within one load a uid may appear once; a second occurrence is rejected naming
-the first. Only regular files inside the folder given are read; links out of
-it, FIFOs, devices and sockets are skipped and reported (:mod:`.files`).
+by each file's extension; an ``http(s)://`` URL is a web site (``web``) — and
+returns the good records and the rejected ones, and what it found present
+but did not read (see :class:`LoadResult`). Within one load a uid may appear
+once; a second occurrence is rejected naming the first. Only regular files
+inside the folder given are read; links out of it, FIFOs, devices and sockets
+are skipped and reported (:mod:`.files`).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from knowledge_store.errors import InvalidRequest, Rejection
-from knowledge_store.ingest.loaders.base import LoadedRecord, LoadResult, Options
+from knowledge_store.ingest.loaders.base import (
+    FetchFailure,
+    LoadedRecord,
+    LoadResult,
+    Options,
+    SourceInfo,
+)
 from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_folder
 from knowledge_store.ingest.loaders.html import read_html_page
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
@@ -23,10 +33,22 @@ from knowledge_store.ingest.loaders.markdown import read_markdown_page
 from knowledge_store.ingest.loaders.pages import Page, site_records
 from knowledge_store.model import check_principal
 
-__all__ = ["EXTENSIONS", "FORMATS", "LoadResult", "LoadedRecord", "Skipped", "load_paths"]
+if TYPE_CHECKING:
+    from knowledge_store.ingest.loaders.web import WebOptions
 
-FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html")
-#: The file extensions each format reads when it walks a folder (and auto-detection uses).
+__all__ = [
+    "EXTENSIONS",
+    "FORMATS",
+    "FetchFailure",
+    "LoadResult",
+    "LoadedRecord",
+    "Skipped",
+    "SourceInfo",
+    "load_paths",
+]
+
+FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html", "web")
+#: The file extensions each file format reads when it walks a folder (and auto-detection uses).
 EXTENSIONS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl",),
     "learn": (".json",),
@@ -37,6 +59,10 @@ _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix i
 
 PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
 _PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": read_html_page}
+
+
+def _is_url(path: str | Path) -> bool:
+    return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
 
 
 def _check_format(format: str | None) -> None:
@@ -53,6 +79,11 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
 
     A file named on its own is read within the folder it sits in.
     """
+    if format == "web":
+        raise InvalidRequest(
+            f"--format web reads web sites: give an http:// or https:// URL, not {str(path)!r}",
+            path=str(path),
+        )
     if not os.path.lexists(path):
         raise InvalidRequest(f"{str(path)!r} does not exist", path=str(path))
     if not path.is_dir():
@@ -115,35 +146,75 @@ def _read(
     yield from site_records(pages, options)
 
 
+def _source_info(
+    path: Path, steps: list[tuple[str, Path, Path] | Skipped], source: str | None
+) -> SourceInfo:
+    read = [step for step in steps if isinstance(step, tuple)]
+    formats = sorted({name for name, _, _ in read})
+    pages = [folder for name, _, folder in read if name in _PAGE_READERS]
+    name = source or (Path(os.path.abspath(pages[0])).name if pages else None)
+    return SourceInfo(name, ",".join(formats), os.path.abspath(path))
+
+
+def _read_sites(
+    urls: Sequence[str], options: Options, web: WebOptions | None, result: LoadResult
+) -> Iterator[LoadedRecord | Rejection | Skipped]:
+    # Imported here: the crawler imports the HTML loader, which imports this package.
+    from knowledge_store.ingest.loaders.web import WebOptions, load_site, site_source
+
+    web = web or WebOptions()
+    for url in urls:
+        site = load_site(url, options, web)
+        if site.report is not None:
+            result.crawls.append(site.report)
+            result.failed.extend(site.report.failed)
+            yield from (Skipped(skipped, reason) for skipped, reason in site.report.skipped)
+        result.unchanged.extend(site.unchanged)
+        result.sources.append(SourceInfo(options.source or site_source(url), "web", url))
+        yield from site.records
+        yield from site.rejections
+
+
 def load_paths(
     paths: Sequence[str | Path],
     *,
     format: str | None,
     source: str | None,
     default_acl: Sequence[str] | None,
+    web: WebOptions | None = None,
 ) -> LoadResult:
-    """Read ``paths`` (files or folders) into validated entities and rejections.
+    """Read ``paths`` (files, folders or web site URLs) into validated entities and rejections.
 
     ``format`` is one of :data:`FORMATS`, or None to tell each file by its
-    extension. ``source`` (``--source``) sets every entity's source;
-    ``default_acl`` (``--acl``) is the ACL of records that have none — with no
-    default such records are rejected. A path that is not a regular file inside
-    the folder given is skipped, not read (``result.skipped``). Raises
-    :class:`InvalidRequest` for an unknown format, a missing path or a bad
-    ``--acl`` principal.
+    extension (a string starting ``http://``/``https://`` is a site to crawl).
+    ``source`` (``--source``) sets every entity's source; ``default_acl``
+    (``--acl``) is the ACL of records that have none — with no default such
+    records are rejected. ``web`` bounds the crawl of sites and gives the uid
+    prefix and crawl state. A path that is not a regular file inside the folder
+    given is skipped, not read (``result.skipped``; so are URLs a crawl leaves
+    out). Raises :class:`InvalidRequest` for an unknown format, a missing path,
+    a bad ``--acl`` principal, or a site that can't be crawled at all.
     """
     _check_format(format)
     if default_acl is not None:
         default_acl = tuple(check_principal(principal) for principal in default_acl)
     if not paths:
-        raise InvalidRequest("no path to load; give at least one file or folder")
-    plan = [step for path in paths for step in _plan(Path(path), format)]
+        raise InvalidRequest("no path to load; give at least one file, folder or URL")
+    urls = [str(path) for path in paths if _is_url(path)]
+    if urls and format not in (None, "web"):
+        raise InvalidRequest(
+            f"{urls[0]!r} is a web site; read it with --format web, not {format}",
+            path=urls[0],
+        )
+    plans = [(Path(path), _plan(Path(path), format)) for path in paths if not _is_url(path)]
+    plan = [step for _, steps in plans for step in steps]
     options = Options(
         source=source, default_acl=None if default_acl is None else tuple(default_acl)
     )
-    result = LoadResult()
+    result = LoadResult(sources=[_source_info(path, steps, source) for path, steps in plans])
     first_seen: dict[str, str] = {}
-    for item in _read(plan, options):
+    items = itertools.chain(_read(plan, options), _read_sites(urls, options, web, result))
+    for item in items:
         if isinstance(item, Skipped):
             result.skipped.append(item)
             continue

@@ -6,11 +6,15 @@ elements whose class or id names navigation, breadcrumbs, sidebars, tables of
 contents or cookie banners are dropped (a ``<header>`` inside the main content
 that holds its ``<h1>`` is kept). Converted with markdownify: ATX headings,
 fenced code keeping the language of ``class="language-x"`` / ``lang-x``.
+The dates a page declares (``article:modified_time``, JSON-LD ``dateModified``
+…, see :func:`~knowledge_store.ingest.dates.declared_dates`) become its
+``created_at`` / ``updated_at``.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +22,11 @@ from markdownify import markdownify
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from knowledge_store.errors import Rejection
+from knowledge_store.ingest.dates import Dates, declared_dates
 from knowledge_store.ingest.loaders.base import decode_utf8
 from knowledge_store.ingest.loaders.pages import Page, default_uid
 
-__all__ = ["html_to_markdown", "read_html_page"]
+__all__ = ["DEFAULT_TYPE", "HtmlPage", "html_record", "parse_html", "read_html_page"]
 
 DEFAULT_TYPE = "page"
 _DROPPED_TAGS = ("nav", "aside", "script", "style", "form", "noscript", "template", "footer")
@@ -49,7 +54,9 @@ _BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 
 def _is_chrome(node: LexborNode) -> bool:
     names = " ".join(filter(None, (node.attributes.get("class"), node.attributes.get("id"))))
-    return any(word.lower() in _CHROME_WORDS for word in _WORD_SPLIT.split(names) if word)
+    words = (word.lower() for word in _WORD_SPLIT.split(names) if word)
+    # "nav…" also covers run-together names such as DocBook's navheader / navfooter.
+    return any(word in _CHROME_WORDS or word.startswith("nav") for word in words)
 
 
 def _main_content(tree: LexborHTMLParser) -> LexborNode | None:
@@ -88,40 +95,81 @@ def _code_language(element: Any) -> str | None:
     return None
 
 
-def html_to_markdown(html: str) -> tuple[str | None, str, list[str]]:
-    """``(title, markdown body, link targets)`` of an HTML page's main content."""
+@dataclass(frozen=True)
+class HtmlPage:
+    """What an HTML page holds: its main content as Markdown, its links and its declared dates.
+
+    ``links`` are the link targets in the main content (the page's cross
+    references); ``all_links`` every ``<a href>`` of the page, navigation
+    included (what a crawler follows). ``robots`` holds the directives of
+    ``<meta name="robots">`` (``noindex``, ``nofollow`` …), lower case.
+    """
+
+    title: str | None
+    body: str
+    links: list[str] = field(default_factory=list)
+    all_links: list[str] = field(default_factory=list)
+    base: str | None = None
+    dates: Dates = field(default_factory=Dates)
+    robots: frozenset[str] = frozenset()
+
+
+def _robots(tree: LexborHTMLParser) -> frozenset[str]:
+    directives: set[str] = set()
+    for node in tree.css("meta[name][content]"):
+        if (node.attributes.get("name") or "").lower() == "robots":
+            content = node.attributes.get("content") or ""
+            directives.update(part.strip().lower() for part in content.split(",") if part.strip())
+    return frozenset(directives)
+
+
+def parse_html(html: str) -> HtmlPage:
+    """The :class:`HtmlPage` of an HTML document."""
     tree = LexborHTMLParser(html)
     title_node = tree.css_first("title")
     title = title_node.text(strip=True) if title_node is not None else ""
     if not title:
         h1 = tree.css_first("h1")
         title = h1.text(separator=" ", strip=True) if h1 is not None else ""
+    all_links = [node.attributes.get("href") or "" for node in tree.css("a[href]")]
+    base_node = tree.css_first("base[href]")
+    base = base_node.attributes.get("href") if base_node is not None else None
+    dates = declared_dates(tree)
+    robots = _robots(tree)
     main = _main_content(tree)
-    if main is None:
-        return title or None, "", []
-    _strip_chrome(main, is_body=main.tag in ("body", "html", "-undef"))
-    links = [node.attributes.get("href") or "" for node in main.css("a[href]")]
-    body = markdownify(
-        main.html or "",
-        heading_style="ATX",
-        bullets="-",
-        code_language_callback=_code_language,
-        escape_underscores=False,
-        escape_asterisks=False,
-        escape_misc=False,
+    body = ""
+    links: list[str] = []
+    if main is not None:
+        _strip_chrome(main, is_body=main.tag in ("body", "html", "-undef"))
+        links = [node.attributes.get("href") or "" for node in main.css("a[href]")]
+        for node in main.css("a[title]"):  # a tooltip, not content: `[text](href)` is enough
+            del node.attrs["title"]
+        body = markdownify(
+            main.html or "",
+            heading_style="ATX",
+            bullets="-",
+            code_language_callback=_code_language,
+            escape_underscores=False,
+            escape_asterisks=False,
+            escape_misc=False,
+        )
+        body = _BLANK_LINES.sub("\n\n", body).strip()
+    return HtmlPage(
+        title=title or None,
+        body=body,
+        links=[link for link in links if link],
+        all_links=[link for link in all_links if link],
+        base=base or None,
+        dates=dates,
+        robots=robots,
     )
-    body = _BLANK_LINES.sub("\n\n", body).strip()
-    return title or None, body, [link for link in links if link]
 
 
-def read_html_page(data: bytes, path: Path, root: Path, file: str) -> Page | Rejection:
-    """One HTML file (its bytes, read from ``path``) as a :class:`Page`, or a rejection."""
-    uid = default_uid(path, root)
-    text = decode_utf8(data, file=file)
-    if isinstance(text, Rejection):
-        return Rejection(text.file, None, uid, None, text.message)
-    title, body, links = html_to_markdown(text)
-    if not body:
+def html_record(
+    page: HtmlPage, *, uid: str, file: str, fallback_title: str, href: str
+) -> dict[str, Any] | Rejection:
+    """The canonical record of a parsed page, or a rejection when its main content is empty."""
+    if not page.body:
         return Rejection(
             file,
             None,
@@ -133,8 +181,24 @@ def read_html_page(data: bytes, path: Path, root: Path, file: str) -> Page | Rej
     record: dict[str, Any] = {
         "uid": uid,
         "type": DEFAULT_TYPE,
-        "title": title or path.stem,
-        "body": body,
-        "href": path.relative_to(root).as_posix(),
+        "title": page.title or fallback_title,
+        "body": page.body,
+        "href": href,
     }
-    return Page(file, path, root, record, links)
+    page.dates.fill(record)
+    return record
+
+
+def read_html_page(data: bytes, path: Path, root: Path, file: str) -> Page | Rejection:
+    """One HTML file (its bytes, read from ``path``) as a :class:`Page`, or a rejection."""
+    uid = default_uid(path, root)
+    text = decode_utf8(data, file=file)
+    if isinstance(text, Rejection):
+        return Rejection(text.file, None, uid, None, text.message)
+    page = parse_html(text)
+    record = html_record(
+        page, uid=uid, file=file, fallback_title=path.stem, href=path.relative_to(root).as_posix()
+    )
+    if isinstance(record, Rejection):
+        return record
+    return Page(file, path, root, record, page.links)

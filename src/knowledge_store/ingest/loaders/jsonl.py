@@ -8,7 +8,7 @@ from typing import BinaryIO
 
 from knowledge_store.errors import InvalidRecord, Rejection
 from knowledge_store.ingest.loaders.base import LoadedRecord, Options, decode_utf8
-from knowledge_store.ingest.records import record_to_entity
+from knowledge_store.ingest.records import JsonProblem, loads_strict, record_to_entity
 
 __all__ = ["read_jsonl"]
 
@@ -29,7 +29,7 @@ def read_jsonl(stream: BinaryIO, file: str, options: Options) -> Iterator[Loaded
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
+                obj = loads_strict(text)
             except json.JSONDecodeError as exc:
                 yield Rejection(
                     file,
@@ -37,6 +37,11 @@ def read_jsonl(stream: BinaryIO, file: str, options: Options) -> Iterator[Loaded
                     None,
                     None,
                     f"malformed JSON: {exc.msg} at column {exc.colno}; each line must be one JSON object",
+                )
+                continue
+            except JsonProblem as exc:
+                yield Rejection(
+                    file, number, None, exc.key, f"{exc.msg}; nothing of this line was taken"
                 )
                 continue
             try:

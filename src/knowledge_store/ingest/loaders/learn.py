@@ -14,7 +14,7 @@ from typing import Any
 from knowledge_store.errors import InvalidRecord, Rejection
 from knowledge_store.ingest.loaders.base import LoadedRecord, Options, decode_utf8
 from knowledge_store.ingest.loaders.code_samples import with_code_samples
-from knowledge_store.ingest.records import record_to_entity
+from knowledge_store.ingest.records import JsonProblem, raw_decode_strict, record_to_entity
 
 __all__ = ["LEARN_SOURCE", "learn_record", "read_learn"]
 
@@ -23,12 +23,20 @@ _AS_IS = ("uid", "title", "href", "acl")
 _MAPPED = frozenset((*_AS_IS, "kind", "source", "partOf", "position"))
 
 
+class _ItemProblem(ValueError):
+    """A JSON problem (:class:`JsonProblem`) in the item that starts on ``line``."""
+
+    def __init__(self, problem: JsonProblem, line: int) -> None:
+        super().__init__(problem.msg)
+        self.problem = problem
+        self.line = line
+
+
 def _json_items(text: str) -> list[tuple[int, Any]]:
     """The top-level object of ``text``, or each item of a top-level list, with its line.
 
-    Raises ``json.JSONDecodeError``.
+    Raises ``json.JSONDecodeError``, or ``_ItemProblem`` naming the line of the item.
     """
-    decoder = json.JSONDecoder()
 
     def skip(at: int) -> int:
         while at < len(text) and text[at] in " \t\r\n":
@@ -38,9 +46,15 @@ def _json_items(text: str) -> list[tuple[int, Any]]:
     def line_of(at: int) -> int:
         return text.count("\n", 0, at) + 1
 
+    def decode(at: int) -> tuple[Any, int]:
+        try:
+            return raw_decode_strict(text, at)
+        except JsonProblem as exc:
+            raise _ItemProblem(exc, line_of(at)) from None
+
     at = skip(0)
     if not text.startswith("[", at):
-        value, end = decoder.raw_decode(text, at)
+        value, end = decode(at)
         if skip(end) != len(text):
             raise json.JSONDecodeError("extra data after the JSON value", text, skip(end))
         return [(line_of(at), value)]
@@ -50,7 +64,7 @@ def _json_items(text: str) -> list[tuple[int, Any]]:
         at = skip(at + 1)
     else:
         while True:
-            value, end = decoder.raw_decode(text, at)
+            value, end = decode(at)
             items.append((line_of(at), value))
             at = skip(end)
             if text.startswith(",", at):
@@ -104,6 +118,15 @@ def read_learn(data: bytes, file: str, options: Options) -> Iterator[LoadedRecor
         return
     try:
         items = _json_items(text)
+    except _ItemProblem as exc:
+        yield Rejection(
+            file,
+            exc.line,
+            None,
+            exc.problem.key,
+            f"{exc.problem.msg}; nothing of this file was taken",
+        )
+        return
     except json.JSONDecodeError as exc:
         yield Rejection(
             file,
@@ -126,5 +149,5 @@ def read_learn(data: bytes, file: str, options: Options) -> Iterator[LoadedRecor
             continue
         page, samples, rejected = with_code_samples(page, file=file, line=line)
         yield LoadedRecord(file, line, page)
-        yield from (LoadedRecord(file, line, sample) for sample in samples)
+        yield from (LoadedRecord(file, line, sample, page.uid) for sample in samples)
         yield from rejected

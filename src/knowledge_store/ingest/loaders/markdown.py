@@ -16,6 +16,7 @@ from typing import Any
 
 import frontmatter
 import yaml
+from frontmatter.default_handlers import YAMLHandler
 
 from knowledge_store.errors import Rejection
 from knowledge_store.ingest.chunking import scan_blocks
@@ -39,6 +40,28 @@ _FIELDS = (
 )
 _INLINE_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)")
 _REFERENCE_LINK = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)", re.MULTILINE)
+
+
+class _UniqueKeys(yaml.SafeLoader):  # type: ignore[misc]  # yaml has no stubs here
+    """YAML's safe loader, refusing a key given twice in one mapping (the last would win:
+    a second ``acl:`` could make a private page public, as a duplicate JSON key did)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice", key_node.start_mark
+                )
+            seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+class _FrontMatter(YAMLHandler):
+    def load(self, fm: str, **kwargs: object) -> Any:
+        return yaml.load(fm, Loader=_UniqueKeys)  # a SafeLoader
 
 
 def _plain(value: Any) -> Any:
@@ -77,7 +100,7 @@ def read_markdown_page(data: bytes, path: Path, root: Path, file: str) -> Page |
     if isinstance(text, Rejection):
         return Rejection(text.file, None, uid, None, text.message)
     try:
-        post = frontmatter.loads(text)
+        post = frontmatter.loads(text, handler=_FrontMatter())
     except yaml.YAMLError as exc:
         return Rejection(
             file,

@@ -4,13 +4,16 @@ A page's parent is the index page (``index.md``, ``_index.md``, ``README.md``,
 ``index.html`` …) of its folder — for an index page, of the enclosing folder —
 the nearest ancestor folder under the root that has one. A relative link to
 another loaded page is an ``xref`` edge (anchors dropped, deduplicated, no
-self links); links to anything outside the load are ignored.
+self links); links to anything outside the load are ignored. Pages take their
+dates from their files when they don't give them (git history, else mtime) and
+their folder's name as source when they name none.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,11 +21,22 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from knowledge_store.errors import InvalidRecord, Rejection
+from knowledge_store.ingest.dates import Dates, folder_dates
 from knowledge_store.ingest.loaders.base import LoadedRecord, Options
 from knowledge_store.ingest.loaders.code_samples import with_code_samples
 from knowledge_store.ingest.records import record_to_entity
+from knowledge_store.model import MAX_NAME_CHARS, name_problem
 
-__all__ = ["INDEX_NAMES", "Page", "default_uid", "is_index", "site_records"]
+__all__ = [
+    "INDEX_NAMES",
+    "Page",
+    "add_structure_edges",
+    "default_uid",
+    "folder_source",
+    "is_index",
+    "page_entities",
+    "site_records",
+]
 
 #: Index page names, most preferred first (compared case-insensitively).
 INDEX_NAMES: tuple[str, ...] = (
@@ -112,39 +126,78 @@ def _uid_of(page: Page | None) -> str | None:
     return uid if isinstance(uid, str) and uid.strip() else None
 
 
+def add_structure_edges(record: dict[str, Any], parent: str | None, links: Iterable[str]) -> None:
+    """Add ``partOf parent`` (unless the record names a parent) and an ``xref`` to each linked uid.
+
+    Links to the record itself and edges it already gives are left out.
+    """
+    uid = record.get("uid")
+    edges = list(record.get("edges") or [])
+    given = {(e.get("label"), e.get("to")) for e in edges if isinstance(e, dict)}
+    has_parent = any(label == "partOf" for label, _ in given)
+    if parent is not None and not has_parent and parent != uid:
+        edges.append({"label": "partOf", "to": parent, "position": None})
+    for to in links:
+        if to != uid and ("xref", to) not in given:
+            given.add(("xref", to))
+            edges.append({"label": "xref", "to": to, "position": None})
+    if edges:
+        record["edges"] = edges
+
+
+def page_entities(
+    record: dict[str, Any], *, file: str, options: Options
+) -> Iterator[LoadedRecord | Rejection]:
+    """A page record's entity, then its code samples (or the rejections)."""
+    try:
+        entity = record_to_entity(
+            record, file=file, line=None, default_acl=options.default_acl, source=options.source
+        )
+    except InvalidRecord as exc:
+        yield exc.rejection
+        return
+    entity, samples, rejected = with_code_samples(entity, file=file, line=None)
+    yield LoadedRecord(file, None, entity)
+    yield from (LoadedRecord(file, None, sample, entity.uid) for sample in samples)
+    yield from rejected
+
+
+def _dates(pages: list[Page]) -> dict[Path, Dates]:
+    """Each page's file dates, from one git history per folder (see :mod:`..dates`)."""
+    undated: dict[Path, list[Path]] = {}
+    for page in pages:
+        if page.record.get("created_at") is None or page.record.get("updated_at") is None:
+            undated.setdefault(page.root, []).append(page.path)
+    dates: dict[Path, Dates] = {}
+    for root, files in undated.items():
+        dates.update(folder_dates(root, files))
+    return dates
+
+
+def folder_source(root: Path) -> str:
+    """A folder's name as a source: in NFC (macOS writes names decomposed), trimmed to a
+    name's size; "" when even that is not a name (a control character in a folder name)."""
+    name = unicodedata.normalize("NFC", root.name or str(root)).strip()[:MAX_NAME_CHARS].strip()
+    return name if name and name_problem(name, MAX_NAME_CHARS) is None else ""
+
+
 def site_records(pages: list[Page], options: Options) -> Iterator[LoadedRecord | Rejection]:
-    """Each page (with its folder ``partOf`` and link ``xref`` edges) and its code samples."""
+    """Each page (with its folder ``partOf`` and link ``xref`` edges) and its code samples.
+
+    A page without dates of its own takes them from its file (:func:`folder_dates`);
+    without a source, the name of the folder it was loaded from.
+    """
     by_path = {page.path: page for page in pages}
     indexes = _folder_indexes(pages)
+    dates = _dates(pages)
     for page in pages:
         record = dict(page.record)
-        uid = record.get("uid")
-        edges = list(record.get("edges") or [])
-        given = {(e.get("label"), e.get("to")) for e in edges if isinstance(e, dict)}
-        has_parent = any(label == "partOf" for label, _ in given)
-        parent = _parent(page, indexes)
-        up = _uid_of(parent)
-        if up is not None and not has_parent and up != uid:
-            edges.append({"label": "partOf", "to": up, "position": None})
-        for href in page.links:
-            to = _uid_of(_link_target(page, href, by_path))
-            if to is not None and to != uid and ("xref", to) not in given:
-                given.add(("xref", to))
-                edges.append({"label": "xref", "to": to, "position": None})
-        if edges:
-            record["edges"] = edges
-        try:
-            entity = record_to_entity(
-                record,
-                file=page.file,
-                line=None,
-                default_acl=options.default_acl,
-                source=options.source,
-            )
-        except InvalidRecord as exc:
-            yield exc.rejection
-            continue
-        entity, samples, rejected = with_code_samples(entity, file=page.file, line=None)
-        yield LoadedRecord(page.file, None, entity)
-        yield from (LoadedRecord(page.file, None, sample) for sample in samples)
-        yield from rejected
+        if page.path in dates:
+            dates[page.path].fill(record)
+        if not record.get("source"):
+            record["source"] = folder_source(page.root)
+        links = (_uid_of(_link_target(page, href, by_path)) for href in page.links)
+        add_structure_edges(
+            record, _uid_of(_parent(page, indexes)), (to for to in links if to is not None)
+        )
+        yield from page_entities(record, file=page.file, options=options)

@@ -1,0 +1,417 @@
+"""The bad-input corpus: every kind of record the store must refuse, and how it must say so.
+
+Each case is one JSON Lines line as raw bytes (so that duplicate keys, 5,000-digit
+integers, lone-surrogate escapes and invalid UTF-8 stay exactly as a file holds
+them), the field its rejection must name and words its message must contain.
+tests/conformance/test_bad_input.py runs every case through the CLI and the Python
+API on both engines; bench/bad_input.py prints the figures (tried / rejected
+safely / misbehaved).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knowledge_store.errors import InvalidRecord, KnowledgeStoreError
+from knowledge_store.model import (
+    MAX_ACL_PRINCIPALS,
+    MAX_ATTRIBUTES_BYTES,
+    MAX_BODY_CHARS,
+    MAX_EDGE_POSITION,
+    MAX_EDGES,
+    MAX_HREF_BYTES,
+    MAX_NAME_CHARS,
+    MAX_TITLE_CHARS,
+    MAX_UID_CHARS,
+)
+
+#: The good record on line 1 of every case file (the bad one is line 2).
+GOOD: dict[str, Any] = {
+    "uid": "good:1",
+    "type": "page",
+    "title": "A good record",
+    "body": "# A good record\n\nIt is taken; the bad one beside it is not.",
+    "acl": ["everyone"],
+}
+
+
+@dataclass(frozen=True)
+class BadCase:
+    name: str
+    line: bytes  # one JSON Lines line, as a file holds it
+    field: str | None  # the field the rejection names (None: the whole line)
+    says: str  # words the message must contain
+    #: Only JSON text can say it (duplicate keys): as a Python dict it is another record.
+    text_only: bool = False
+
+    def parsed(self) -> Any:
+        """The record as Python's plain ``json.loads`` reads it, or None when it can't
+        (then only the file paths can carry it: the Python API takes dicts)."""
+        try:
+            return json.loads(self.line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            return None
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    record = {"uid": "bad:1", "type": "page", "title": "Bad", "body": "text", "acl": ["everyone"]}
+    record.update(changes)
+    return record
+
+
+def _line(**changes: Any) -> bytes:
+    return json.dumps(_record(**changes)).encode()
+
+
+def _raw(text: str) -> bytes:
+    """A record written by hand: the JSON text exactly as given."""
+    return text.encode("utf-8")
+
+
+_BASE = '"uid":"bad:1","type":"page","title":"Bad","body":"text"'
+
+CASES: tuple[BadCase, ...] = (
+    # -- duplicate keys, at every depth: the last would silently win ------------------------
+    BadCase(
+        "duplicate acl",
+        _raw("{" + _BASE + ',"acl":["user:owner"],"acl":["everyone"]}'),
+        "acl",
+        "appears twice",
+        text_only=True,
+    ),
+    BadCase(
+        "duplicate uid key",
+        _raw('{"uid":"bad:1","type":"page","title":"Bad","body":"text","uid":"bad:2","acl":[]}'),
+        "uid",
+        "appears twice",
+        text_only=True,
+    ),
+    BadCase(
+        "duplicate attribute key",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"tier":"secret","tier":"public"}}'),
+        "tier",
+        "appears twice",
+        text_only=True,
+    ),
+    BadCase(
+        "duplicate key in an edge",
+        _raw("{" + _BASE + ',"acl":[],"edges":[{"label":"xref","to":"a","to":"b"}]}'),
+        "to",
+        "appears twice",
+        text_only=True,
+    ),
+    BadCase(
+        "duplicate key deep in attributes",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"a":[{"b":{"c":1,"c":2}}]}}'),
+        "c",
+        "appears twice",
+        text_only=True,
+    ),
+    # -- sizes: every string field has a documented limit ----------------------------------------
+    BadCase("title over the limit", _line(title="T" * (MAX_TITLE_CHARS + 1)), "title", "limit"),
+    BadCase("a 5 MB title", _line(title="T" * 5_000_000), "title", "limit"),
+    BadCase("uid over the limit", _line(uid="u" * (MAX_UID_CHARS + 1)), "uid", "limit"),
+    BadCase("type over the limit", _line(type="t" * (MAX_NAME_CHARS + 1)), "type", "limit"),
+    BadCase("source over the limit", _line(source="s" * (MAX_NAME_CHARS + 1)), "source", "limit"),
+    BadCase("status over the limit", _line(status="s" * (MAX_NAME_CHARS + 1)), "status", "limit"),
+    BadCase("href over the limit", _line(href="h" * (MAX_HREF_BYTES + 1)), "href", "limit"),
+    BadCase(
+        "href over the limit in bytes", _line(href="é" * (MAX_HREF_BYTES // 2 + 1)), "href", "bytes"
+    ),
+    BadCase("body over the limit", _line(body="b" * (MAX_BODY_CHARS + 1)), "body", "limit"),
+    BadCase(
+        "attributes over the limit",
+        _line(attributes={"blob": "x" * MAX_ATTRIBUTES_BYTES}),
+        "attributes",
+        "limit",
+    ),
+    BadCase(
+        "5 MB of attributes",
+        _line(attributes={f"k{i}": "v" * 50 for i in range(100_000)}),
+        "attributes",
+        "bytes",
+    ),
+    BadCase(
+        "edge target over the limit",
+        _line(edges=[{"label": "xref", "to": "t" * (MAX_UID_CHARS + 1)}]),
+        "edges[0].to",
+        "limit",
+    ),
+    BadCase(
+        "too many edges",
+        _line(edges=[{"label": "xref", "to": f"t:{i}"} for i in range(MAX_EDGES + 1)]),
+        "edges",
+        "limit",
+    ),
+    BadCase(
+        "too many principals",
+        _line(acl=[f"user:u{i}" for i in range(MAX_ACL_PRINCIPALS + 1)]),
+        "acl",
+        "limit",
+    ),
+    BadCase(
+        "attribute key over the limit", _line(attributes={"k" * 300: 1}), "attributes", "limit"
+    ),
+    # -- NUL and control characters -------------------------------------------------------------
+    BadCase("NUL in uid", _line(uid="bad\x001"), "uid", "NUL"),
+    BadCase("NUL in type", _line(type="pa\x00ge"), "type", "NUL"),
+    BadCase("NUL in title", _line(title="Ba\x00d"), "title", "NUL"),
+    BadCase("NUL in body", _line(body="te\x00xt"), "body", "NUL"),
+    BadCase("NUL in source", _line(source="do\x00cs"), "source", "NUL"),
+    BadCase("NUL in status", _line(status="o\x00pen"), "status", "NUL"),
+    BadCase("NUL in href", _line(href="/a\x00b"), "href", "NUL"),
+    BadCase("NUL in an attribute key", _line(attributes={"k\x00": 1}), "attributes", "NUL"),
+    BadCase("NUL in an attribute value", _line(attributes={"k": "v\x00"}), "attributes", "NUL"),
+    BadCase(
+        "NUL in an edge target",
+        _line(edges=[{"label": "xref", "to": "a\x00"}]),
+        "edges[0].to",
+        "NUL",
+    ),
+    BadCase("bell in uid", _line(uid="bad\x071"), "uid", "control"),
+    BadCase("newline in uid", _line(uid="bad\n1"), "uid", "control"),
+    BadCase("C1 control in uid", _line(uid="bad\x851"), "uid", "control"),
+    BadCase("zero-width space in uid", _line(uid="bad\u200b1"), "uid", "invisible"),
+    BadCase("bidi override in type", _line(type="page\u202e"), "type", "invisible"),
+    BadCase("escape sequence in title", _line(title="Bad\x1b[2J"), "title", "control"),
+    BadCase("escape in type", _line(type="pa\x1bge"), "type", "control"),
+    BadCase("tab in an attribute key", _line(attributes={"a\tb": 1}), "attributes", "control"),
+    BadCase("newline in href", _line(href="/a\nb"), "href", "control"),
+    # -- look-alikes ------------------------------------------------------------------------
+    BadCase("uid with a trailing space", _line(uid="ok:1 "), "uid", "whitespace"),
+    BadCase("uid with a leading space", _line(uid=" ok:1"), "uid", "whitespace"),
+    BadCase("type with a trailing space", _line(type="page "), "type", "whitespace"),
+    BadCase("uid not in NFC", _line(uid="cafe\u0301"), "uid", "NFC"),
+    BadCase(
+        "edge target not in NFC",
+        _line(edges=[{"label": "xref", "to": "cafe\u0301"}]),
+        "edges[0].to",
+        "NFC",
+    ),
+    BadCase(
+        "principal with a trailing space", _line(acl=["user:sam "]), "acl", "invalid principal"
+    ),
+    BadCase(
+        "principal with a zero-width space",
+        _line(acl=["user:s\u200bam"]),
+        "acl",
+        "invalid principal",
+    ),
+    BadCase("empty principal id", _line(acl=["group:"]), "acl", "invalid principal"),
+    # -- nesting and numbers ------------------------------------------------------------------
+    BadCase(
+        "nesting 5,000 deep",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"a":' + "[" * 5000 + "]" * 5000 + "}}"),
+        None,
+        "deeper than",
+    ),
+    BadCase(
+        "nesting 40 deep",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"a":' + "[" * 40 + "]" * 40 + "}}"),
+        None,
+        "deeper than",
+    ),
+    BadCase(
+        "attributes 20 deep",
+        _line(attributes={"a": [[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}),
+        "attributes",
+        "deeper than",
+    ),
+    BadCase(
+        "5,000-digit integer",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"n":' + "9" * 5000 + "}}"),
+        None,
+        "64 bits",
+    ),
+    BadCase(
+        "integer over 64 bits",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"n":' + str(2**64) + "}}"),
+        None,
+        "64 bits",
+    ),
+    BadCase(
+        "5,000-digit position",
+        _raw(
+            "{"
+            + _BASE
+            + ',"acl":[],"edges":[{"label":"xref","to":"a","position":'
+            + "9" * 5000
+            + "}]}"
+        ),
+        None,
+        "64 bits",
+    ),
+    BadCase(
+        "position 1e23",
+        _raw("{" + _BASE + ',"acl":[],"edges":[{"label":"xref","to":"a","position":1e23}]}'),
+        "edges[0].position",
+        "whole number",
+    ),
+    BadCase(
+        "position 2^31",
+        _line(edges=[{"label": "xref", "to": "a", "position": MAX_EDGE_POSITION + 1}]),
+        "edges[0].position",
+        "whole number",
+    ),
+    BadCase(
+        "position -1",
+        _line(edges=[{"label": "xref", "to": "a", "position": -1}]),
+        "edges[0].position",
+        "whole number",
+    ),
+    BadCase("NaN", _raw("{" + _BASE + ',"acl":[],"attributes":{"x":NaN}}'), None, "NaN"),
+    BadCase(
+        "Infinity", _raw("{" + _BASE + ',"acl":[],"attributes":{"x":-Infinity}}'), None, "Infinity"
+    ),
+    BadCase("1e400", _raw("{" + _BASE + ',"acl":[],"attributes":{"x":1e400}}'), None, "infinity"),
+    # -- lone surrogates (valid JSON escapes, not Unicode text) ------------------------------------
+    BadCase(
+        "lone surrogate in uid",
+        _raw('{"uid":"\\ud800","type":"page","title":"t","body":"b","acl":[]}'),
+        "uid",
+        "surrogate",
+    ),
+    BadCase(
+        "lone surrogate in title",
+        _raw('{"uid":"bad:1","type":"page","title":"\\udfff","body":"b","acl":[]}'),
+        "title",
+        "surrogate",
+    ),
+    BadCase(
+        "lone surrogate in body",
+        _raw('{"uid":"bad:1","type":"page","title":"t","body":"a\\ud800b","acl":[]}'),
+        "body",
+        "surrogate",
+    ),
+    BadCase(
+        "lone surrogate in an attribute",
+        _raw("{" + _BASE + ',"acl":[],"attributes":{"k":"\\udc00"}}'),
+        "attributes",
+        "surrogate",
+    ),
+    BadCase(
+        "lone surrogate as a key",
+        _raw("{" + _BASE + ',"acl":[],"\\ud800":1}'),
+        "\\ud800",
+        "unknown key",
+    ),
+    BadCase(
+        "lone surrogate in a principal",
+        _raw("{" + _BASE + ',"acl":["user:\\ud800"]}'),
+        "acl",
+        "invalid principal",
+    ),
+    # -- dates: 0001–9999 round-trip (tests/test_dates.py); everything else is refused -------------
+    BadCase("year 0", _line(created_at="0000-01-01"), "created_at", "0001–9999"),
+    BadCase("year 10000", _line(created_at="10000-01-01"), "created_at", "ISO 8601"),
+    BadCase(
+        "offset before year 1",
+        _line(created_at="0001-01-01T00:00:00+01:00"),
+        "created_at",
+        "0001–9999",
+    ),
+    BadCase(
+        "offset after year 9999",
+        _line(updated_at="9999-12-31T23:00:00-05:00"),
+        "updated_at",
+        "0001–9999",
+    ),
+    BadCase("month 13", _line(created_at="2024-13-01"), "created_at", "ISO 8601"),
+    BadCase("full-width digits", _line(created_at="２０２４-01-01"), "created_at", "ISO 8601"),
+    BadCase(
+        "a long date", _line(created_at="2024-01-01" + " " * 100 + "x"), "created_at", "ISO 8601"
+    ),
+    BadCase("a date that is a number", _line(created_at=20240101), "created_at", "ISO 8601"),
+    # -- shapes --------------------------------------------------------------------------------
+    BadCase("not an object", _raw("[1, 2, 3]"), None, "JSON object"),
+    BadCase("malformed JSON", _raw('{"uid": "bad:1",'), None, "malformed JSON"),
+    BadCase("not UTF-8", b'{"uid": "bad:1", "title": "\xff\xfe"}', None, "not UTF-8"),
+)
+
+
+# -- running the corpus ----------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """tried / rejected safely / misbehaved, per path."""
+
+    tried: int = 0
+    safe: int = 0
+    misbehaved: list[str] = field(default_factory=list)
+
+    def record(self, what: str, problem: str | None) -> None:
+        self.tried += 1
+        if problem is None:
+            self.safe += 1
+        else:
+            self.misbehaved.append(f"{what}: {problem}")
+
+    def line(self, label: str) -> str:
+        return f"{label}: {self.tried} tried / {self.safe} rejected safely / {len(self.misbehaved)} misbehaved"
+
+
+def write_case(case: BadCase, folder: Path) -> Path:
+    """The case as a file: the good record on line 1, the bad one on line 2."""
+    path = folder / (case.name.replace(" ", "_").replace(",", "").replace("^", "") + ".jsonl")
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + case.line + b"\n")
+    return path
+
+
+def rejection_problem(
+    case: BadCase, rejection: dict[str, Any], *, check_field: bool = True
+) -> str | None:
+    """What is wrong with how ``case`` was rejected (None: as it must be)."""
+    if rejection.get("line") != 2:
+        return f"line {rejection.get('line')!r}, not 2"
+    if check_field and rejection.get("field") != case.field:
+        return f"field {rejection.get('field')!r}, not {case.field!r}"
+    if case.says.lower() not in str(rejection.get("message", "")).lower():
+        return f"message {str(rejection.get('message'))[:200]!r} does not say {case.says!r}"
+    return None
+
+
+def cli_problem(case: BadCase, run: Callable[..., tuple[int, Any]], path: Path) -> str | None:
+    """``ks ingest FILE --json`` must exit 2 with invalid_record naming line 2 and the field."""
+    code, answer = run("ingest", str(path), "--json")
+    if code != 2 or not isinstance(answer, dict) or "error" not in answer:
+        return f"exit {code}, answered {str(answer)[:200]!r}"
+    error = answer["error"]
+    if error.get("code") != "invalid_record":
+        return f"code {error.get('code')!r}: {str(error.get('message'))[:200]!r}"
+    rejected = error.get("details", {}).get("rejected") or [{}]
+    return rejection_problem(case, rejected[0])
+
+
+def api_file_problem(case: BadCase, ingest: Callable[[Path], Any], path: Path) -> str | None:
+    """``store.ingest([FILE])`` must raise InvalidRecord naming line 2 and the field."""
+    try:
+        ingest(path)
+    except InvalidRecord as exc:
+        rejected = exc.details.get("rejected") or [exc.rejection.to_dict()]
+        return rejection_problem(case, rejected[0])
+    except KnowledgeStoreError as exc:
+        return f"{exc.code}: {exc.message[:200]}"
+    except Exception as exc:  # the misbehaviour this corpus is for
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return "accepted"
+
+
+def api_records_problem(case: BadCase, ingest_records: Callable[[list[Any]], Any]) -> str | None:
+    """``store.ingest_records([good, bad])`` must raise InvalidRecord naming record 2."""
+    try:
+        ingest_records([GOOD, case.parsed()])
+    except InvalidRecord as exc:
+        rejected = exc.details.get("rejected") or [exc.rejection.to_dict()]
+        # Python's json read some cases differently (NaN as a float, 2**64 as an int):
+        # the field may be the record's own rather than the line's.
+        return rejection_problem(case, rejected[0], check_field=case.field is not None)
+    except KnowledgeStoreError as exc:
+        return f"{exc.code}: {exc.message[:200]}"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return "accepted"

@@ -1,0 +1,130 @@
+"""The bad-input corpus (tests/bad_inputs.py) on every engine, through the CLI and the Python API.
+
+Each case is refused as ``invalid_record`` naming its line, field and what is wrong;
+nothing of its batch is published. With ``--skip-invalid`` the good record of the
+same file publishes and every bad one is reported. The figures (tried / rejected
+safely / misbehaved) are printed; bench/bad_input.py prints them alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.cli import app
+from tests.bad_inputs import (
+    CASES,
+    GOOD,
+    Tally,
+    api_file_problem,
+    api_records_problem,
+    cli_problem,
+    write_case,
+)
+
+runner = CliRunner()
+
+
+def _cli(location: str) -> Any:
+    def run(*args: str) -> tuple[int, Any]:
+        result = runner.invoke(app, ["--store", location, *args])
+        out = result.stdout.strip()
+        try:
+            return result.exit_code, json.loads(out) if out else None
+        except ValueError:
+            return result.exit_code, out
+
+    return run
+
+
+def _unchanged(store: KnowledgeStore) -> str | None:
+    if store.content_root() != EMPTY_ROOT or store.stats().entities:
+        return "something was published"
+    return None
+
+
+def test_every_bad_record_is_refused_with_its_line_and_field(
+    store: KnowledgeStore, tmp_path: Path, engine_kind: str
+) -> None:
+    cli = _cli(str(store.engine.path))
+    tallies = {"cli": Tally(), "api file": Tally(), "api records": Tally()}
+    for case in CASES:
+        path = write_case(case, tmp_path)
+        for name, problem in (
+            ("cli", cli_problem(case, cli, path)),
+            ("api file", api_file_problem(case, lambda p: store.ingest([p]), path)),
+        ):
+            tallies[name].record(case.name, problem or _unchanged(store))
+        if not case.text_only and case.parsed() is not None:
+            problem = api_records_problem(case, store.ingest_records)
+            tallies["api records"].record(case.name, problem or _unchanged(store))
+    for name, tally in tallies.items():
+        print(tally.line(f"bad-input corpus, {engine_kind}, {name}"))
+    misbehaved = [m for tally in tallies.values() for m in tally.misbehaved]
+    assert not misbehaved, "\n".join(misbehaved)
+    assert tallies["cli"].tried == len(CASES)
+
+
+def test_skip_invalid_publishes_the_good_record_and_reports_every_bad_one(
+    store: KnowledgeStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "all.jsonl"
+    lines = [json.dumps(GOOD).encode()] + [case.line for case in CASES]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    report = store.ingest([path], skip_invalid=True)
+    assert (report.added, report.updated) == (1, 0)
+    rejected = sorted(report.rejected, key=lambda r: r.line)
+    assert [r.line for r in rejected] == list(range(2, len(CASES) + 2))
+    assert [r.field for r in rejected] == [case.field for case in CASES]
+    assert store.stats().entities == 1
+    assert [h.uid for h in store.sql(k=10).hits] == ["good:1"]
+
+
+@pytest.mark.parametrize(
+    ("uid", "status"),
+    [("\ud800", 400), ("a\x00b", 400), ("x" * 5000, 400)],
+)
+def test_a_filter_value_that_is_not_text_is_an_invalid_request(
+    store: KnowledgeStore, uid: str, status: int
+) -> None:
+    from knowledge_store.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest) as caught:
+        store.sql({"uid": [uid]})
+    assert caught.value.http_status == status
+
+
+def test_a_lone_surrogate_a_caller_sends_is_an_invalid_request_everywhere(
+    store: KnowledgeStore,
+) -> None:
+    """It was a raw UnicodeEncodeError (a 500 over HTTP) from lexical, search, content,
+    acl show, grant, delete: text no engine can bind is the caller's error."""
+    from knowledge_store.errors import InvalidRequest
+
+    store.ingest_records([GOOD])
+    bad = "\ud800x"
+    calls = {
+        "lexical": lambda: store.lexical(bad),
+        "vector": lambda: store.vector(bad),
+        "search": lambda: store.search(bad),
+        "sql": lambda: store.sql({"uid": [bad]}),
+        "graph": lambda: store.graph([bad]),
+        "content": lambda: store.content(bad),
+        "acl show": lambda: store.acl_show(bad),
+        "acl explain": lambda: store.acl_explain("user:a", bad),
+        "grant": lambda: store.grant(bad, "user:a"),
+        "grant to": lambda: store.grant("good:1", f"user:{bad}"),
+        "delete": lambda: store.delete([bad]),
+        "query": lambda: store.query_graph("MATCH (n {uid: $u}) RETURN n.uid", {"u": bad}),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InvalidRequest):
+            call()
+            pytest.fail(f"{name} took a lone surrogate")
+    assert store.stats().entities == 1

@@ -1,0 +1,139 @@
+"""A derived index that fails never blocks the catalog (issue 11, item 1), embedded engine.
+
+Whatever the catalog holds, the store opens; sql, aggregate, graph, query_graph,
+content and stats answer from the catalog while the lexical or dense index is
+behind; the primitives that need the failed index say so and name ``ks rebuild``;
+and ``rebuild`` recovers from any data the catalog holds — including what older
+versions wrote (unpadded years, vectors the dense index can't take).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from knowledge_store.engines.embedded.engine import EmbeddedEngine
+from knowledge_store.engines.embedded.lexical import LexicalIndex
+from knowledge_store.errors import StoreError
+from knowledge_store.ingest.embedding import Embedder
+from knowledge_store.model import Filters
+from knowledge_store.store import KnowledgeStore
+
+
+def _records(prefix: str, n: int, **extra: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "uid": f"{prefix}:{i}",
+            "type": "page",
+            "title": f"Page {i}",
+            "body": f"kiwi page {i}",
+            "acl": ["everyone"],
+            "edges": [{"label": "xref", "to": f"{prefix}:{(i + 1) % n}"}],
+            **extra,
+        }
+        for i in range(n)
+    ]
+
+
+def _catalog_reads_answer(store: KnowledgeStore, entities: int) -> None:
+    assert len(store.sql(k=100).hits) == entities
+    assert store.aggregate("count").rows == [(None, entities)]
+    assert store.graph(["p:0"]).hits
+    assert store.query_graph("MATCH (n) RETURN count(*)").rows == [[entities]]
+    assert store.content("p:0")["entity"]["uid"] == "p:0"
+    assert store.stats().entities == entities
+
+
+def test_a_lexical_index_that_fails_blocks_neither_publishes_nor_catalog_reads(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 3))
+
+    def broken(self: LexicalIndex, docs: Any) -> None:
+        raise StoreError("lexical index: adding documents failed: the disk said no")
+
+    monkeypatch.setattr(LexicalIndex, "add", broken)
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 4))  # the catalog commits; the index can't follow
+        assert store.stats().extra["indexes"]["error"]
+    with KnowledgeStore.open(path, embedder=embedder) as store:  # opens, though it can't catch up
+        _catalog_reads_answer(store, 4)
+        with pytest.raises(StoreError, match="ks rebuild"):
+            store.lexical("kiwi")
+        store.delete(["p:3"])  # a writer still works: the catalog is the truth
+        _catalog_reads_answer(store, 3)
+    monkeypatch.undo()
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.rebuild()
+        assert {h.uid for h in store.lexical("kiwi", k=10).hits} == {"p:0", "p:1", "p:2"}
+        assert store.stats().extra["indexes"]["error"] is None
+
+
+def test_dates_older_versions_wrote_unpadded_are_repaired_and_indexed(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """An older version stored year 1 as ``1-01-01T00:00:00Z``: the lexical index could not
+    read it back, and every open failed."""
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 3, created_at="2024-01-01"))
+    with sqlite3.connect(path / "catalog.sqlite") as conn:  # what the old version wrote
+        conn.execute("UPDATE entities SET created_at = '1-01-01T00:00:00Z' WHERE uid = 'p:0'")
+        conn.execute("UPDATE entities SET created_at = '500-06-01T00:00:00Z' WHERE uid = 'p:1'")
+        conn.execute("DELETE FROM meta WHERE key = 'timestamps_four_digit'")
+    for name in ("ks-lexical.json",):  # and its lexical index never caught up
+        (path / "lexical" / name).write_text('{"watermark": 0, "schema": 2}')
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        dates = {h.uid: h.created_at for h in store.sql(k=10).hits}
+        assert dates == {
+            "p:0": "0001-01-01T00:00:00Z",
+            "p:1": "0500-06-01T00:00:00Z",
+            "p:2": "2024-01-01T00:00:00Z",
+        }
+        old = Filters.build(created_to="0500-06-01")
+        assert {h.uid for h in store.sql(old).hits} == {"p:0", "p:1"}
+        assert {h.uid for h in store.lexical("kiwi", filters=old).hits} == {"p:0", "p:1"}
+        store.rebuild()
+        assert {h.uid for h in store.lexical("kiwi", filters=old).hits} == {"p:0", "p:1"}
+
+
+def test_rebuild_leaves_out_vectors_the_dense_index_cannot_take(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 4))
+    nan = np.full(384, np.nan, np.float32).tobytes()
+    with sqlite3.connect(path / "catalog.sqlite") as conn:  # damage no publish can write now
+        ids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id")]
+        conn.execute("UPDATE chunks SET embedding = ? WHERE id = ?", (nan, ids[0]))
+        conn.execute("UPDATE chunks SET embedding = ? WHERE id = ?", (b"\x00" * 12, ids[1]))
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.rebuild()
+        engine = store.engine
+        assert isinstance(engine, EmbeddedEngine) and engine.dense is not None
+        assert len(engine.dense) == 2
+        assert len(store.vector("kiwi page", k=10).hits) == 2
+        assert len(store.lexical("kiwi", k=10).hits) == 4  # the lexical index has them all
+
+
+def test_rebuild_recreates_a_lexical_index_that_cannot_even_be_cleared(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 3))
+
+    def broken(self: LexicalIndex) -> None:
+        raise StoreError("lexical index: clearing failed: FileAlreadyExists")
+
+    monkeypatch.setattr(LexicalIndex, "clear", broken)
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.rebuild()
+        assert {h.uid for h in store.lexical("kiwi", k=10).hits} == {"p:0", "p:1", "p:2"}
