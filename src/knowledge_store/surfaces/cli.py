@@ -558,30 +558,72 @@ def eval_(
         str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
     ] = None,
     weights: Annotated[str | None, typer.Option("--weights", help="fusion weights")] = None,
+    compare: Annotated[
+        tuple[str, str] | None,
+        typer.Option(
+            "--compare",
+            metavar="A B",
+            help="compare two configurations (MODE, MODE:LIST=W,…, lexical or vector), paired",
+        ),
+    ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option("--group-by", help="with --compare: the query field that gives its type"),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """nDCG@10, Recall@100 and MRR@10 of lexical, vector and fused search on a query set."""
+    """nDCG@10, Recall@100 and MRR@10 of lexical, vector and fused search on a query set.
+
+    With --compare A B: both configurations over the same lists, B − A per query with
+    paired bootstrap 95 % intervals, the queries that moved most, and each query type.
+    """
     from knowledge_store.model import Identity
-    from knowledge_store.retrieval.evaluation import evaluate
+    from knowledge_store.retrieval import evaluation
     from knowledge_store.retrieval.fusion import parse_weights
 
     def action() -> Any:
+        if compare is None and group_by is not None:
+            raise InvalidRequest("--group-by needs --compare A B", field="group_by")
+        if compare is not None and (mode or weights):
+            raise InvalidRequest(
+                "--compare A B takes each side's mode and weights in A and B "
+                "(e.g. --compare rrf convex:vector=0.7,lexical=0.3), not --mode/--weights",
+                field="compare",
+            )
         filters = _filters(
             type_, not_type, source, status, uid, created_from, created_to, updated_from, updated_to
         )
+        identity = Identity(as_ or os.environ.get("KS_AS") or "everyone")
+        progress = not as_json and sys.stderr.isatty()
         with _store() as store:
-            return evaluate(
+            if compare is not None:
+                return evaluation.compare(
+                    store,
+                    queries,
+                    qrels,
+                    *compare,
+                    filters=filters,
+                    identity=identity,
+                    group_by=group_by,
+                    progress=progress,
+                )
+            return evaluation.evaluate(
                 store,
                 queries,
                 qrels,
                 filters=filters,
-                identity=Identity(as_ or os.environ.get("KS_AS") or "everyone"),
+                identity=identity,
                 mode=mode,
                 weights=parse_weights(weights) if weights else None,
-                progress=not as_json and sys.stderr.isatty(),
+                progress=progress,
             )
 
     def show(result: dict[str, Any]) -> None:
+        if compare is not None:
+            from knowledge_store.surfaces.cli_show import show_comparison
+
+            show_comparison(out, result)
+            return
         table = Table(title=f"{result['queries']} queries")
         for col in ("list", "nDCG@10", "Recall@100", "MRR@10"):
             table.add_column(col)
