@@ -49,16 +49,13 @@ def baseline_units(page: Record) -> list[Unit]:
 
 
 def chunk_units(
-    max_tokens: int = 200, overlap: int = 32, context: str = "path", split_code: bool = False
+    max_tokens: int = 200, overlap: int = 32, context: str = "path"
 ) -> Callable[[Record], list[Unit]]:
     """Our chunker at ``max_tokens``; ``context``: ``path`` (title + headings, the store's
-    ``compose_context``), ``title`` (title only), ``none`` (the chunk text alone);
-    ``split_code``: long code blocks cut at lines instead of one chunk each."""
+    ``compose_context``), ``title`` (title only), ``none`` (the chunk text alone)."""
 
     def units(page: Record) -> list[Unit]:
-        chunks = chunk_markdown(
-            page["body"], max_tokens=max_tokens, overlap_tokens=overlap, split_code=split_code
-        )
+        chunks = chunk_markdown(page["body"], max_tokens=max_tokens, overlap_tokens=overlap)
         if not chunks:
             return [(page["uid"], compose_context(page["title"], (), page["body"]))]
         out = []
@@ -111,6 +108,5 @@ VARIANTS: dict[str, tuple[Callable[[Record], list[Unit]], bool]] = {
     "ours-none": (chunk_units(200, 32, "none"), False),
     "ours-128": (chunk_units(128, 16, "path"), False),
     "ours-256": (chunk_units(256, 32, "path"), False),
-    "ours-split": (chunk_units(200, 32, "path", split_code=True), False),
     "entity": (entity_units, False),
 }

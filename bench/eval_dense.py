@@ -157,7 +157,6 @@ def runs_for(
         ("ours-title", "title prefix only"),
         ("ours-128", "128-token chunks"),
         ("ours-256", "256-token chunks"),
-        ("ours-split", "long code blocks split at lines (no over-window chunk)"),
     ):
         _, texts, truncated = units_of(eval_set, variant)
         if cache.missing(texts, truncated=truncated) == 0:

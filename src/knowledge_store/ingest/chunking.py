@@ -327,35 +327,13 @@ def _paragraph_units(body: str, block: Block, max_tokens: int, count: SpanCounte
     return units
 
 
-def _fence_units(body: str, block: Block, max_tokens: int, count: SpanCounter) -> list[_Unit]:
-    """A long fenced block's lines (fence lines included), each a unit; a line over
-    ``max_tokens`` in word windows."""
-    units: list[_Unit] = []
-    for line_start, line_end in _lines(body[block.start : block.end]):
-        left, right = _strip_span(body, block.start + line_start, block.start + line_end)
-        if left == right:
-            continue
-        tokens = count(left, right)
-        if tokens > max_tokens:
-            units.extend(_word_units(body, left, right, max_tokens, count))
-        else:
-            units.append(_Unit(left, right, tokens, 2))
-    units[-1] = _Unit(units[-1].start, units[-1].end, units[-1].tokens, 3)
-    return units
-
-
-def _units(
-    body: str, section: _Section, max_tokens: int, count: SpanCounter, split_code: bool
-) -> list[_Unit]:
+def _units(body: str, section: _Section, max_tokens: int, count: SpanCounter) -> list[_Unit]:
     units: list[_Unit] = []
     for block in section.blocks:
         if block.kind == "paragraph":
             units.extend(_paragraph_units(body, block, max_tokens, count))
             continue
         tokens = count(block.start, block.end)
-        if block.kind == "fence" and split_code and tokens > max_tokens:
-            units.extend(_fence_units(body, block, max_tokens, count))
-            continue
         # A heading stays with what follows it unless nothing else fits.
         units.append(_Unit(block.start, block.end, tokens, -1 if block.kind == "heading" else 3))
     return units
@@ -406,13 +384,11 @@ def chunk_markdown(
     max_tokens: int = 200,
     overlap_tokens: int = 32,
     count_tokens: TokenCounter | None = None,
-    split_code: bool = False,
 ) -> list[Chunk]:
     """Cut ``body`` into heading-aware, code-aware chunks (see the module docstring).
 
     ``count_tokens`` defaults to the embedding model's own tokenizer
-    (:func:`token_counter`). ``split_code``: a fenced block over ``max_tokens``
-    is cut at line boundaries like a paragraph, instead of making one long chunk.
+    (:func:`token_counter`).
     """
     if max_tokens < 1:
         raise InvalidRequest(f"max_tokens must be at least 1, not {max_tokens}")
@@ -439,7 +415,7 @@ def chunk_markdown(
         tokens = count(section.start, section.end)
         if tokens > max_tokens:
             flush()
-            units = _units(body, section, max_tokens, count, split_code)
+            units = _units(body, section, max_tokens, count)
             for first, stop in _pack(units, max_tokens, overlap_tokens):
                 spans.append((units[first].start, units[stop - 1].end, section.path))
             continue
