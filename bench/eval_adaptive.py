@@ -167,9 +167,12 @@ def main() -> None:
     parser.add_argument("--sets", nargs="*")
     parser.add_argument("--reference", default="rrf 1/1 (seed default)")
     parser.add_argument("--json")
+    parser.add_argument(
+        "--spec", default="onnx:int8", help="the stores' embedder (as bench/eval_dense.py)"
+    )
     args = parser.parse_args()
     set_torch_threads(1)
-    cache = VectorCache()
+    cache = VectorCache(args.spec)
     names = list(variants())
     scores: dict[str, dict[str, dict[str, dict[str, float]]]] = {}  # set → variant → measure → qid
     groups: dict[str, dict[str, str]] = {}
