@@ -200,6 +200,7 @@ def folds() -> dict[str, Callable[[list[float]], float]]:
     return {
         "best chunk (today), 100 chunks": lambda s: s[0],
         "best chunk, 400 chunks": lambda s: s[0],
+        "best + 0.1 × second, 100 chunks": lambda s: s[0] + 0.1 * (s[1] if len(s) > 1 else 0.0),
         "best + 0.1 × second": lambda s: s[0] + 0.1 * (s[1] if len(s) > 1 else 0.0),
         "best + 0.3 × second": lambda s: s[0] + 0.3 * (s[1] if len(s) > 1 else 0.0),
         "best + 0.1 × (sum of the next 4)": lambda s: s[0] + 0.1 * sum(s[1:5]),
