@@ -14,11 +14,17 @@ from __future__ import annotations
 import argparse
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 from common import ROOT, build_replicated_store, percentiles, queries, table
+
+from knowledge_store.engines.embedded.reader import EmbeddedReader
+from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.filters import filter_clause
+from knowledge_store.retrieval.reader import StoreReader
 
 SHARES = {"group:s50": 0.5, "group:s10": 0.1, "group:s1": 0.01, "group:s01": 0.001}
 #: The identity measured at each share, 5 nested groups below its share group.
@@ -48,49 +54,64 @@ class PrecomputedEmbedder:
         return self.vectors[text]
 
 
-class NoAclEngine:
-    """The embedded engine's lexical and vector primitives with the ACL taken out.
+class NoAclReader(EmbeddedReader):
+    """The embedded reader's lexical and vector primitives with the ACL taken out.
 
-    The baseline of the overhead figure only: the same refresh, snapshot, index
-    query (k + 10 candidates), final catalog check and hit assembly as
-    ``EmbeddedEngine.lexical``/``.vector``, minus the identity expansion, the ACL
-    clause and the ACL in the final check. Everything else is the engine's own.
+    The baseline of the overhead figure only: the same snapshot, index query
+    (k + 10 candidates), final catalog check and hydration as the reader's own,
+    minus the ACL clause in Tantivy, the visible-row bitmap and the ACL in the
+    final check. The identity is still expanded when the reader opens.
     """
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
-
-    def lexical(self, identity: Any, text: str, k: int, filters: Any) -> Any:
-        from knowledge_store.engines.embedded.engine import _hits
-        from knowledge_store.model import ChunkHits
-
-        e = self.engine
-        e._refresh()
-        with e.catalog.read() as conn:
-            _, root = e.catalog.latest_publish(conn)
-            found = e.lexical_index.search(text, k + 10, principals=None, filters=filters)
-            rows = e.catalog.checked_chunks(conn, [c for c, _, _ in found], None, filters)
-        return ChunkHits(
-            root, _hits(((c, s) for c, _, s in found), rows, k, e.chunk_ids), explain={}
+    def _checked(self, ids: Any, filters: Any) -> dict[int, str]:
+        if not ids:
+            return {}
+        where, params = filter_clause(filters, SQLITE)
+        params["ids"] = SQLITE.bind_array([int(c) for c in ids])
+        rows = self._run(
+            "SELECT c.id, e.uid FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity"
+            f" WHERE c.id IN (SELECT value FROM json_each(:ids)) AND {where}",
+            params,
         )
+        return {int(r[0]): str(r[1]) for r in rows}
 
-    def vector(self, identity: Any, vector: np.ndarray, k: int, filters: Any) -> Any:
-        from knowledge_store.engines.embedded.engine import _hits
-        from knowledge_store.model import ChunkHits
+    def lexical(self, text: str, k: int, filters: Any) -> Any:
+        found = self._engine.lexical_index.search(
+            text, k + 10, principals=None, filters=filters, pinned=self._lexical
+        )
+        return self._ranked([(c, s) for c, _, s in found], k, filters, {})
 
-        e = self.engine
-        e._refresh()
-        dense = e.dense
-        with e.catalog.read() as conn:
-            _, root = e.catalog.latest_publish(conn)
-            e.model()
-            ids, scores, info = dense.search(vector, k + 10, allowed=None)
-            rows = e.catalog.checked_chunks(conn, [int(i) for i in ids], None, filters)
-        ranked = zip((int(i) for i in ids), (float(s) for s in scores), strict=True)
-        return ChunkHits(root, _hits(ranked, rows, k, e.chunk_ids), vector=info, explain={})
+    def vector(self, vector: Any, k: int, filters: Any) -> Any:
+        assert self._dense is not None
+        ids, scores, info = self._dense.search(vector, k + 10, allowed=None)
+        found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
+        return self._ranked(found, k, filters, {}, info)
+
+
+@contextmanager
+def _acl_reader(side: Any, who: Any) -> Iterator[StoreReader]:
+    """The engine's own reader (with the ACL) on ``side``'s embedder."""
+    with side.store.engine.reader(who) as reader:
+        yield StoreReader(reader, lambda: side.embedder)
+
+
+class NoAclStore:
+    """A store whose readers are :class:`NoAclReader` (lexical, vector, fused search)."""
+
+    def __init__(self, store: Any, embedder: Any) -> None:
+        self.store = store
+        self.embedder = embedder
+
+    @contextmanager
+    def reader(self, who: Any) -> Iterator[StoreReader]:
+        engine = self.store.engine
+        conn = engine.catalog.borrow()
+        try:
+            publish, root, view = engine._open_snapshot(conn)
+            reader = NoAclReader(engine, conn, who, publish, root, view)
+            yield StoreReader(reader, lambda: self.embedder)
+        finally:
+            engine.catalog.give(conn)
 
 
 def crossover(engine: Any, all_ids: np.ndarray, matrix: np.ndarray, vectors: list[Any]) -> None:
@@ -100,28 +121,30 @@ def crossover(engine: Any, all_ids: np.ndarray, matrix: np.ndarray, vectors: lis
     """
     import math
 
-    dense = engine.dense
+    dense = engine.dense.generation()
+    owner = engine.dense
     rng = np.random.default_rng(3)
     rows = []
     for share in (0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.3, 0.5):
         pick = np.sort(rng.choice(len(all_ids), int(share * len(all_ids)), replace=False))
         allowed, sub = np.asarray(all_ids)[pick], matrix[pick]
         selection = dense._select(allowed)
-        ef = min(dense.ef_max, max(dense.ef_search, math.ceil(dense.filtered_ef / share)))
+        ef = min(owner.ef_max, max(owner.ef_search, math.ceil(owner.filtered_ef / share)))
         bitmap = selection.bitmap
         if bitmap is None:  # the planner scans this share exactly; build one anyway
-            mask = np.zeros(len(dense._live), dtype=bool)
+            mask = np.zeros(len(dense.live), dtype=bool)
             mask[selection.rows] = True
             bitmap = np.packbits(mask, bitorder="little")
         recalls, hnsw_s, exact_s = [], [], []
         for q in vectors:
             q2 = q.reshape(1, -1)
-            started = time.perf_counter()
-            ids, _, _ = dense._hnsw(q2, 10, bitmap, ef, "hnsw-filtered")
-            hnsw_s.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            dense._exact(q2, 10, selection.rows)
-            exact_s.append(time.perf_counter() - started)
+            with owner.lock:
+                started = time.perf_counter()
+                ids, _, _ = dense._hnsw(q2, 10, bitmap, ef, "hnsw-filtered")
+                hnsw_s.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                dense._exact(q2, 10, selection.rows)
+                exact_s.append(time.perf_counter() - started)
             truth = set(allowed[np.argsort(-(sub @ q))[:10]].tolist())
             recalls.append(len(truth & set(ids.tolist())) / 10)
         rows.append(
@@ -134,7 +157,7 @@ def crossover(engine: Any, all_ids: np.ndarray, matrix: np.ndarray, vectors: lis
                 "planner": "exact" if selection.bitmap is None else "hnsw-filtered",
             }
         )
-    table(rows, f"filtered HNSW vs exact scan (exact_share = {dense.exact_share})")
+    table(rows, f"filtered HNSW vs exact scan (exact_share = {owner.exact_share})")
 
 
 def main() -> None:
@@ -145,7 +168,6 @@ def main() -> None:
 
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
     from knowledge_store.model import Filters, Identity
-    from knowledge_store.retrieval import search as fused
     from knowledge_store.store import KnowledgeStore
 
     path = ROOT / ".ks" / f"bench-acl-{args.chunks}"
@@ -175,13 +197,13 @@ def main() -> None:
     rows = []
     for group, share in SHARES.items():
         who = Identity(group)
-        with engine.catalog.read() as conn:
-            visible = engine.catalog.visible_chunk_ids(conn, group, Filters())
+        with engine.reader(who) as reader:
+            visible = reader.visible_chunk_ids(Filters())
         sub = matrix[[row_of[int(c)] for c in visible]]
         recalls, times, strategies = [], [], set()
         for q in vectors:
             started = time.perf_counter()
-            answer = engine.vector(who, q, 10, Filters())
+            answer = store.vector(q, identity=who, k=10)
             times.append(time.perf_counter() - started)
             strategies.add(answer.vector.strategy if answer.vector else "?")
             truth = visible[np.argsort(-(sub @ q))[:10]]
@@ -203,7 +225,6 @@ def main() -> None:
     crossover(engine, all_ids, matrix, vectors)
 
     # 2. ACL overhead: identities 5 nested groups deep (1,000 groups, 10,000 users) vs no filter
-    no_acl = NoAclEngine(engine)
     cached = {t: v for t, v in zip(texts, vectors, strict=True)}
 
     def measure(fn: Callable[[Any], object], inputs: list[Any]) -> float:
@@ -216,28 +237,27 @@ def main() -> None:
             samples.append(time.perf_counter() - started)
         return percentiles(samples)["p50"]
 
-    model = lambda: store.embedder  # noqa: E731
-    precomputed = lambda: PrecomputedEmbedder(cached)  # noqa: E731
+    def on(side: Any, method: str, who: Identity, acl: bool) -> Callable[[Any], object]:
+        def call(x: Any) -> object:
+            with _acl_reader(side, who) if acl else side.reader(who) as r:
+                return getattr(r, method)(x, k=10)
+
+        return call
+
+    model = NoAclStore(store, store.embedder)
+    precomputed = NoAclStore(store, PrecomputedEmbedder(cached))
+    measured = [
+        ("lexical", model, "lexical", texts),
+        ("vector", model, "vector", vectors),
+        ("fused, query embedded", model, "search", texts),
+        ("fused, embedding excluded", precomputed, "search", texts),
+    ]
     rows = []
     for group, user in DEEP.items():
         who = Identity(user)
-
-        def calls(
-            target: Any, who: Identity
-        ) -> list[tuple[str, Callable[[Any], object], list[Any]]]:
-            def fused_call(embed: Any) -> Callable[[Any], object]:
-                return lambda t: fused.search(target, embed, who, t, k=10, filters=Filters())
-
-            return [
-                ("lexical", lambda t: target.lexical(who, t, 10, Filters()), texts),
-                ("vector", lambda q: target.vector(who, q, 10, Filters()), vectors),
-                ("fused, query embedded", fused_call(model), texts),
-                ("fused, embedding excluded", fused_call(precomputed), texts),
-            ]
-
-        for (name, acl_fn, inputs), (_, none_fn, _) in zip(
-            calls(engine, who), calls(no_acl, who), strict=True
-        ):
+        for name, side, method, inputs in measured:
+            acl_fn = on(side, method, who, acl=True)
+            none_fn = on(side, method, who, acl=False)
             # alternate the two sides so that machine load falls on both alike
             with_acl, without = [], []
             for _ in range(3):
@@ -256,22 +276,22 @@ def main() -> None:
             )
     table(
         rows,
-        "ACL overhead, p50 (best of 3 alternating rounds). No ACL = the same engine code"
-        " path with the ACL taken out (no expansion, no ACL clause, no ACL in the final"
-        " check); in fused search the graph step and hydration keep theirs.",
+        "ACL overhead, p50 (best of 3 alternating rounds). No ACL = the same reader code"
+        " path with the ACL taken out (no ACL clause, no visible-row bitmap, no ACL in the"
+        " final check); in fused search the graph step and hydration keep theirs.",
     )
     deep = Identity("user:deep")
-    acl_ms = engine.lexical(deep, texts[0], 10, Filters()).explain
+    acl_ms = store.lexical(texts[0], identity=deep, explain=True).explain
     print(
         f"user:deep holds {acl_ms['held_principals']} principals; one lexical query: {acl_ms['ms']}"
     )
 
     # 3. revocation: the very next query no longer sees the entity
-    target = engine.vector(deep, vectors[0], 1, Filters()).hits[0]
+    target = store.vector(vectors[0], identity=deep, k=1).hits[0]
     started = time.perf_counter()
     store.remove_member("group:s50", "group:n5-s50")
     removed = time.perf_counter()
-    after = engine.vector(deep, vectors[0], 50, Filters())
+    after = store.vector(vectors[0], identity=deep, k=50)
     answered = time.perf_counter()
     assert target.uid not in {h.uid for h in after.hits}, "revocation did not hold"
     print(

@@ -61,7 +61,7 @@ from knowledge_store.store import KnowledgeStore
 
 HERE = CACHE / "engines"
 RESULTS = ROOT / "bench" / "results" / "engines.json"
-DOCS_ONLY = Filters.build(not_types=["codeSample"])
+DOCS_ONLY = Filters.build(not_type=["codeSample"])
 
 
 # -- a shared, persistent embedder (queries are embedded once for every engine and ranker) ----
@@ -206,11 +206,9 @@ def ensure(
 def latencies(
     store: KnowledgeStore, texts: Sequence[str], vectors: np.ndarray, who: str
 ) -> dict[str, dict[str, float]]:
-    engine = store.engine
-    ident = Identity(who)
     calls: dict[str, Callable[[int], Any]] = {
-        "lexical": lambda i: engine.lexical(ident, texts[i], 10, Filters()),
-        "vector": lambda i: engine.vector(ident, vectors[i], 10, Filters()),
+        "lexical": lambda i: store.lexical(texts[i], identity=who, k=10),
+        "vector": lambda i: store.vector(vectors[i], identity=who, k=10),
         "fused": lambda i: store.search(texts[i], identity=who, k=10),
     }
     out = {}
@@ -248,7 +246,7 @@ def filtered_recall(
     for q in vectors:
         truth = {keys[j] for j in np.argsort(-(matrix @ q), kind="stable")[:10]}
         started = time.perf_counter()
-        answer = engine.vector(ident, q, 10, Filters())
+        answer = KnowledgeStore(engine).vector(q, identity=ident, k=10)
         samples.append(time.perf_counter() - started)
         got = {(h.uid, _ordinal(engine, h)) for h in answer.hits}
         recalls.append(len(got & truth) / len(truth))

@@ -22,8 +22,7 @@ def bench_store(path: Path, texts: list[str]) -> list[dict[str, object]]:
     import Stemmer
     import tantivy
 
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine
-    from knowledge_store.model import Filters, Identity
+    from knowledge_store.store import KnowledgeStore
 
     entities = source_chunks(path)
     docs = [
@@ -52,9 +51,8 @@ def bench_store(path: Path, texts: list[str]) -> list[dict[str, object]]:
             }
         )
 
-    engine = EmbeddedEngine(path)
-    everyone = Identity("everyone")
-    run("knowledge-store lexical", lambda t: engine.lexical(everyone, t, 10, Filters()))
+    store = KnowledgeStore.open(path)
+    run("knowledge-store lexical", lambda t: store.lexical(t, k=10))
 
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("chunk_id", stored=True)
@@ -97,7 +95,7 @@ def bench_store(path: Path, texts: list[str]) -> list[dict[str, object]]:
         return [docs[int(i)] for i in ids[0]]
 
     run("bm25s (stopwords + Snowball)", bm25s_search)
-    engine.close()
+    store.close()
     ours = float(rows[0]["p50 ms"])  # type: ignore[arg-type]
     raw = float(rows[1]["p50 ms"])  # type: ignore[arg-type]
     rows[0]["vs raw tantivy"] = f"{ours / raw:.2f}x"

@@ -28,7 +28,6 @@ import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.catalog import Catalog
-from knowledge_store.engines.embedded.graph import graph_hits, run_query_graph
 from knowledge_store.errors import QueryTimeout
 from knowledge_store.model import Edge, Entity, Identity
 
@@ -175,6 +174,11 @@ def main() -> None:
         for typ, uid in conn.execute("SELECT type, uid FROM entities"):
             kinds.setdefault(typ, []).append(uid)
         n_edges = conn.execute("SELECT count(*) FROM edges").fetchone()[0]
+    catalog.close()
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+    from knowledge_store.store import KnowledgeStore
+
+    store = KnowledgeStore(EmbeddedEngine(where))
     who = Identity("user:bob")
     rng = random.Random(11)
     pick = lambda typ: rng.choice(kinds[typ])  # noqa: E731
@@ -218,7 +222,7 @@ def main() -> None:
         def once(text: str = text, make: Callable[[], dict[str, Any]] = make) -> Any:
             nonlocal timeouts
             try:
-                return run_query_graph(catalog, who, text, make())
+                return store.query_graph(text, make(), identity=who)
             except QueryTimeout:
                 timeouts += 1
                 return None
@@ -237,13 +241,13 @@ def main() -> None:
 
     for depth in (1, 2, 3):
         samples, _ = _time(
-            lambda depth=depth: graph_hits(catalog, who, [pick("page")], depth=depth, k=10),
+            lambda depth=depth: store.graph([pick("page")], identity=who, depth=depth, k=10),
             args.runs,
         )
         sizes = []
         capped = 0
         for _ in range(20):
-            hits = graph_hits(catalog, who, [pick("page")], depth=depth, k=1000)
+            hits = store.graph([pick("page")], identity=who, depth=depth, k=1000)
             sizes.append(len(hits.hits))
             capped += hits.capped
         p50, p95 = _percentiles(samples)

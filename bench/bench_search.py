@@ -184,7 +184,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.torch_threads)
-    docs = Filters(not_types=("codeSample",))
+    docs = Filters.build(not_type=("codeSample",))
     modes: tuple[str | None, ...] = tuple(args.modes) if args.modes else (None,)
     results: dict[str, Any] = {}
     if not args.only_replicated:

@@ -200,7 +200,7 @@ def main() -> None:
     if args.limit:
         queries = queries[: args.limit]
         qrels = {q: qrels[q] for q, _ in queries}
-    filters = Filters(not_types=("codeSample",))
+    filters = Filters.build(not_type=("codeSample",))
     with KnowledgeStore.open(args.store) as store:
         stats = store.stats()
         print(

@@ -68,7 +68,7 @@ def _top_entities(
     """uid → best chunk cosine, for the top 100 chunks of each query vector."""
     from knowledge_store.model import Filters
 
-    filters = Filters(not_types=not_types)
+    filters = Filters.build(not_type=list(not_types))
     out = []
     for vector in vectors:
         hits = store.vector(vector, k=100, filters=filters)  # type: ignore[attr-defined]

@@ -62,8 +62,8 @@ def _answers(store: KnowledgeStore) -> dict[str, object]:
         fused = store.search(q, identity=READER, k=50)
         out[f"search {q}: uids"] = sorted(r.uid for r in fused.results)
     out["sql"] = [h.uid for h in store.sql(identity=READER, k=100, order="title:asc").hits]
-    out["aggregate"] = store.aggregate("count", "type", identity=READER).rows
-    out["count"] = store.aggregate("count", identity=READER).rows
+    out["aggregate"] = store.aggregate("count", "type", identity=READER).pairs()
+    out["count"] = store.aggregate("count", identity=READER).pairs()
     return out
 
 
@@ -128,9 +128,9 @@ def test_chunk_ids_count_no_hidden_chunk(embedder: Embedder, workdir: Path) -> N
             "vector": sorted((h.uid, h.chunk_id) for h in vector),
             "evidence": sorted((r.uid, e.chunk_id) for r in search for e in r.evidence),
             "content": sorted(
-                (uid, c["chunk_id"])
+                (uid, c.chunk_id)
                 for uid in ("v0", "w0")
-                for c in store.content(uid, identity=READER)["chunks"]
+                for c in store.content(uid, identity=READER).chunks
             ),
         }
 

@@ -43,14 +43,14 @@ from knowledge_store.model import (
     SqlHits,
     VectorInfo,
 )
-from knowledge_store.retrieval.docs_tools import (
+from knowledge_store.retrieval.retrievers import Retriever, register_retriever
+from knowledge_store.store import (
+    KnowledgeStore,
     get_learning_path,
     get_related,
     graph_facets,
     resolve_xref,
 )
-from knowledge_store.retrieval.retrievers import Retriever, register_retriever
-from knowledge_store.store import KnowledgeStore
 
 __version__ = "0.1.0"
 

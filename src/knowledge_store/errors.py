@@ -139,8 +139,8 @@ class BatchRejected(InvalidRecord):
         self.message = (
             f"{clip(first.describe())}"
             + (f" (and {more} more bad record{'s' if more != 1 else ''})" if more else "")
-            + "; nothing was published. Fix the records or pass --skip-invalid"
-            " to publish the good ones."
+            + "; nothing was published. Fix the records, or publish the good ones"
+            " with skip_invalid."
         )
         self.args = (self.message,)
         self.rejections = rejections

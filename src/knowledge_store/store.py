@@ -1,82 +1,107 @@
-"""``KnowledgeStore``: the Python API over one engine (DESIGN §6).
+"""``KnowledgeStore``: the Python API over one engine (DESIGN §6) — the boundary.
 
-Every CLI command, tool and endpoint calls one method of this class.
+Every CLI command, tool and endpoint calls one method of this class. Each
+read takes either its request model (:mod:`knowledge_store.requests`) or the
+keyword arguments that build it: the request is validated once into the typed
+values engines take, so every surface has the same bounds and the same
+errors. Each read runs on one reader (:meth:`KnowledgeStore.reader`): one
+snapshot, the identity expanded once. The library never reads the
+environment: the CLI and the server decide defaults (``KS_AS``, ``KS_STORE``).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from knowledge_store.engines.base import AclExplanation, Engine, PrincipalInfo, StoreStats
-from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
+from knowledge_store.engines.base import Engine
+from knowledge_store.errors import InvalidRequest, ModelMismatch
 from knowledge_store.ingest.embedding import Embedder, embedder_for, open_embedder, spec_of
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
     MAX_ACL_PRINCIPALS,
+    MAX_UID_LENGTH,
+    AclChange,
+    AclExplanation,
     AggregateAnswer,
     ChunkHits,
+    Content,
+    DeleteReport,
     Entity,
-    Filters,
     GraphHits,
     Identity,
     IngestReport,
+    MembershipsLoaded,
+    PrincipalInfo,
     QueryAnswer,
     SearchAnswer,
     SqlHits,
+    StoreStats,
     check_list_bound,
     text_problem,
 )
-from knowledge_store.retrieval import search as fused
-from knowledge_store.retrieval.filters import FiltersLike, coerce_filters
+from knowledge_store.requests import (
+    AclRequest,
+    AggregateRequest,
+    ContentRequest,
+    DeleteRequest,
+    DocsSearchRequest,
+    FacetsRequest,
+    GraphRequest,
+    KnowledgeRequest,
+    LearningPathRequest,
+    LexicalRequest,
+    MemberRequest,
+    PrincipalRequest,
+    QueryGraphRequest,
+    RelatedRequest,
+    SearchRequest,
+    VectorRequest,
+    XrefRequest,
+)
+from knowledge_store.retrieval.docs_tools import (
+    GraphFacets,
+    LearningPath,
+    Related,
+    XrefResolution,
+)
+from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
+from knowledge_store.retrieval.reader import StoreReader, request_of
 from knowledge_store.retrieval.retrievers import Retriever
 
-__all__ = ["DEFAULT_STORE", "KnowledgeStore"]
+__all__ = [
+    "DEFAULT_STORE",
+    "KnowledgeStore",
+    "get_learning_path",
+    "get_related",
+    "graph_facets",
+    "resolve_xref",
+]
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
 
 
-#: The longest uid a lookup takes (stored uids are shorter: ``model.MAX_UID_CHARS``).
-_MAX_LOOKUP_UID = 4096
-
-
 def _uid(uid: object, field: str = "uid") -> str:
     """A uid to look up: text the engines can bind (a lone surrogate or NUL is not)."""
-    if not isinstance(uid, str) or not uid or text_problem(uid, _MAX_LOOKUP_UID) is not None:
+    if not isinstance(uid, str) or not uid or text_problem(uid, MAX_UID_LENGTH) is not None:
         raise InvalidRequest(
-            f"a uid is a non-empty string of at most {_MAX_LOOKUP_UID} characters of Unicode"
+            f"a uid is a non-empty string of at most {MAX_UID_LENGTH} characters of Unicode"
             " text (no NUL, no lone surrogate)",
             field=field,
         )
     return uid
 
 
-def _text(text: str) -> str:
-    """A query text: any characters (NUL is matched literally) but lone surrogates, which
-    are not text at all and no engine can bind."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidRequest(
-            "the query text holds a lone surrogate (\\ud800–\\udfff), which is not Unicode"
-            " text; send it as UTF-8",
-            field="query",
-        ) from None
-    except AttributeError:
-        pass  # not a string: the primitive says what it takes
-    return text
-
-
 def _identity(who: IdentityLike) -> Identity:
     if isinstance(who, Identity):
         return who
-    return Identity(who or os.environ.get("KS_AS") or "everyone")
+    return Identity(who or "everyone")
 
 
 def open_engine(location: str | Path) -> Engine:
@@ -103,13 +128,14 @@ class KnowledgeStore:
     def open(
         cls, location: str | Path | None = None, *, embedder: str | Embedder | None = None
     ) -> KnowledgeStore:
-        """Open (or create) the store at ``location`` (default ``$KS_STORE``, else ``./.ks``).
+        """Open (or create) the store at ``location`` (default ``./.ks``).
 
-        ``embedder`` (default ``$KS_EMBEDDER``): a spec or an :class:`Embedder`; without
-        one, the store embeds with the model it records, and a new store with the default.
+        ``embedder``: a spec or an :class:`Embedder`; without one, the store embeds
+        with the model it records, and a new store with the default. (The library
+        reads no environment: ``ks`` maps ``KS_STORE`` and ``KS_EMBEDDER``.)
         """
-        where = location or os.environ.get("KS_STORE") or DEFAULT_STORE
-        return cls(open_engine(where), embedder=embedder or os.environ.get("KS_EMBEDDER") or None)
+        where = location or DEFAULT_STORE
+        return cls(open_engine(where), embedder=embedder)
 
     def close(self) -> None:
         self.engine.close()
@@ -133,14 +159,15 @@ class KnowledgeStore:
         Raises ``ModelMismatch`` when the given one makes other vectors than the
         store holds (``ks rebuild --reembed`` re-embeds the store in place).
         """
-        recorded = self.engine.model()
+        writer = self.engine.writer
+        recorded = writer.model()
         if self._embedder is None:
             if isinstance(self._embedder_arg, str):
                 self._embedder = open_embedder(self._embedder_arg)
             elif recorded is None:
                 self._embedder = open_embedder()
             else:
-                self._embedder = embedder_for(recorded[0], self.engine.model_spec())
+                self._embedder = embedder_for(recorded[0], writer.model_spec())
         if recorded is not None and recorded != (self._embedder.model_id, self._embedder.dimension):
             raise ModelMismatch(
                 f"this store's vectors are {recorded[0]} ({recorded[1]} dimensions), not"
@@ -169,7 +196,7 @@ class KnowledgeStore:
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         loaded = load_paths(paths, format=format, source=source, default_acl=acl or None)
         return ingest_entities(
-            self.engine,
+            self.engine.writer,
             self.embedder,
             self.embedder_spec,
             [r.entity for r in loaded.records],
@@ -221,7 +248,7 @@ class KnowledgeStore:
             seen[entity.uid] = line
             entities.append(entity)
         return ingest_entities(
-            self.engine,
+            self.engine.writer,
             self.embedder,
             self.embedder_spec,
             entities,
@@ -230,96 +257,104 @@ class KnowledgeStore:
             progress=progress,
         )
 
-    def delete(self, uids: Sequence[str]) -> str:
+    def delete(self, uids: Sequence[str] | DeleteRequest) -> DeleteReport:
         """Delete entities (their chunks and outgoing edges) as one publish."""
-        if not uids:
-            raise InvalidRequest("delete needs at least one uid")
-        return self.engine.delete([_uid(uid) for uid in uids])
+        if not isinstance(uids, DeleteRequest) and not uids:
+            raise InvalidRequest("delete needs at least one uid", field="uids")
+        request = request_of(DeleteRequest, uids, uids=uids)
+        unique = list(dict.fromkeys(request.uids))
+        published = self.engine.writer.delete(unique)
+        return DeleteReport(content_root=published.root, deleted=published.deleted)
 
-    # -- primitives ------------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------------
+    @contextmanager
+    def reader(self, identity: IdentityLike = None) -> Iterator[StoreReader]:
+        """One point-in-time view for ``identity`` (default: everyone), for several reads.
+
+        ``with store.reader("user:sam") as r: r.search(…); r.content(uid)`` — one
+        catalog snapshot, the derived indexes at that snapshot, the identity
+        expanded once: every answer carries the same content root.
+        """
+        with self.engine.reader(_identity(identity)) as engine_reader:
+            yield StoreReader(engine_reader, lambda: self.embedder)
+
     def lexical(
         self,
-        text: str,
+        text: str | LexicalRequest,
         *,
         identity: IdentityLike = None,
         k: int = 10,
-        filters: Filters | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        return self.engine.lexical(_identity(identity), _text(text), k, filters or Filters())
+        with self.reader(identity) as r:
+            return r.lexical(text, k=k, filters=filters, explain=explain)
 
     def vector(
         self,
-        query: str | np.ndarray,
+        query: str | np.ndarray | VectorRequest,
         *,
         identity: IdentityLike = None,
         k: int = 10,
-        filters: Filters | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
-        who = _identity(identity)
-        if isinstance(query, str):
-            _text(query)
-            if not query.strip():
-                raise InvalidRequest("vector needs a non-empty text")
-            vec = self.embedder.embed_query(query)
-        else:
-            vec = np.asarray(query, dtype=np.float32)
-        return self.engine.vector(who, vec, k, filters or Filters())
+        with self.reader(identity) as r:
+            return r.vector(query, k=k, filters=filters, explain=explain)
 
     def search(
         self,
-        text: str | None,
+        text: str | SearchRequest | None = None,
         *,
         identity: IdentityLike = None,
         k: int = 10,
-        filters: FiltersLike = None,
+        filters: Any = None,
         mode: str | None = None,
         weights: Mapping[str, float] | None = None,
         explain: bool = False,
         retrievers: Sequence[str | Retriever] | None = None,
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
-        return fused.search(
-            self.engine,
-            lambda: self.embedder,
-            _identity(identity),
-            None if text is None else _text(text),
-            k=k,
-            filters=coerce_filters(filters),
-            mode=mode,
-            weights=weights,
-            explain=explain,
-            retrievers=retrievers,
-        )
+        with self.reader(identity) as r:
+            return r.search(
+                text,
+                k=k,
+                filters=filters,
+                mode=mode,
+                weights=weights,
+                explain=explain,
+                retrievers=retrievers,
+            )
 
     def sql(
         self,
-        filters: FiltersLike = None,
+        filters: Any = None,
         *,
         identity: IdentityLike = None,
         order: str | None = None,
         k: int = 10,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
-        return self.engine.sql(_identity(identity), coerce_filters(filters), order=order, k=k)
+        with self.reader(identity) as r:
+            return r.sql(filters, order=order, k=k)
 
     def aggregate(
         self,
-        metric: str,
+        metric: str | AggregateRequest,
         dimension: str | None = None,
         *,
         identity: IdentityLike = None,
-        filters: FiltersLike = None,
+        filters: Any = None,
     ) -> AggregateAnswer:
-        """A catalog metric by a dimension over the visible slice (``retrieval.aggregates``)."""
-        return self.engine.aggregate(
-            _identity(identity), metric, dimension, coerce_filters(filters)
-        )
+        """A catalog metric by a dimension over the visible slice (DESIGN §2)."""
+        with self.reader(identity) as r:
+            return r.aggregate(metric, dimension, filters=filters)
 
     def graph(
         self,
-        starts: Sequence[str],
+        starts: Sequence[str] | GraphRequest,
         *,
         identity: IdentityLike = None,
         depth: int = 1,
@@ -328,45 +363,114 @@ class KnowledgeStore:
         k: int = 10,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
-        return self.engine.graph(
-            _identity(identity), starts, depth=depth, labels=labels, direction=direction, k=k
-        )
+        with self.reader(identity) as r:
+            return r.graph(starts, depth=depth, labels=labels, direction=direction, k=k)
 
     def query_graph(
         self,
-        text: str,
+        text: str | QueryGraphRequest,
         params: Mapping[str, Any] | None = None,
         *,
         identity: IdentityLike = None,
         lenient: bool = False,
     ) -> QueryAnswer:
         """Run a bounded, read-only openCypher query (docs/query_graph.md)."""
-        return self.engine.query_graph(_identity(identity), text, params, lenient=lenient)
+        with self.reader(identity) as r:
+            return r.query_graph(text, params, lenient=lenient)
 
-    def content(self, uid: str, *, identity: IdentityLike = None) -> dict[str, Any]:
+    def content(self, uid: str | ContentRequest, *, identity: IdentityLike = None) -> Content:
         """The entity ``uid`` with its chunks and its edges to entities the caller can read.
 
-        ``{"content_root", "entity": {…fields}, "chunks": […], "edges": {"out": […], "in": […]}}``.
         Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
         """
-        found = self.engine.content(_identity(identity), _uid(uid))
-        if found is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-        return found
+        with self.reader(identity) as r:
+            return r.content(uid)
+
+    # -- docs tools ------------------------------------------------------------------------------
+    def docs_search(
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Any = None,
+    ) -> SearchAnswer:
+        """Fused search over every type but ``codeSample``."""
+        with self.reader(identity) as r:
+            return r.docs_search(text, k=k, filters=filters)
+
+    def code_sample_search(
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Any = None,
+    ) -> CodeSamples:
+        """Fused search over ``codeSample`` entities: each with its code, language and page."""
+        with self.reader(identity) as r:
+            return r.code_sample_search(text, k=k, filters=filters)
+
+    def search_knowledge(
+        self,
+        text: str | KnowledgeRequest,
+        *,
+        identity: IdentityLike = None,
+        k: int = 5,
+        filters: Any = None,
+    ) -> Knowledge:
+        """Fused search as cited passages and one context block, for a chat model."""
+        with self.reader(identity) as r:
+            return r.search_knowledge(text, k=k, filters=filters)
+
+    def get_related(
+        self,
+        uid: str | RelatedRequest,
+        *,
+        identity: IdentityLike = None,
+        labels: Sequence[str] = (),
+        depth: int = 1,
+        direction: str = "both",
+        k: int = 10,
+    ) -> Related:
+        """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
+        with self.reader(identity) as r:
+            return r.get_related(uid, labels=labels, depth=depth, direction=direction, k=k)
+
+    def get_learning_path(
+        self, uid: str | LearningPathRequest, *, identity: IdentityLike = None
+    ) -> LearningPath:
+        """The ordered path or module ``uid`` belongs to, with ``uid``'s place in it."""
+        with self.reader(identity) as r:
+            return r.get_learning_path(uid)
+
+    def resolve_xref(
+        self, ref: str | XrefRequest, *, identity: IdentityLike = None
+    ) -> XrefResolution:
+        """A uid, an href (with or without ``#anchor``) or an exact title → the entity."""
+        with self.reader(identity) as r:
+            return r.resolve_xref(ref)
+
+    def graph_facets(
+        self, uids: Sequence[str] | FacetsRequest, *, identity: IdentityLike = None
+    ) -> GraphFacets:
+        """Visible neighbours of a result set, counted by edge label and entity type."""
+        with self.reader(identity) as r:
+            return r.graph_facets(uids)
 
     # -- store -------------------------------------------------------------------------------------
     def stats(self) -> StoreStats:
-        return self.engine.stats()
+        return self.engine.writer.stats()
 
     @property
     def is_empty(self) -> bool:
-        return self.engine.is_empty()
+        return self.engine.writer.is_empty()
 
     def content_root(self) -> str:
-        return self.engine.content_root()
+        return self.engine.writer.content_root()
 
     def rebuild(self, *, progress: bool = False) -> None:
-        self.engine.rebuild(progress=progress)
+        self.engine.writer.rebuild(progress=progress)
 
     def reembed(self, embedder: str | Embedder | None = None, *, progress: bool = False) -> str:
         """Embed every chunk again with ``embedder`` (default: the default) as one publish.
@@ -378,31 +482,102 @@ class KnowledgeStore:
         from knowledge_store.ingest.reembed import reembed_store
 
         target = embedder if isinstance(embedder, Embedder) else open_embedder(embedder)
-        root = reembed_store(self.engine, target, progress=progress)
+        root = reembed_store(self.engine.writer, target, progress=progress)
         self._embedder_arg = self._embedder = target
         return root
 
     # -- ACL administration ---------------------------------------------------------------------------
-    def grant(self, uid: str, principal: str) -> str:
-        return self.engine.grant(_uid(uid), principal)
+    def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
+        """Let ``principal`` read ``uid`` (one publish)."""
+        request = request_of(AclRequest, uid, uid=uid, principal=principal)
+        root = self.engine.admin.grant(request.uid, request.principal)
+        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
-    def revoke(self, uid: str, principal: str) -> str:
-        return self.engine.revoke(_uid(uid), principal)
+    def revoke(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
+        """Stop ``principal`` reading ``uid`` through its ACL (one publish)."""
+        request = request_of(AclRequest, uid, uid=uid, principal=principal)
+        root = self.engine.admin.revoke(request.uid, request.principal)
+        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
-        return self.engine.acl_show(_uid(uid))
+        return self.engine.admin.acl_show(_uid(uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        return self.engine.acl_explain(principal, _uid(uid))
+        return self.engine.admin.acl_explain(principal, _uid(uid))
 
-    def add_member(self, group: str, member: str) -> None:
-        self.engine.add_member(group, member)
+    def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
+        """Make ``member`` a member of ``group``; the member's groups after it."""
+        request = request_of(MemberRequest, group, group=group, member=member)
+        self.engine.admin.add_member(request.group, request.member)
+        return self.engine.admin.principal_show(request.member)
 
-    def remove_member(self, group: str, member: str) -> None:
-        self.engine.remove_member(group, member)
+    def remove_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
+        """Remove ``member`` from ``group``; the member's groups after it."""
+        request = request_of(MemberRequest, group, group=group, member=member)
+        self.engine.admin.remove_member(request.group, request.member)
+        return self.engine.admin.principal_show(request.member)
 
-    def principal_show(self, principal: str) -> PrincipalInfo:
-        return self.engine.principal_show(principal)
+    def principal_show(self, principal: str | PrincipalRequest) -> PrincipalInfo:
+        request = request_of(PrincipalRequest, principal, principal=principal)
+        return self.engine.admin.principal_show(request.principal)
 
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
-        return self.engine.load_memberships(pairs)
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
+        return self.engine.admin.load_memberships(pairs)
+
+
+# -- the docs tools as functions of a store (the public API of ``knowledge_store``) --------------
+Source = KnowledgeStore | StoreReader | Engine
+
+
+@contextmanager
+def _reading(source: Source, identity: IdentityLike) -> Iterator[StoreReader]:
+    if isinstance(source, StoreReader):
+        yield source
+        return
+    store = source if isinstance(source, KnowledgeStore) else KnowledgeStore(source)
+    with store.reader(identity) as r:
+        yield r
+
+
+def get_related(
+    source: Source,
+    uid: str,
+    *,
+    identity: IdentityLike = None,
+    labels: Sequence[str] = (),
+    depth: int = 1,
+    direction: str = "both",
+    k: int = 10,
+) -> Related:
+    """Entities linked to ``uid`` within ``depth`` ≤ 3 hops, ranked as the graph primitive."""
+    with _reading(source, identity) as r:
+        return r.get_related(uid, labels=labels, depth=depth, direction=direction, k=k)
+
+
+def get_learning_path(source: Source, uid: str, *, identity: IdentityLike = None) -> LearningPath:
+    """The path/module ``uid`` belongs to, in order, with ``uid``'s place in it.
+
+    Walks partOf up to the root (the top ancestor, choosing the best-ranked
+    parent where there are several), then lists the root's tree depth-first,
+    siblings by ``position`` (then title, uid). For a root uid, its whole tree.
+    """
+    with _reading(source, identity) as r:
+        return r.get_learning_path(uid)
+
+
+def resolve_xref(source: Source, ref: str, *, identity: IdentityLike = None) -> XrefResolution:
+    """Resolve a uid, an href (with or without ``#anchor``) or an exact title."""
+    with _reading(source, identity) as r:
+        return r.resolve_xref(ref)
+
+
+def graph_facets(
+    source: Source, uids: Sequence[str], *, identity: IdentityLike = None
+) -> GraphFacets:
+    """Counts of distinct visible neighbours of ``uids``, by edge label and by entity type.
+
+    A neighbour linked by two labels counts once under each label and once in
+    total. Unreadable or missing uids contribute nothing.
+    """
+    with _reading(source, identity) as r:
+        return r.graph_facets(list(uids))

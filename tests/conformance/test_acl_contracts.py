@@ -41,7 +41,7 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
     before = _chunk_ids(store, "user:fin")
     hashes = store.engine.content_hashes(["guide:vacuum", "guide:admin", "ticket:1042"])
     assert "ticket:2001" not in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
-    root = store.grant("ticket:2001", "user:pat")
+    root = store.grant("ticket:2001", "user:pat").content_root
     assert root == store.content_root()
     assert "ticket:2001" in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
     assert "ticket:2001" in {
@@ -56,7 +56,9 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
         r.uid for r in store.search("payroll", identity="user:pat").results
     }
     assert store.acl_show("ticket:2001") == ("group:finance",)
-    assert store.grant("ticket:2001", "group:finance") == store.content_root()  # no change
+    assert (
+        store.grant("ticket:2001", "group:finance").content_root == store.content_root()
+    )  # no change
 
 
 def test_filters_only_narrow_what_the_acl_allows(estate_store: KnowledgeStore) -> None:
@@ -66,9 +68,9 @@ def test_filters_only_narrow_what_the_acl_allows(estate_store: KnowledgeStore) -
             h.uid for h in store.lexical("the a replica payroll vacuum", identity=who, k=100).hits
         }
         for filters in (
-            Filters.build(types=["ticket"]),
-            Filters.build(uids=["ticket:2001", "ticket:1042"]),
-            Filters.build(sources=["tickets", "docs"]),
+            Filters.build(type=["ticket"]),
+            Filters.build(uid=["ticket:2001", "ticket:1042"]),
+            Filters.build(source=["tickets", "docs"]),
         ):
             narrowed = {
                 h.uid

@@ -39,11 +39,9 @@ def test_a_chunk_id_is_the_keyed_hash_of_its_uid_and_ordinal_everywhere(
         [{"uid": "v:2", "type": "page", "title": "W", "body": "kiwi vacuum", "acl": ["everyone"]}]
     )
     chunk_ids = ChunkIds(_key(store))
-    content = {uid: store.content(uid)["chunks"] for uid in ("v:1", "v:2")}
-    expected = {
-        (uid, chunk_ids(uid, c["ordinal"])) for uid, chunks in content.items() for c in chunks
-    }
-    assert {(uid, c["chunk_id"]) for uid, chunks in content.items() for c in chunks} == expected
+    content = {uid: store.content(uid).chunks for uid in ("v:1", "v:2")}
+    expected = {(uid, chunk_ids(uid, c.ordinal)) for uid, chunks in content.items() for c in chunks}
+    assert {(uid, c.chunk_id) for uid, chunks in content.items() for c in chunks} == expected
     lexical = {(h.uid, h.chunk_id) for h in store.lexical("kiwi vacuum", k=50).hits}
     vector = {(h.uid, h.chunk_id) for h in store.vector("kiwi vacuum", k=50).hits}
     evidence = {

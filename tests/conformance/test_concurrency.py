@@ -23,7 +23,7 @@ import pytest
 
 from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
-from knowledge_store.model import Entity, Filters, Identity
+from knowledge_store.model import Entity
 from knowledge_store.store import KnowledgeStore
 
 WRITERS = 3
@@ -54,16 +54,20 @@ def _writer(store: KnowledgeStore, n: int, log: Log, shared: str) -> Callable[[]
             for i in range(PUBLISHES_PER_WRITER):
                 choice = rng.random()
                 if i % 4 == 3:
-                    root = store.grant(shared, f"user:w{n}-{i}")  # read-modify-write of one ACL
+                    root = store.grant(
+                        shared, f"user:w{n}-{i}"
+                    ).content_root  # read-modify-write of one ACL
                     added: set[str] = set()
                     removed: set[str] = set()
                 elif choice < 0.25 and mine:
                     gone = mine.pop(rng.randrange(len(mine)))
-                    root = store.engine.publish([], [gone], kind="delete").root
+                    root = store.engine.writer.publish([], [gone], kind="delete").root
                     added, removed = set(), {gone}
                 else:
                     uids = [f"w{n}:{i}:{j}" for j in range(rng.randint(1, 3))]
-                    root = store.engine.publish([_entity(u) for u in uids], [], kind="ingest").root
+                    root = store.engine.writer.publish(
+                        [_entity(u) for u in uids], [], kind="ingest"
+                    ).root
                     mine.extend(uids)
                     added, removed = set(uids), set()
                 with log.lock:
@@ -78,7 +82,7 @@ def _reader(store: KnowledgeStore, log: Log, stop: threading.Event) -> Callable[
     def run() -> None:
         try:
             while not stop.is_set():
-                answer = store.engine.sql(Identity(), Filters(), k=1000)
+                answer = store.sql(k=1000)
                 with log.lock:
                     log.observed.append(
                         (answer.content_root, frozenset(h.uid for h in answer.hits))
@@ -105,7 +109,7 @@ def _roots_in_order(store: KnowledgeStore) -> list[str]:
 
 def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     shared = "shared"
-    base = store.engine.publish([_entity(shared)], [], kind="ingest").root
+    base = store.engine.writer.publish([_entity(shared)], [], kind="ingest").root
     log = Log()
     log.changes[base] = ({shared}, set())
     stop = threading.Event()
@@ -143,14 +147,14 @@ def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     assert {
         f"user:w{n}-{i}" for n in range(WRITERS) for i in range(3, PUBLISHES_PER_WRITER, 4)
     } <= acl
-    final = {h.uid for h in store.engine.sql(Identity(), Filters(), k=1000).hits}
+    final = {h.uid for h in store.sql(k=1000).hits}
     assert final == set(expected[chain[-1]])
 
 
 @pytest.mark.parametrize("engine_kind", ["postgres"], indirect=True)
 def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     """A reader answers at the old root while a big publish is still uncommitted."""
-    store.engine.publish([_entity("before")], [], kind="ingest")
+    store.engine.writer.publish([_entity("before")], [], kind="ingest")
     old = store.content_root()
     release = threading.Event()
     inside = threading.Event()
@@ -168,12 +172,15 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     thread.start()
     assert inside.wait(10)
     started = time.monotonic()
-    answer = engine.sql(Identity(), Filters(), k=10)
+    answer = store.sql(k=10)
     assert time.monotonic() - started < 2.0
     assert answer.content_root == old and {h.uid for h in answer.hits} == {"before"}
     release.set()
     thread.join(10)
-    assert {h.uid for h in engine.sql(Identity(), Filters(), k=10).hits} == {"before", "during"}
+    assert {h.uid for h in store.sql(k=10).hits} == {
+        "before",
+        "during",
+    }
 
 
 def _records(n: int, body: str = "kiwi") -> list[dict[str, object]]:
@@ -188,7 +195,7 @@ def test_an_ingest_reports_what_its_publish_did_not_what_it_read_before(
 ) -> None:
     """Another writer published these uids between this ingest's read and its publish."""
     store.ingest_records(_records(40))
-    monkeypatch.setattr(store.engine, "content_hashes", lambda uids: {})  # the stale read
+    monkeypatch.setattr(store.engine.writer, "content_hashes", lambda uids: {})  # the stale read
     changed = store.ingest_records(_records(40, "kiwi changed"))
     assert (changed.added, changed.updated, changed.unchanged) == (0, 40, 0)
     again = store.ingest_records(_records(40, "kiwi changed"))

@@ -146,7 +146,7 @@ def test_records_at_every_limit_are_taken_and_answered(hash_store: KnowledgeStor
 
     def everything() -> None:
         assert {h.uid for h in store.sql(k=100).hits} == uids
-        assert store.aggregate("count").rows == [(None, len(uids))]
+        assert store.aggregate("count").pairs() == [(None, len(uids))]
         assert "edge:heading" in {h.uid for h in store.lexical("kiwi long heading", k=20).hits}
         assert RECORDS[-1]["uid"] in {h.uid for h in store.lexical("kiwi", k=20).hits}
         assert store.vector("kiwi", k=5).hits
@@ -156,8 +156,8 @@ def test_records_at_every_limit_are_taken_and_answered(hash_store: KnowledgeStor
         store.add_member(f"group:{wide[5:]}", wide)  # the widest membership
         assert store.query_graph("MATCH (n) RETURN count(*)").rows == [[len(uids)]]
         content = store.content(RECORDS[-1]["uid"])
-        assert content["entity"]["title"] == RECORDS[-1]["title"]
-        assert content["entity"]["attributes"]["ints"] == list(JSON_INT_RANGE)
+        assert content.entity.title == RECORDS[-1]["title"]
+        assert content.entity.attributes["ints"] == list(JSON_INT_RANGE)
         stats = store.stats()
         assert stats.entities == len(uids)
         assert stats.extra.get("indexes", {}).get("error") is None

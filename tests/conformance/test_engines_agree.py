@@ -33,8 +33,7 @@ from typing import Any
 import pytest
 
 from knowledge_store.engines.postgres.engine import PostgresEngine
-from knowledge_store.model import LABELS, Filters, Identity
-from knowledge_store.retrieval.aggregates import DIMENSIONS, METRICS
+from knowledge_store.model import DIMENSIONS, LABELS, METRICS, Filters, Identity
 from knowledge_store.store import KnowledgeStore
 from tests import fields_estate, graph_estate, postgres_support
 from tests.conformance import memo
@@ -103,11 +102,11 @@ def test_content_roots_and_acl_changes_publish_alike(pair: Pair) -> None:
 
 FILTERS = [
     Filters(),
-    Filters.build(types=["page"]),
-    Filters.build(not_types=["codeSample", "page"]),
-    Filters.build(sources=["tickets", "learn"], statuses=["open", "published"]),
+    Filters.build(type=["page"]),
+    Filters.build(not_type=["codeSample", "page"]),
+    Filters.build(source=["tickets", "learn"], status=["open", "published"]),
     Filters.build(created_from="2023-01-01", updated_to="2024-03-01"),
-    Filters.build(uids=["page:start", "ticket:2001", "doc:admin", "nope"]),
+    Filters.build(uid=["page:start", "ticket:2001", "doc:admin", "nope"]),
 ]
 
 
@@ -169,17 +168,28 @@ def test_acl_explanations_and_principals_are_identical(pair: Pair) -> None:
             _same(pair, "acl_explain", who, uid)
 
 
+def _successors(store: KnowledgeStore, ident: Identity, uids: list[str]) -> dict[str, str]:
+    with store.engine.reader(ident) as r:
+        return r.successors(uids, Filters())
+
+
+def _content(store: KnowledgeStore, ident: Identity, uid: str) -> Any:
+    with store.engine.reader(ident) as r:
+        return r.content(uid)
+
+
 def test_successors_and_content_are_identical(pair: Pair) -> None:
     everything = [r["uid"] for r in fields_estate.RECORDS + graph_estate.RECORDS]
     for who in IDENTITIES:
         ident = Identity(who)
-        left, right = (s.engine.successors(ident, everything, Filters()) for s in pair)
+        left, right = (_successors(s, ident, everything) for s in pair)
         assert left == right
         for uid in everything[:40]:
-            a, b = (s.engine.content(ident, uid) for s in pair)
-            if a is None or b is None:
-                assert a is b is None
+            found = [_content(s, ident, uid) for s in pair]
+            if found[0] is None or found[1] is None:
+                assert found[0] is found[1] is None
                 continue
+            a, b = (f.to_dict() for f in found)
             for chunk in a["chunks"] + b["chunks"]:
                 chunk.pop("chunk_id")
             assert a == b
@@ -205,7 +215,7 @@ def _entities(hits: list[Any]) -> list[str]:
 
 def _agreement(pair: Pair, call: str) -> tuple[float, float, list[float]]:
     top1, jaccard, ndcg_gap = [], [], []
-    docs = Filters.build(not_types=["codeSample"])
+    docs = Filters.build(not_type=["codeSample"])
     for q in QUERIES:
         lists = []
         for store in pair:

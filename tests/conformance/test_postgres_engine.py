@@ -25,8 +25,17 @@ from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.engines.postgres.schema import MIGRATIONS, Migration
 from knowledge_store.errors import InvalidRequest, QueryTimeout, StoreError
-from knowledge_store.graphquery.traversal import FANOUT_CAP
-from knowledge_store.model import Edge, Entity, Filters, Identity
+from knowledge_store.graphquery.check import checked_query
+from knowledge_store.model import (
+    FANOUT_CAP,
+    AggregateSpec,
+    Edge,
+    Entity,
+    Filters,
+    GraphQuery,
+    Identity,
+    Order,
+)
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
 from tests.conformance import memo
@@ -94,9 +103,9 @@ def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(datab
     try:
         assert engine.stats().to_dict()["needs_rebuild"] is True
         with pytest.raises(StoreError, match="rebuild"):
-            engine.sql(Identity(), Filters())
+            KnowledgeStore(engine).sql()
         engine.rebuild()
-        assert [h.uid for h in engine.sql(Identity(), Filters()).hits] == ["a"]
+        assert [h.uid for h in KnowledgeStore(engine).sql().hits] == ["a"]
     finally:
         engine.close()
     with pytest.raises(StoreError, match="newer"):
@@ -123,9 +132,7 @@ def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None
     old.close()
     engine = PostgresEngine.open(url)
     try:
-        assert [h.created_at for h in engine.sql(Identity(), Filters()).hits] == [
-            "0001-01-01T00:00:00Z"
-        ]
+        assert [h.created_at for h in KnowledgeStore(engine).sql().hits] == ["0001-01-01T00:00:00Z"]
         engine.publish([prepared("b")], [], kind="ingest")  # the same ACL: the same set
         keys = [r[0] for r in engine.db.conn().execute("SELECT key FROM acl_sets")]
         assert keys == [acl_set_key(acl)]
@@ -225,7 +232,7 @@ def _reference_bm25(engine: PostgresEngine, text: str) -> dict[int, float]:
 def test_sql_bm25_equals_a_reference_implementation(docs: KnowledgeStore, text: str) -> None:
     engine = _engine(docs)
     reference = _reference_bm25(engine, text)
-    hits = engine.lexical(Identity("user:sam"), text, 20, Filters()).hits
+    hits = docs.lexical(text, identity="user:sam", k=20).hits
     assert hits, text
     expected = sorted(reference.items(), key=lambda kv: (-kv[1], kv[0]))[: len(hits)]
     public = {  # answers name a chunk by its public id (engines.shared.ChunkIds)
@@ -243,9 +250,10 @@ def test_identifiers_stay_matchable(docs: KnowledgeStore) -> None:
     for ranker in ("bm25", "ts_rank_cd"):
         engine = PostgresEngine.open(_engine(docs).path, lexical_ranker=ranker)
         try:
-            hits = engine.lexical(Identity(), "pg_stat_activity", 3, Filters()).hits
+            store = KnowledgeStore(engine)
+            hits = store.lexical("pg_stat_activity", k=3).hits
             assert hits and hits[0].uid == "guide:monitoring", ranker
-            literal = engine.lexical(Identity(), "'; DROP TABLE chunks; --", 3, Filters()).hits
+            literal = store.lexical("'; DROP TABLE chunks; --", k=3).hits
             assert all("drop" in h.text.lower() or "table" in h.text.lower() for h in literal)
             assert engine.stats().chunks > 0  # the words were searched for, nothing ran
         finally:
@@ -295,18 +303,19 @@ def test_filtered_vectors_fall_back_to_post_filtered_hnsw_on_pgvector_0_6(
     engine = _engine(docs)
     assert not engine.features.iterative_scan
     query = memo.shared().embed_query("how do I see which queries are running")
-    everyone = engine.vector(Identity(), query, 10, Filters())
+    store = KnowledgeStore(engine)
+    everyone = store.vector(query, k=10)
     assert everyone.vector is not None and everyone.vector.strategy == "exact"  # a small store
     # pretend the store is big: the planner now post-filters HNSW candidates
     monkeypatch.setattr(vector_sql, "EXACT_FLOOR", 0)
     monkeypatch.setattr(vector_sql, "EXACT_SHARE", 0.0)
-    filtered = engine.vector(Identity(), query, 10, Filters.build(types=["section"]))
+    filtered = store.vector(query, k=10, filters={"type": ["section"]}, explain=True)
     info = filtered.vector
     assert info is not None and info.strategy == "hnsw-filtered" and not info.exhaustive
     assert info.scanned == filtered.explain["plan"]["ef_search"]  # type: ignore[index]
     assert all(h.type == "section" for h in filtered.hits) and filtered.hits
     monkeypatch.undo()
-    exact = engine.vector(Identity(), query, 10, Filters.build(types=["section"]))
+    exact = store.vector(query, k=10, filters={"type": ["section"]})
     assert exact.vector is not None and exact.vector.exhaustive
     got = {h.chunk_id for h in filtered.hits}
     assert len(got & {h.chunk_id for h in exact.hits}) >= 0.8 * len(exact.hits)
@@ -316,7 +325,7 @@ def test_a_vector_of_another_dimension_is_refused(docs: KnowledgeStore) -> None:
     from knowledge_store.errors import ModelMismatch
 
     with pytest.raises(ModelMismatch):
-        _engine(docs).vector(Identity(), np.ones(12, np.float32), 5, Filters())
+        docs.vector(np.ones(12, np.float32), k=5)
 
 
 # -- graph -----------------------------------------------------------------------------------------------
@@ -356,10 +365,11 @@ def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
         )
         engine.db.conn().execute("ANALYZE")
         started = time.perf_counter()
+        store = KnowledgeStore(engine)
         with pytest.raises(QueryTimeout, match="250 ms"):
-            engine.query_graph(Identity(), "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
+            store.query_graph("MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid")
         assert time.perf_counter() - started < 2.0
-        answer = engine.query_graph(Identity(), "MATCH (a {uid: $u}) RETURN a.uid", {"u": "n:1"})
+        answer = store.query_graph("MATCH (a {uid: $u}) RETURN a.uid", {"u": "n:1"})
         assert answer.rows == [["n:1"]]
         # the primitive's fan-out cap: a hub with more than FANOUT_CAP neighbours
         leaves = FANOUT_CAP + 5
@@ -383,9 +393,9 @@ def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
             [],
             kind="ingest",
         )
-        hub = engine.graph(Identity(), ["hub"], k=1000)
+        hub = store.graph(["hub"], k=1000)
         assert hub.capped is True and len(hub.hits) == 1000
-        assert engine.graph(Identity(), ["leaf:1"]).capped is False
+        assert store.graph(["leaf:1"]).capped is False
     finally:
         engine.close()
 
@@ -451,19 +461,23 @@ def test_no_input_value_reaches_the_sql_text(
 ) -> None:
     engine = _engine(docs)
     seen: list[str] = []
-    real = engine.db.conn
+    real, borrow, give = engine.db.conn, engine.db.borrow, engine.db.give
     monkeypatch.setattr(engine.db, "conn", lambda: _Recorder(real(), seen))
+    monkeypatch.setattr(engine.db, "borrow", lambda: _Recorder(borrow(), seen))
+    monkeypatch.setattr(engine.db, "give", lambda conn: give(conn._conn))
     mark = "zqx9"
     who = Identity(f"user:{mark}'--")
-    filters = Filters.build(types=[f"{mark}'"], sources=[mark], uids=[f"{mark};"])
-    engine.lexical(who, f"{mark} ' OR 1=1 pg_stat_{mark}", 5, filters)
-    engine.vector(who, memo.shared().embed_query("anything"), 5, filters)
-    engine.sql(who, filters, order="title", k=5)
-    engine.aggregate(who, "count", "created_at:week", filters)
-    engine.successors(who, [mark], filters)
-    engine.graph(who, [f"{mark}'"], depth=3, labels=["xref"], direction="both")
-    engine.query_graph(who, "MATCH (a {uid: $u})-[:xref*1..2]-(b) RETURN b.uid", {"u": mark})
-    engine.content(who, mark)
+    filters = Filters.build(type=[f"{mark}'"], source=[mark], uid=[f"{mark};"])
+    with engine.reader(who) as r:
+        r.lexical(f"{mark} ' OR 1=1 pg_stat_{mark}", 5, filters)
+        r.vector(memo.shared().embed_query("anything"), 5, filters)
+        r.sql(filters, Order.parse("title"), 5)
+        r.aggregate(AggregateSpec.of("count", "created_at:week"), filters)
+        r.successors([mark], filters)
+        r.graph(GraphQuery(starts=(f"{mark}'",), depth=3, labels=("xref",), direction="both"))
+        text = "MATCH (a {uid: $u})-[:xref*1..2]-(b) RETURN b.uid"
+        r.query_graph(checked_query(text, {"u": mark}), {"u": mark})
+        r.content(mark)
     engine.acl_explain(who.principal, "guide:monitoring")
     assert len(seen) > 10
     for statement in seen:

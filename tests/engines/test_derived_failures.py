@@ -41,10 +41,10 @@ def _records(prefix: str, n: int, **extra: Any) -> list[dict[str, Any]]:
 
 def _catalog_reads_answer(store: KnowledgeStore, entities: int) -> None:
     assert len(store.sql(k=100).hits) == entities
-    assert store.aggregate("count").rows == [(None, entities)]
+    assert [(r.key, r.value) for r in store.aggregate("count").rows] == [(None, entities)]
     assert store.graph(["p:0"]).hits
     assert store.query_graph("MATCH (n) RETURN count(*)").rows == [[entities]]
-    assert store.content("p:0")["entity"]["uid"] == "p:0"
+    assert store.content("p:0").entity.uid == "p:0"
     assert store.stats().entities == entities
 
 

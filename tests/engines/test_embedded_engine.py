@@ -93,7 +93,7 @@ def test_content_root_is_deterministic(tmp_path: Path, embedder: Embedder) -> No
 
 def test_delete_removes_entity_chunks_and_outgoing_edges(estate_store: KnowledgeStore) -> None:
     assert "guide:monitoring" in _uids(estate_store.lexical("pg_stat_activity"))
-    root = estate_store.delete(["guide:monitoring"])
+    root = estate_store.delete(["guide:monitoring"]).content_root
     assert root == estate_store.content_root()
     assert estate_store.lexical("pg_stat_activity").hits == []
     assert "guide:monitoring" not in _uids(estate_store.vector("server process query", k=20))
@@ -122,7 +122,7 @@ def test_a_bad_record_publishes_nothing_unless_skip_invalid(store: KnowledgeStor
 
 
 def test_filters_apply_inside_both_primitives(estate_store: KnowledgeStore) -> None:
-    only_chapters = Filters.build(types=["chapter"])
+    only_chapters = Filters.build(type=["chapter"])
     assert set(_uids(estate_store.lexical("database server", filters=only_chapters))) <= {
         "guide:admin"
     }

@@ -14,10 +14,11 @@ import pytest
 
 from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
+from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.traversal import traverse
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
-from knowledge_store.graphquery.traversal import FANOUT_CAP, traverse
 from knowledge_store.ingest.embedding import Embedder
-from knowledge_store.model import LABELS, Edge, Entity, Identity
+from knowledge_store.model import FANOUT_CAP, LABELS, Edge, Entity, GraphQuery, Identity
 from knowledge_store.store import KnowledgeStore
 from tests import graph_estate
 
@@ -112,7 +113,7 @@ def test_unknown_label_lists_the_nine(estate: KnowledgeStore) -> None:
 def test_bad_requests(estate: KnowledgeStore) -> None:
     with pytest.raises(InvalidRequest, match="at least one start uid"):
         estate.graph([])
-    with pytest.raises(InvalidRequest, match="use out, in or both"):
+    with pytest.raises(InvalidRequest, match="use one of: out, in, both"):
         estate.graph(["page:start"], direction="sideways")
     with pytest.raises(InvalidRequest, match="k must be between 1 and 1000"):
         estate.graph(["page:start"], k=0)
@@ -164,7 +165,8 @@ def test_k_cuts_the_ranking(estate: KnowledgeStore) -> None:
 def test_fan_out_cap_is_reported(estate: KnowledgeStore) -> None:
     catalog = estate.engine.catalog  # type: ignore[attr-defined]
     with catalog.read() as conn:
-        small = traverse(conn, "everyone", ["page:start"], depth=2, fanout=2)
+        walk = GraphQuery(starts=("page:start",), depth=2, fanout=2)
+        small = traverse(conn, SQLITE, ["everyone"], walk)
     assert small.capped is True
     assert [r.uid for r in small.reached if r.hops == 1] == ["page:m3", "page:m2"]
 
@@ -187,9 +189,11 @@ def test_fan_out_cap_default_on_a_hub(tmp_path: Path) -> None:
         engine.catalog.apply_publish(
             [PreparedEntity(e, (), np.zeros((0, 384), np.float32)) for e in rows], [], kind="ingest"
         )
-        answer = engine.graph(Identity(), ["hub"], k=1000)
+        with engine.reader(Identity()) as r:
+            answer = r.graph(GraphQuery(starts=("hub",), k=1000))
+            leaf = r.graph(GraphQuery(starts=("leaf:1",)))
         assert answer.capped is True and len(answer.hits) == 1000
-        assert engine.graph(Identity(), ["leaf:1"]).capped is False
+        assert leaf.capped is False
     finally:
         engine.close()
 

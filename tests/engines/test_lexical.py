@@ -111,20 +111,20 @@ def expected(held: set[str] | None, f: Filters) -> set[int]:
             continue
         if held is not None and not held & set(d.acl):
             continue
-        if f.types and d.type not in f.types:
+        if f.values("type") and d.type not in f.values("type"):
             continue
-        if d.type in f.not_types:
+        if d.type in f.excluded("type"):
             continue
-        if f.sources and d.source not in f.sources:
+        if f.values("source") and d.source not in f.values("source"):
             continue
-        if f.statuses and d.status not in f.statuses:
+        if f.values("status") and d.status not in f.values("status"):
             continue
-        if f.uids and d.uid not in f.uids:
+        if f.values("uid") and d.uid not in f.values("uid"):
             continue
         ok = True
         for value, lo, hi in (
-            (d.created_at, f.created_from, f.created_to),
-            (d.updated_at, f.updated_from, f.updated_to),
+            (d.created_at, *f.range("created_at")),
+            (d.updated_at, *f.range("updated_at")),
         ):
             if lo is None and hi is None:
                 continue
@@ -181,18 +181,18 @@ def test_k_zero_returns_nothing_and_a_huge_k_is_fine(index: LexicalIndex) -> Non
 @pytest.mark.parametrize(
     "filters",
     [
-        Filters(types=("chapter",)),
-        Filters(types=("chapter", "ticket")),
-        Filters(not_types=("codeSample",)),
-        Filters(not_types=("codeSample", "section")),
-        Filters(sources=("jira",)),
-        Filters(statuses=("draft",)),
-        Filters(uids=("e3", "e10", "e77")),
-        Filters(created_from=DATES[3], created_to=DATES[7]),  # inclusive on both ends
-        Filters(created_from=DATES[5]),
-        Filters(updated_to=DATES[2]),
-        Filters(updated_from=DATES[4], updated_to=DATES[4]),
-        Filters(types=("section",), sources=("docs",), statuses=("published",)),
+        Filters.build(type=("chapter",)),
+        Filters.build(type=("chapter", "ticket")),
+        Filters.build(not_type=("codeSample",)),
+        Filters.build(not_type=("codeSample", "section")),
+        Filters.build(source=("jira",)),
+        Filters.build(status=("draft",)),
+        Filters.build(uid=("e3", "e10", "e77")),
+        Filters.build(created_from=DATES[3], created_to=DATES[7]),  # inclusive on both ends
+        Filters.build(created_from=DATES[5]),
+        Filters.build(updated_to=DATES[2]),
+        Filters.build(updated_from=DATES[4], updated_to=DATES[4]),
+        Filters.build(type=("section",), source=("docs",), status=("published",)),
     ],
     ids=repr,
 )
@@ -205,7 +205,7 @@ def test_filters_restrict_inside_the_query(index: LexicalIndex, filters: Filters
 def test_range_bounds_are_inclusive(index: LexicalIndex) -> None:
     day = DATES[4]
     hits = index.search(
-        "common", 1000, principals=None, filters=Filters(created_from=day, created_to=day)
+        "common", 1000, principals=None, filters=Filters.build(created_from=day, created_to=day)
     )
     assert hits and all(BY_CHUNK[c].created_at == day for c, _, _ in hits)
 
@@ -226,23 +226,34 @@ def test_no_principals_see_nothing(index: LexicalIndex) -> None:
     assert index.search("pg_stat_activity", 10, principals=[], filters=Filters()) == []
 
 
-filter_values = st.builds(
-    Filters,
-    types=st.lists(st.sampled_from(TYPES), max_size=2).map(tuple),
-    not_types=st.lists(st.sampled_from(TYPES), max_size=2).map(tuple),
-    sources=st.lists(st.sampled_from(SOURCES), max_size=2).map(tuple),
-    statuses=st.lists(st.sampled_from(STATUSES), max_size=1).map(tuple),
-    uids=st.lists(st.sampled_from([f"e{i}" for i in range(1, 160)]), max_size=40).map(tuple),
-    created_from=st.none() | st.sampled_from(DATES),
-    created_to=st.none() | st.sampled_from(DATES),
-    updated_from=st.none() | st.sampled_from(DATES),
-    updated_to=st.none() | st.sampled_from(DATES),
-)
+def _ordered(low: str | None, high: str | None) -> tuple[str | None, str | None]:
+    return (low, high) if low is None or high is None or low <= high else (high, low)
+
+
+@st.composite
+def filter_values(draw: st.DrawFn) -> Filters:
+    created = _ordered(
+        draw(st.none() | st.sampled_from(DATES)), draw(st.none() | st.sampled_from(DATES))
+    )
+    updated = _ordered(
+        draw(st.none() | st.sampled_from(DATES)), draw(st.none() | st.sampled_from(DATES))
+    )
+    return Filters.build(
+        type=draw(st.lists(st.sampled_from(TYPES), max_size=2)),
+        not_type=draw(st.lists(st.sampled_from(TYPES), max_size=2)),
+        source=draw(st.lists(st.sampled_from(SOURCES), max_size=2)),
+        status=draw(st.lists(st.sampled_from(STATUSES), max_size=1)),
+        uid=draw(st.lists(st.sampled_from([f"e{i}" for i in range(1, 160)]), max_size=40)),
+        created_from=created[0],
+        created_to=created[1],
+        updated_from=updated[0],
+        updated_to=updated[1],
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    filters=filter_values,
+    filters=filter_values(),
     held=st.none() | st.sets(st.sampled_from([*PRINCIPALS, "group:other"]), max_size=4),
 )
 def test_filters_and_acl_match_the_reference(
@@ -273,7 +284,7 @@ INJECTIONS = [
 
 @pytest.mark.parametrize("text", INJECTIONS, ids=lambda t: repr(t[:30]))
 def test_injection_strings_never_widen(index: LexicalIndex, text: str) -> None:
-    f = Filters(types=("chapter",))
+    f = Filters.build(type=("chapter",))
     hits = index.search(text, 1000, principals={"group:b"}, filters=f)
     assert chunks(hits) <= expected({"group:b"}, f)
 
@@ -291,7 +302,7 @@ def test_query_syntax_is_matched_literally(index: LexicalIndex) -> None:
     )
 )
 def test_arbitrary_text_never_crashes_or_widens(index: LexicalIndex, text: str) -> None:
-    f = Filters(not_types=("section",), statuses=("draft",))
+    f = Filters.build(not_type=("section",), status=("draft",))
     hits = index.search(text, 50, principals={"user:u"}, filters=f)
     assert len(hits) <= 50
     allowed = {d.chunk_id for d in DOCS if "user:u" in d.acl and d.type != "section"}

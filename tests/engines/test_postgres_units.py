@@ -18,6 +18,7 @@ from knowledge_store.engines.postgres.schema import (
     vector_ddl,
 )
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.graphquery.check import checked_query
 from knowledge_store.model import Filters
 
 
@@ -95,47 +96,50 @@ def test_vector_settings_and_statements() -> None:
     q = np.ones(4, np.float32)
     exact = vector.plan_vector(100, 100_000, 10, V06)
     assert vector.settings(exact) == []
-    sql, params = vector.vector_statement(exact, "user:a", q, 10, Filters.build(types=["page"]))
+    held = ["everyone", "user:a"]
+    sql, params = vector.vector_statement(exact, held, q, 10, Filters.build(type=["page"]))
     assert "+ 0" in sql and "held" in sql and "e.type = ANY(%(f0)s::text[])" in sql
     assert params["f0"] == ["page"]  # a FILTERS list is one bound array, whatever its length
-    assert params["principal"] == "user:a" and "user:a" not in sql
+    assert params["held"] == held and "user:a" not in sql
     filtered = vector.plan_vector(50_000, 100_000, 10, V06)
     assert vector.settings(filtered) == ["SET LOCAL hnsw.ef_search = 80"]
-    sql, params = vector.vector_statement(filtered, "user:a", q, 10, Filters())
+    sql, params = vector.vector_statement(filtered, held, q, 10, Filters())
     assert "nearest AS MATERIALIZED" in sql and params["ef"] == 80
     iterative = vector.plan_vector(50_000, 100_000, 10, V08)
     assert vector.settings(iterative) == [
         f"SET LOCAL hnsw.ef_search = {vector.EF_SEARCH}",
         "SET LOCAL hnsw.iterative_scan = strict_order",
     ]
-    sql, _ = vector.vector_statement(iterative, "user:a", q, 10, Filters())
+    sql, _ = vector.vector_statement(iterative, held, q, 10, Filters())
     assert "nearest" not in sql and "ORDER BY c.embedding <=> %(q)s" in sql
 
 
 def test_every_lexical_ranker_is_one_statement_with_the_acl_inside() -> None:
     marked = "zqx9 ' OR 1=1 --"
     for name in lexical.LEXICAL_RANKERS:
-        st = lexical.lexical_statement(name, "group:zqx9", marked, 10, Filters.build(uids=[marked]))
+        held = ["everyone", "group:zqx9"]
+        st = lexical.lexical_statement(name, held, marked, 10, Filters.build(uid=[marked]))
         assert st.sql.startswith("WITH RECURSIVE held(p)"), name
         assert "vis" in st.sql and "zqx9" not in st.sql, name
-        assert st.params["text"] == marked and st.params["principal"] == "group:zqx9"
+        assert st.params["text"] == marked and st.params["held"] == held
     with pytest.raises(InvalidRequest, match="bm25, ts_rank_cd, pg_search, pg_textsearch"):
-        lexical.lexical_statement("okapi", "everyone", "x", 10, Filters())
+        lexical.lexical_statement("okapi", ["everyone"], "x", 10, Filters())
     assert set(lexical.EXTENSION_INDEX) == {"pg_search", "pg_textsearch"}
 
 
 def test_query_graph_compiles_to_postgresql_with_values_bound() -> None:
-    compiled = prepare_query_graph(
+    params = {"u": "zqx9", "p": "zqx9'", "l": ["zqx9", 3], "k": 5}
+    text = (
         "MATCH (a:page {uid: $u})-[:xref*1..3]->(b) WHERE b.title STARTS WITH $p"
-        " AND b.uid IN $l RETURN b.uid, count(*) AS n ORDER BY n DESC LIMIT $k",
-        {"u": "zqx9", "p": "zqx9'", "l": ["zqx9", 3], "k": 5},
-        "user:zqx9",
+        " AND b.uid IN $l RETURN b.uid, count(*) AS n ORDER BY n DESC LIMIT $k"
     )
+    held = ["everyone", "user:zqx9"]
+    compiled = prepare_query_graph(checked_query(text, params), params, held)
     assert "zqx9" not in compiled.sql
-    assert "%(principal)s" in compiled.sql and ":principal" not in compiled.sql
+    assert "%(held)s" in compiled.sql and ":held" not in compiled.sql
     assert "CROSS JOIN" in compiled.sql and "jsonb_array_elements_text" in compiled.sql
     assert "starts_with(" in compiled.sql and "json_each" not in compiled.sql
-    assert compiled.params["principal"] == "user:zqx9"
+    assert compiled.params["held"] == held
     assert POSTGRES.multiple_recursive_selects is False
 
 

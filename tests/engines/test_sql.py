@@ -9,8 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from knowledge_store.errors import InvalidRequest, UnknownField
-from knowledge_store.model import MAX_FILTER_VALUES, Filters
-from knowledge_store.retrieval.filters import ORDER_FIELDS, coerce_filters, parse_order
+from knowledge_store.model import MAX_FILTER_VALUES, ORDER_FIELDS, Filters, Order
 from knowledge_store.store import KnowledgeStore
 from tests.fields_estate import RECORDS, fields_store, visible_records
 
@@ -114,8 +113,8 @@ def test_long_filter_lists_answer_like_short_ones(fields_store: KnowledgeStore) 
     kept = fields_store.sql({"not_type": padded(["ticket"])}, k=100)
     assert _uids(kept) == [h.uid for h in every.hits if h.type != "ticket"]
     by_type = fields_store.aggregate("count", "type", filters={"type": padded(types)})
-    assert sum(value for _, value in by_type.rows) == len(every.hits)
-    hits = fields_store.lexical("vacuum", k=50, filters=Filters.build(uids=padded(wanted)))
+    assert sum(value for _, value in by_type.pairs()) == len(every.hits)
+    hits = fields_store.lexical("vacuum", k=50, filters=Filters.build(uid=padded(wanted)))
     assert {h.uid for h in hits.hits} <= set(wanted)
 
 
@@ -134,7 +133,7 @@ def test_unknown_order_field_lists_the_valid_ones(fields_store: KnowledgeStore) 
     for name in ORDER_FIELDS:
         assert name in info.value.message
     with pytest.raises(InvalidRequest, match="asc or desc"):
-        parse_order("title:sideways")
+        Order.parse("title:sideways")
 
 
 def test_unknown_filter_name_lists_the_valid_ones(fields_store: KnowledgeStore) -> None:
@@ -143,8 +142,8 @@ def test_unknown_filter_name_lists_the_valid_ones(fields_store: KnowledgeStore) 
     assert "type" in info.value.details["allowed"]
     assert "created_from" in info.value.message
     with pytest.raises(InvalidRequest):
-        coerce_filters({"type": 3})
-    assert coerce_filters({"not-type": "codeSample"}) == Filters(not_types=("codeSample",))
+        Filters.of({"type": 3})
+    assert Filters.of({"not-type": "codeSample"}) == Filters.build(not_type=("codeSample",))
 
 
 def test_inverted_date_range_is_a_clear_error(fields_store: KnowledgeStore) -> None:

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from knowledge_store.errors import InputError, KnowledgeStoreError
-from knowledge_store.graphquery.runner import TIME_LIMIT_S
 from knowledge_store.graphquery.validator import NODE_PROPERTIES
 from knowledge_store.model import LABELS, QueryAnswer
+from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S as TIME_LIMIT_S
 from knowledge_store.store import KnowledgeStore
 from tests import graph_estate
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from knowledge_store.engines.sql.dialect import SQLITE, SqliteDialect
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.graphquery import compile_query, parse, parse_lenient
 from knowledge_store.graphquery import nodes as n
-from knowledge_store.graphquery.dialect import SQLITE, SqliteDialect
 from knowledge_store.graphquery.parser import MAX_QUERY_CHARS
-from knowledge_store.graphquery.traversal import step_joins
+from knowledge_store.graphquery.steps import step_joins
 
 
 def test_the_ast() -> None:
@@ -80,8 +80,8 @@ class _Pyformat(SqliteDialect):
 def test_a_dialect_changes_placeholders_and_quirks_not_the_compiler() -> None:
     query = parse("MATCH (a {uid: $uid})-[:xref*1..2]-(b) WHERE b.type IN $types RETURN b.uid")
     params: dict[str, Any] = {"uid": "x", "types": ["page"]}
-    sqlite = compile_query(query, params, "everyone", dialect=SQLITE)
-    other = compile_query(query, params, "everyone", dialect=_Pyformat())
+    sqlite = compile_query(query, params, ["everyone"], dialect=SQLITE)
+    other = compile_query(query, params, ["everyone"], dialect=_Pyformat())
     assert re.findall(r"%\((\w+)\)s", other.sql)
     assert not re.findall(r"(?<![:\w]):(?!principal)[a-z]\w*", other.sql)
     assert sqlite.params == other.params

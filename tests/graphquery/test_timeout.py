@@ -6,6 +6,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.errors import QueryTimeout
 from knowledge_store.graphquery import parse
-from knowledge_store.graphquery.runner import TIME_LIMIT_S
+from knowledge_store.graphquery.check import checked_query
+from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S as TIME_LIMIT_S
 from knowledge_store.model import Edge, Entity, Identity
 
 NODES = 1500
@@ -41,11 +43,16 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEngine]:
     engine.close()
 
 
+def _run(engine: EmbeddedEngine, text: str, params: dict[str, Any]) -> Any:
+    with engine.reader(Identity()) as r:
+        return r.query_graph(checked_query(text, params), params)
+
+
 def test_an_expensive_query_is_cancelled_at_the_bound(dense: EmbeddedEngine) -> None:
     parse("MATCH (a) RETURN a")  # the grammar is built once per process: not part of the query
     started = time.perf_counter()
     with pytest.raises(QueryTimeout) as caught:
-        dense.query_graph(Identity(), "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
+        _run(dense, "MATCH (a)-[*1..4]-(b) RETURN a.uid, b.uid", {})
     elapsed = time.perf_counter() - started
     assert TIME_LIMIT_S <= elapsed < TIME_LIMIT_S + 0.5
     error = caught.value
@@ -56,18 +63,18 @@ def test_an_expensive_query_is_cancelled_at_the_bound(dense: EmbeddedEngine) -> 
 
 def test_the_store_answers_normally_after_a_timeout(dense: EmbeddedEngine) -> None:
     with pytest.raises(QueryTimeout):
-        dense.query_graph(Identity(), "MATCH (a)-[:xref*1..4]->(b) RETURN count(*)", {})
+        _run(dense, "MATCH (a)-[:xref*1..4]->(b) RETURN count(*)", {})
     assert not dense.catalog._conn().in_transaction
-    answer = dense.query_graph(
-        Identity(), "MATCH (a {uid: $uid})-[:xref]->(b) RETURN count(b)", {"uid": "n:1"}
-    )
+    text = "MATCH (a {uid: $uid})-[:xref]->(b) RETURN count(b)"
+    answer = _run(dense, text, {"uid": "n:1"})
     assert 0 < answer.rows[0][0] <= DEGREE
 
 
 def test_an_anchored_deep_query_on_the_dense_graph_finishes(dense: EmbeddedEngine) -> None:
-    answer = dense.query_graph(
-        Identity(),
-        "MATCH (a {uid: $uid})-[:xref*1..2]->(b) RETURN count(b) AS n",
+    text = "MATCH (a {uid: $uid})-[:xref*1..2]->(b) RETURN count(b) AS n"
+    answer = _run(
+        dense,
+        text,
         {"uid": "n:7"},
     )
     assert answer.rows[0][0] > DEGREE

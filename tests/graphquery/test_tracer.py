@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from knowledge_store import store as docs_tools
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.model import LABELS
-from knowledge_store.retrieval import docs_tools
 from knowledge_store.store import KnowledgeStore
 
 MARK = "zqx9"  # in every input value and user-chosen name below
@@ -44,15 +44,20 @@ def traced(
     estate: KnowledgeStore, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[_Recorder, list[str]]]:
     catalog = estate.engine.catalog  # type: ignore[attr-defined]
-    real: sqlite3.Connection = catalog._conn()
+    real: sqlite3.Connection = catalog.borrow()  # the connection every reader gets below
+    give = catalog.give
     recorder = _Recorder(real)
-    monkeypatch.setattr(catalog, "_conn", lambda: recorder)
+    monkeypatch.setattr(catalog, "borrow", lambda: recorder)
+    monkeypatch.setattr(catalog, "give", lambda conn: real.in_transaction and real.commit())
     trace: list[str] = []
     real.set_trace_callback(trace.append)
     try:
         yield recorder, trace
     finally:
         real.set_trace_callback(None)
+        if real.in_transaction:
+            real.execute("COMMIT")
+        give(real)
 
 
 def _literal(value: Any) -> str:
@@ -109,7 +114,9 @@ def test_query_values_are_bound_parameters(
     estate.query_graph(text, params, identity="user:zqx9")
     _check(recorder, trace)
     graph = [s for s, _ in recorder.statements if s.startswith("WITH RECURSIVE")]
-    assert len(graph) == 1  # one statement per query
+    expansions = [s for s in graph if "memberships" in s]
+    assert len(expansions) == 1  # the reader expands the identity once, in its own statement
+    assert len(graph) == 2  # and the query is one statement
 
 
 @pytest.mark.parametrize(

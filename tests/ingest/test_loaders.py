@@ -91,7 +91,10 @@ def test_a_file_of_unknown_extension_needs_a_format(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "data.txt", record("a"))
     with pytest.raises(InvalidRequest) as caught:
         load(data)
-    assert "--format" in caught.value.message
+    assert (
+        caught.value.details["field"] == "format"
+    )  # the CLI says --format, REST never loads files
+    assert "format: one of jsonl" in caught.value.message
     assert [r.entity.uid for r in load(data, format="jsonl").records] == ["a"]
 
 
@@ -194,7 +197,7 @@ def test_blank_lines_and_a_byte_order_mark_are_fine(tmp_path: Path) -> None:
 def test_records_without_acl_need_a_default(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", {k: v for k, v in record("a").items() if k != "acl"})
     found = only_rejection(load(path))
-    assert found.field == "acl" and "no acl and no --acl default" in found.message
+    assert found.field == "acl" and "no acl and no default acl" in found.message
     assert by_uid(load(path, default_acl=["group:staff"]))["a"].acl == ("group:staff",)
 
 

@@ -177,8 +177,8 @@ def test_dates_are_normalised_to_utc() -> None:
 def test_no_acl_and_no_default_is_rejected() -> None:
     found = rejection(good(acl=...))
     assert found.field == "acl"
-    assert "no acl and no --acl default" in found.message
-    assert "--acl everyone" in found.message
+    assert "no acl and no default acl" in found.message
+    assert '"acl": [...]' in found.message and "--" not in found.message
 
 
 def test_no_acl_takes_the_default_sorted_and_deduplicated() -> None:

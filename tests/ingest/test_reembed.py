@@ -25,6 +25,7 @@ from knowledge_store.ingest.embedding import (
     open_embedder,
 )
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.serve import open_store
 from tests import postgres_support
 from tests.conftest import ESTATE
 
@@ -95,7 +96,7 @@ def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monke
         with pytest.raises(ModelMismatch):
             wrong.ingest_records([{**ESTATE[0], "body": "changed"}])
     monkeypatch.setenv("KS_EMBEDDER", "onnx:int8")  # the CLI's way to choose
-    with KnowledgeStore.open(location) as store:
+    with open_store(location) as store:
         with pytest.raises(ModelMismatch):
             _ = store.embedder
         root = store.reembed("onnx:int8")
@@ -108,7 +109,7 @@ def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monke
         assert hit.score != pytest.approx(fp32_hit.score, abs=1e-6)  # new vectors
         assert store.search("vacuum", k=3).results
     monkeypatch.delenv("KS_EMBEDDER")
-    with KnowledgeStore.open(location) as store:  # the store now says int8
+    with open_store(location) as store:  # the store now says int8
         assert store.embedder is open_embedder("onnx:int8")
         with pytest.raises(ModelMismatch):  # and refuses fp32 vectors
             KnowledgeStore(store.engine, embedder=fp32).ingest_records(

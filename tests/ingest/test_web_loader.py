@@ -472,9 +472,9 @@ def test_a_non_http_start_is_a_request_error() -> None:
 
 
 def test_format_web_reads_urls_and_urls_need_format_web(tmp_path: Path) -> None:
-    with pytest.raises(InvalidRequest, match="--format web reads web sites"):
+    with pytest.raises(InvalidRequest, match="format 'web' reads web sites"):
         load_paths([tmp_path], format="web", source=None, default_acl=None)
-    with pytest.raises(InvalidRequest, match="read it with --format web"):
+    with pytest.raises(InvalidRequest, match="read it with the format 'web'"):
         load_paths(["https://h/docs/"], format="markdown", source=None, default_acl=None)
 
 

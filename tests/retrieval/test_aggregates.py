@@ -12,17 +12,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from knowledge_store.engines.embedded.fields import _bucket_sql
+from knowledge_store.engines.sql.aggregate import bucket_key, bucket_keys, shape_rows
+from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownField
-from knowledge_store.model import Filters
-from knowledge_store.retrieval.aggregates import (
-    DIMENSIONS,
-    METRICS,
-    bucket_key,
-    bucket_keys,
-    check_aggregate,
-    shape_rows,
-)
+from knowledge_store.model import DIMENSIONS, METRICS, AggregateSpec, Filters
 from knowledge_store.store import KnowledgeStore
 from tests.fields_estate import RECORDS, fields_store, visible_records
 
@@ -32,22 +25,22 @@ __all__ = ["fields_store"]
 # -- the catalog --------------------------------------------------------------------------------
 def test_unknown_metric_or_dimension_lists_the_catalog() -> None:
     with pytest.raises(UnknownField) as info:
-        check_aggregate("sum", None)
+        AggregateSpec.of("sum", None)
     assert info.value.details["metrics"] == list(METRICS)
     assert all(m in info.value.message for m in METRICS)
     with pytest.raises(UnknownField) as info:
-        check_aggregate("count", "author")
+        AggregateSpec.of("count", "author")
     assert info.value.details["dimensions"] == list(DIMENSIONS)
     with pytest.raises(UnknownField, match="created_at:day"):
-        check_aggregate("count", "created_at")  # a trend needs a granularity
+        AggregateSpec.of("count", "created_at")  # a trend needs a granularity
     with pytest.raises(UnknownField):
-        check_aggregate("count", "created_at:year")
+        AggregateSpec.of("count", "created_at:year")
 
 
 def test_every_catalog_entry_is_accepted() -> None:
     for metric in METRICS:
         for dimension in (None, *DIMENSIONS):
-            spec = check_aggregate(metric, dimension)
+            spec = AggregateSpec.of(metric, dimension)
             assert spec.metric == metric and spec.dimension == dimension
 
 
@@ -72,7 +65,7 @@ def test_sql_bucket_expression_matches_python(day: date) -> None:
     stamp = f"{day.isoformat()}T12:34:56Z"
     conn.execute("INSERT INTO e VALUES (?)", (stamp,))
     for gran in ("day", "week", "month"):
-        sql = _bucket_sql("created_at", gran)
+        sql = SQLITE.bucket("e.created_at", gran)
         (got,) = conn.execute(f"SELECT {sql} FROM e AS e").fetchone()
         assert got == bucket_key(stamp, gran)
     iso = day.isocalendar()
@@ -99,7 +92,7 @@ def test_bucket_keys_are_every_bucket_once_in_order(first: date, span: int) -> N
 
 
 def test_shape_rows_zero_fills_and_puts_nulls_last() -> None:
-    spec = check_aggregate("count", "created_at:month")
+    spec = AggregateSpec.of("count", "created_at:month")
     rows = shape_rows(spec, {"2024-01": 2, "2024-04": 1, None: 3}, Filters())
     assert rows == [("2024-01", 2), ("2024-02", 0), ("2024-03", 0), ("2024-04", 1), (None, 3)]
     ranged = Filters.build(created_from="2023-12-15", created_to="2024-02-01")
@@ -109,7 +102,7 @@ def test_shape_rows_zero_fills_and_puts_nulls_last() -> None:
         ("2024-02", 0),
     ]
     assert shape_rows(spec, {}, Filters()) == []
-    by_type = check_aggregate("count", "type")
+    by_type = AggregateSpec.of("count", "type")
     assert shape_rows(by_type, {"page": 2, "ticket": 5, "chapter": 2}, Filters()) == [
         ("ticket", 5),
         ("chapter", 2),
@@ -117,7 +110,7 @@ def test_shape_rows_zero_fills_and_puts_nulls_last() -> None:
     ]
     with pytest.raises(BoundExceeded, match="created_at:week"):
         shape_rows(
-            check_aggregate("count", "created_at:day"),
+            AggregateSpec.of("count", "created_at:day"),
             {},
             Filters.build(created_from="1900-01-01", created_to="2024-01-01"),
         )
@@ -135,19 +128,19 @@ def _stamp(value: str | None) -> str | None:
 
 
 def _passes(record: dict[str, Any], f: Filters) -> bool:
-    if f.types and record["type"] not in f.types:
+    if f.values("type") and record["type"] not in f.values("type"):
         return False
-    if record["type"] in f.not_types:
+    if record["type"] in f.excluded("type"):
         return False
-    if f.sources and record["source"] not in f.sources:
+    if f.values("source") and record["source"] not in f.values("source"):
         return False
-    if f.statuses and record["status"] not in f.statuses:
+    if f.values("status") and record["status"] not in f.values("status"):
         return False
-    if f.uids and record["uid"] not in f.uids:
+    if f.values("uid") and record["uid"] not in f.values("uid"):
         return False
     for field, lo, hi in (
-        ("created_at", f.created_from, f.created_to),
-        ("updated_at", f.updated_from, f.updated_to),
+        ("created_at", *f.range("created_at")),
+        ("updated_at", *f.range("updated_at")),
     ):
         value = _stamp(record[field])
         if (lo is not None or hi is not None) and value is None:
@@ -179,8 +172,7 @@ def _oracle(
         groups[key].append(r)
     if not gran:
         return sorted(((k, value(g)) for k, g in groups.items()), key=lambda kv: (-kv[1], kv[0]))
-    lo = f.created_from if field == "created_at" else f.updated_from
-    hi = f.created_to if field == "created_at" else f.updated_to
+    lo, hi = f.range(field)
     dates = sorted(r[field] for r in rows if r[field] is not None)
     start = date.fromisoformat((lo or (dates[0] if dates else "9999-12-31"))[:10])
     end = date.fromisoformat((hi or (dates[-1] if dates else "0001-01-01"))[:10])
@@ -207,10 +199,10 @@ def _filters(draw: st.DrawFn) -> Filters:
     if bounds[2] and bounds[3]:
         assume(bounds[2] <= bounds[3])
     return Filters.build(
-        types=some(_TYPES),
-        not_types=draw(st.sampled_from([[], ["codeSample"], ["ticket"]])),
-        sources=some(_SOURCES),
-        statuses=some(_STATUSES),
+        type=some(_TYPES),
+        not_type=draw(st.sampled_from([[], ["codeSample"], ["ticket"]])),
+        source=some(_SOURCES),
+        status=some(_STATUSES),
         created_from=bounds[0],
         created_to=bounds[1],
         updated_from=bounds[2],
@@ -235,19 +227,21 @@ def test_aggregate_equals_the_oracle_over_visible_records(
     filters: Filters,
 ) -> None:
     answer = fields_store.aggregate(metric, dimension, identity=principal, filters=filters)
-    assert answer.rows == _oracle(principal, metric, dimension, filters)
+    assert answer.pairs() == _oracle(principal, metric, dimension, filters)
     assert answer.metric == metric and answer.dimension == dimension
 
 
 def test_counts_never_reveal_hidden_entities(fields_store: KnowledgeStore) -> None:
-    total = fields_store.aggregate("count").rows
+    total = fields_store.aggregate("count").pairs()
     assert total == [(None, len(visible_records("everyone")))]
-    by_source = dict(fields_store.aggregate("count", "source").rows)
+    by_source = dict(fields_store.aggregate("count", "source").pairs())
     assert "finance" not in by_source  # ticket:3 is finance-only
-    assert dict(fields_store.aggregate("count", "source", identity="user:fay").rows)["finance"] == 1
+    assert (
+        dict(fields_store.aggregate("count", "source", identity="user:fay").pairs())["finance"] == 1
+    )
     # doc:hidden (empty ACL) is counted for nobody
     for who in ("everyone", "user:sam", "user:fay"):
-        drafts = fields_store.aggregate("count", identity=who, filters={"status": "draft"}).rows
+        drafts = fields_store.aggregate("count", identity=who, filters={"status": "draft"}).pairs()
         assert drafts == [(None, 2)]
 
 
@@ -264,18 +258,18 @@ def test_trend_returns_every_bucket_with_zeros(fields_store: KnowledgeStore) -> 
         {"key": "2024-01", "value": 2},
         {"key": "2024-02", "value": 1},
     ]
-    weeks = fields_store.aggregate("count", "updated_at:week", filters={"type": "ticket"}).rows
+    weeks = fields_store.aggregate("count", "updated_at:week", filters={"type": "ticket"}).pairs()
     assert weeks[0] == ("2024-W02", 1) and len(weeks) == 1  # everyone sees ticket:4 only
     sam_weeks = dict(
         fields_store.aggregate(
             "count", "updated_at:week", identity="user:sam", filters={"type": "ticket"}
-        ).rows
+        ).pairs()
     )
     keys = list(sam_weeks)
     assert keys[0] == "2024-W02" and keys[-1] == "2024-W19"
     assert sum(sam_weeks.values()) == 3 and sam_weeks["2024-W10"] == 0
     # the undated glossary falls in the null bucket, listed last
-    days = fields_store.aggregate("count", "created_at:day", filters={"source": "wiki"}).rows
+    days = fields_store.aggregate("count", "created_at:day", filters={"source": "wiki"}).pairs()
     assert days[-1] == (None, 1) and days[0] == ("2024-01-01", 1)
 
 

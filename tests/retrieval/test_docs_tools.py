@@ -9,13 +9,13 @@ import pytest
 from knowledge_store.errors import BoundExceeded, InvalidRequest, NotFound
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import Identity
-from knowledge_store.retrieval.docs_tools import (
+from knowledge_store.store import (
+    KnowledgeStore,
     get_learning_path,
     get_related,
     graph_facets,
     resolve_xref,
 )
-from knowledge_store.store import KnowledgeStore
 from tests import graph_estate
 
 
@@ -34,7 +34,9 @@ def estate(
 def test_get_related_is_the_graph_primitive_from_one_uid(estate: KnowledgeStore) -> None:
     related = get_related(estate, "page:start", depth=2, labels=["xref"])
     primitive = estate.graph(["page:start"], depth=2, labels=["xref"])
-    assert related.hits == primitive.hits
+    assert [h.model_dump() for h in related.related] == [
+        {**h.model_dump(), "href": h.href} for h in primitive.hits
+    ]
     shape = related.to_dict()
     assert shape["uid"] == "page:start" and shape["title"] == "Start here"
     assert shape["related"][0] | {"href": None} == primitive.hits[0].to_dict() | {"href": None}
@@ -43,7 +45,7 @@ def test_get_related_is_the_graph_primitive_from_one_uid(estate: KnowledgeStore)
 
 def test_get_related_takes_an_engine_too(estate: KnowledgeStore) -> None:
     on_engine = get_related(estate.engine, "page:m1", identity=Identity("everyone"))
-    assert {h.uid for h in on_engine.hits} == {"page:start", "page:target"}
+    assert {h.uid for h in on_engine.related} == {"page:start", "page:target"}
 
 
 def test_get_related_bounds_and_acl(estate: KnowledgeStore) -> None:
@@ -53,7 +55,7 @@ def test_get_related_bounds_and_acl(estate: KnowledgeStore) -> None:
         get_related(estate, "page:private")
     with pytest.raises(NotFound):
         get_related(estate, "page:ghost")
-    assert {h.uid for h in get_related(estate, "page:private", identity="user:alice").hits} == {
+    assert {h.uid for h in get_related(estate, "page:private", identity="user:alice").related} == {
         "page:start",
         "page:beyond",
     }

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from knowledge_store.engines.base import Engine
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownField
-from knowledge_store.model import LIST_NAMES, Filters, Identity, SearchAnswer
+from knowledge_store.model import LIST_NAMES, Filters, Order, SearchAnswer
 from knowledge_store.retrieval.fusion import RankedList
+from knowledge_store.retrieval.reader import StoreReader
 from knowledge_store.retrieval.retrievers import (
     BUILT_IN,
     Candidate,
@@ -95,7 +95,7 @@ def test_filters_restrict_every_list_including_graph(fields_store: KnowledgeStor
     for name, items in filtered.explain["lists"].items():
         assert "code:backup-1" not in (items or []), name
     assert all(r.type != "codeSample" for r in filtered.results)
-    pages = fields_store.search("replication", k=20, filters=Filters(types=("page",)))
+    pages = fields_store.search("replication", k=20, filters=Filters.build(type=("page",)))
     assert {r.type for r in pages.results} == {"page"}
 
 
@@ -221,11 +221,10 @@ def test_bad_search_requests(
 def test_search_depth_bounds(fields_store: KnowledgeStore) -> None:
     from knowledge_store.retrieval import search as planner
 
-    engine = fields_store.engine
     with pytest.raises(BoundExceeded, match="use 1 to 3"):
-        planner.search(engine, lambda: fields_store.embedder, Identity(), "x", depth=0)
+        planner.plan("x", k=10, filters=Filters(), depth=0)
     with pytest.raises(BoundExceeded, match="use 1 to 3"):
-        planner.search(engine, lambda: fields_store.embedder, Identity(), "x", depth=5)
+        planner.plan("x", k=10, filters=Filters(), depth=5)
 
 
 # -- the retriever plug-in interface --------------------------------------------------------------------
@@ -236,19 +235,16 @@ class TitlePrefixRetriever:
     granularity: Granularity = "entity"
     stage: Stage = "query"
 
-    def __init__(self, engine: Engine, embedder: Any = None) -> None:
-        self.engine = engine
-
-    def run(self, identity: Identity, request: Request) -> Ranking:
+    def run(self, reader: StoreReader, request: Request) -> Ranking:
         if not request.has_text or request.text is None:
             return Ranking(self.name, "entity", ran=False)
         prefix = request.text.strip().lower()
-        hits = self.engine.sql(identity, request.filters, order="title", k=1000).hits
+        hits = reader.engine.sql(request.filters, Order.parse("title"), 1000).hits
         found = [h for h in hits if h.title.lower().startswith(prefix)]
         return Ranking(
             self.name,
             "entity",
-            [Candidate(h.uid, 1.0, h.title, h.type, h.href) for h in found[: request.k]],
+            [Candidate(h.uid, 1.0) for h in found[: request.k]],
             ms={"title_prefix": 0.0},
         )
 
@@ -265,7 +261,7 @@ def title_prefix() -> Iterator[str]:
 def test_a_plugged_in_retriever_is_fused_and_ranked(
     fields_store: KnowledgeStore, title_prefix: str
 ) -> None:
-    assert isinstance(TitlePrefixRetriever(fields_store.engine), Retriever)
+    assert isinstance(TitlePrefixRetriever(), Retriever)
     text = "write"  # "Write-Ahead Logging" starts with it; little else matches the word
     without = fields_store.search(text, k=5)
     configured = [*BUILT_IN, title_prefix]
@@ -279,9 +275,7 @@ def test_a_plugged_in_retriever_is_fused_and_ranked(
     silent = fields_store.search(text, k=5, retrievers=configured, weights={title_prefix: 0.0})
     assert [r.score for r in silent.results] == [r.score for r in without.results]
     # an instance can be passed directly, too
-    direct = fields_store.search(
-        "glossary", k=3, retrievers=["lexical", TitlePrefixRetriever(fields_store.engine)]
-    )
+    direct = fields_store.search("glossary", k=3, retrievers=["lexical", TitlePrefixRetriever()])
     assert _uids(direct)[0] == "doc:glossary"
     assert direct.results[0].ranks["title_prefix"] == 1
 
@@ -311,7 +305,7 @@ def test_fuse_stages_expands_from_the_top_of_the_first_fusion() -> None:
 def test_the_evaluation_ranks_exactly_like_the_planner(fields_store: KnowledgeStore) -> None:
     from knowledge_store.retrieval.evaluation import Variant, collect, run_variant
 
-    filters = Filters(statuses=("published",))  # no visible supersession in this slice
+    filters = Filters.build(status=("published",))  # no visible supersession in this slice
     queries = [("q1", "vacuum dead tuples"), ("q2", "replication standby"), ("q3", "backup")]
     collected = collect(fields_store, queries, filters=filters)
     for mode in ("rrf", "convex", "adaptive"):

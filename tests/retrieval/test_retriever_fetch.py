@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from knowledge_store.model import Filters, Identity
+from knowledge_store.model import Filters
 from knowledge_store.retrieval import retrievers
 from knowledge_store.retrieval.retrievers import LexicalRetriever, Request, VectorRetriever
 from knowledge_store.store import KnowledgeStore
@@ -39,11 +39,9 @@ def test_k_entities_come_back_even_when_one_entity_owns_the_top_chunks(
     store.ingest_records(RECORDS)
     assert store.stats().chunks >= 5  # the long page alone has more chunks than k
     request = Request("vacuum dead tuples", Filters(), k=2)
-    for retriever in (
-        LexicalRetriever(store.engine),
-        VectorRetriever(store.engine, lambda: store.embedder),
-    ):
-        ranking = retriever.run(Identity(), request)
+    for retriever in (LexicalRetriever(), VectorRetriever()):
+        with store.reader() as reader:
+            ranking = retriever.run(reader, request)
         uids = [uid for uid, _ in ranking.entity_list().items]
         # Asking the engine for k=2 chunks gave two chunks of doc:long: one entity.
         assert len(uids) == 2 and uids[0] == "doc:long", retriever.name

@@ -28,6 +28,7 @@ from knowledge_store.model import (
     MAX_GRAPHQL_TOKENS,
     MAX_INGEST_BYTES,
     MAX_REQUEST_BYTES,
+    MAX_STARTS,
 )
 
 #: A string that stands for a secret inside a request (a token pasted in a body): never echoed.
@@ -75,13 +76,13 @@ def _fragment_bomb(levels: int) -> str:
     """``levels`` fragments, each spreading the next twice: 2**levels spreads if expanded."""
     lines = ["query { ...F0 }"]
     lines += [f"fragment F{i} on Query {{ ...F{i + 1} ...F{i + 1} }}" for i in range(levels)]
-    lines.append(f"fragment F{levels} on Query {{ stats }}")
+    lines.append(f"fragment F{levels} on Query {{ capabilities {{ admin }} }}")
     return "\n".join(lines)
 
 
 #: Eleven distinct top-level fields, no alias (each a store call).
 _ROOT_FIELDS = [
-    "stats",
+    "stats { __typename }",
     "capabilities { admin }",
     'search(query: "vacuum") { mode }',
     'docsSearch(query: "vacuum") { mode }',
@@ -89,9 +90,9 @@ _ROOT_FIELDS = [
     'vector(query: "vacuum") { contentRoot }',
     "sql { contentRoot }",
     "aggregate { metric }",
-    'content(uid: "unit:vacuum") { uid }',
-    'related(uid: "unit:vacuum")',
-    'learningPath(uid: "unit:vacuum")',
+    'content(uid: "unit:vacuum") { entity { uid } }',
+    'related(uid: "unit:vacuum") { uid }',
+    'learningPath(uid: "unit:vacuum") { root }',
 ]
 
 
@@ -347,7 +348,7 @@ def list_cases() -> Iterator[Case]:
         "/v1/graph",
         400,
         "bound_exceeded",
-        json={"starts": _values(101)},
+        json={"starts": _values(MAX_STARTS + 1)},
     )
     yield Case(
         "list-graph-facets-over",
@@ -355,7 +356,7 @@ def list_cases() -> Iterator[Case]:
         "/v1/graph_facets",
         400,
         "bound_exceeded",
-        json={"uids": _values(101)},
+        json={"uids": _values(MAX_STARTS + 1)},
     )
     yield Case(
         "list-query-graph-param-over",

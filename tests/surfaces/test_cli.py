@@ -142,6 +142,10 @@ def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -
     code, err = ks(cli_store, "ingest", "README.md", "--format", "docx", "--json")
     assert code == 2 and err["error"]["code"] == "invalid_request"
     assert "jsonl" in err["error"]["message"]
+    unknown = tmp_path / "records.txt"
+    unknown.write_text("{}")
+    code, err = ks(cli_store, "ingest", str(unknown), "--json")
+    assert code == 2 and "name its --format: one of jsonl" in err["error"]["message"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
         '{"uid": "x", "type": "page", "title": "X", "body": "b", "acl": []}\n{not json\n'
@@ -227,3 +231,16 @@ def test_the_installed_entry_point_runs(cli_store: Path) -> None:
         "principals",
     ):
         assert command in help_text
+
+
+def test_the_cli_reads_ks_as_and_ks_store_and_the_library_reads_neither(
+    cli_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KS_AS", "group:sre")
+    monkeypatch.setenv("KS_STORE", str(cli_store))
+    result = runner.invoke(app, ["lexical", "ERR-1042", "--json"])  # no --store, no --as
+    assert [h["uid"] for h in json.loads(result.stdout)["hits"]] == ["ticket:1042"]
+    from knowledge_store.store import KnowledgeStore
+
+    with KnowledgeStore.open(cli_store) as store:  # the library's default is everyone
+        assert store.lexical("ERR-1042").hits == []

@@ -24,8 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
-from knowledge_store.surfaces.harness import ADMIN_TOOLS, KNOWLEDGE_TOOLS
 from knowledge_store.surfaces.http import create_app
+from knowledge_store.surfaces.tools import ADMIN_TOOLS, KNOWLEDGE_TOOLS
 from tests.surfaces.serve_estate import ANN, BOB, MEMBERSHIPS, RECORDS, ROOT, TOKENS, LiveServer
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -174,10 +174,12 @@ def test_rest_and_graphql_over_the_socket(populated: LiveServer) -> None:
     assert httpx.post(f"{url}/v1/search", json={"query": "x"}).status_code == 401
     graphql = httpx.post(
         f"{url}/graphql",
-        json={"query": '{ content(uid: "unit:stats") { title outgoing { label uid } } }'},
+        json={
+            "query": '{ content(uid: "unit:stats") { entity { title } edges { out { label uid } } } }'
+        },
         headers=BOB,
     ).json()
-    assert graphql["data"]["content"]["title"] == "Monitoring Database Activity"
+    assert graphql["data"]["content"]["entity"]["title"] == "Monitoring Database Activity"
     assert httpx.get(f"{url}/healthz").json() == {"ok": True}
 
 

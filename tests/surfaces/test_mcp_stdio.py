@@ -17,7 +17,7 @@ from mcp import Client, StdioServerParameters, types
 
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
-from knowledge_store.surfaces.harness import KNOWLEDGE_TOOLS
+from knowledge_store.surfaces.tools import KNOWLEDGE_TOOLS
 from tests.surfaces.serve_estate import build
 
 KS = str(Path(sys.executable).with_name("ks"))

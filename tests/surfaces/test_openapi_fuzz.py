@@ -33,7 +33,7 @@ READ_ROUTES = sorted(
     (method, route.path.replace(":path}", "}"))
     for route in rest.router.routes
     for method in getattr(route, "methods", ())
-    if not route.path.startswith("/v1/tools/")
+    if not route.path.startswith(("/v1/tools/", "/v1/admin/"))
 )
 
 

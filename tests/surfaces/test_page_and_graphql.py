@@ -116,9 +116,17 @@ def test_graphql_answers_like_rest(app: Any, served: KnowledgeStore) -> None:
         k: want.results[0].to_dict()["ranks"][k] for k in ("graph", "sql")
     }
     content = _gql(
-        app, '{ content(uid: "unit:vacuum") { title chunks { heading } incoming { uid } } }', ANN
-    )
-    assert "ticket:1043" in {e["uid"] for e in content["data"]["content"]["incoming"]}
+        app,
+        '{ content(uid: "unit:vacuum") { entity { title } chunks { heading } edges { in { uid } } } }',
+        ANN,
+    )["data"]["content"]
+    rest = call(app, "GET", "/v1/content/unit:vacuum", headers=ANN).json()
+    assert content == {  # the same shape as REST's content API
+        "entity": {"title": rest["entity"]["title"]},
+        "chunks": [{"heading": c["heading"]} for c in rest["chunks"]],
+        "edges": {"in": [{"uid": e["uid"]} for e in rest["edges"]["in"]]},
+    }
+    assert "ticket:1043" in {e["uid"] for e in content["edges"]["in"]}
     caps = _gql(app, "{ capabilities { isEmpty identity tools { name } } }", BOB)
     assert caps["data"]["capabilities"]["identity"] == "user:bob"
     rows = _gql(
@@ -138,7 +146,7 @@ def test_graphql_errors_carry_the_error_shape(app: Any) -> None:
         "message",
         "details",
     }
-    hidden = _gql(app, '{ content(uid: "ticket:2001") { uid } }', BOB)
+    hidden = _gql(app, '{ content(uid: "ticket:2001") { entity { uid } } }', BOB)
     assert hidden["errors"][0]["extensions"]["code"] == "not_found"
 
 
@@ -151,3 +159,59 @@ def test_ks_serve_refuses_a_server_nobody_could_call(tmp_path: Any) -> None:
         cli, ["--store", str(tmp_path / "s"), "serve", "--anonymous", "--as", "user:a"]
     )
     assert result.exit_code == 2
+
+
+def test_graphql_answers_are_typed_like_the_answer_models(app: Any) -> None:
+    """Only what has no shape is the JSON scalar: attributes, rows, explain, counts by key."""
+    from graphql import GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLScalarType
+    from pydantic import BaseModel
+
+    from knowledge_store.surfaces.graphql import output_type, schema
+    from knowledge_store.surfaces.operations import OPERATIONS
+    from knowledge_store.surfaces.spelling import camel
+
+    untyped = {"attributes", "rows", "explain", "edges", "by_label", "by_type", "input_schema"}
+    seen: set[str] = set()
+
+    def walk(model: type[BaseModel]) -> None:
+        kind = schema._schema.type_map[model.__name__]
+        assert isinstance(kind, GraphQLObjectType)
+        if model.__name__ in seen:
+            return
+        seen.add(model.__name__)
+        for name, info in model.model_fields.items():
+            field = kind.fields[camel(name)]
+            inner = field.type
+            while isinstance(inner, GraphQLNonNull | GraphQLList):
+                inner = inner.of_type
+            if isinstance(inner, GraphQLScalarType) and inner.name == "JSON":
+                assert name in untyped, f"{model.__name__}.{name} is untyped JSON"
+            for arg in getattr(info.annotation, "__args__", ()) or (info.annotation,):
+                for sub in getattr(arg, "__args__", ()) or (arg,):
+                    if isinstance(sub, type) and issubclass(sub, BaseModel):
+                        walk(sub)
+
+    for op in OPERATIONS:
+        if op.graphql:
+            for answer in op.answers:
+                output_type(answer)
+                walk(answer)
+    assert {"SearchAnswer", "Content", "CodeSamples", "Knowledge", "StoreStats"} <= seen
+
+
+def test_graphql_stats_is_the_store_for_admins_and_the_visible_slice_for_readers(
+    app: Any,
+) -> None:
+    from tests.surfaces.serve_estate import ROOT
+
+    query = """{ stats { __typename ... on StoreStats { entities chunks }
+        ... on ReaderStats { entities identity } } }"""
+    admin = _gql(app, query, ROOT)["data"]["stats"]
+    reader = _gql(app, query, BOB)["data"]["stats"]
+    assert admin["__typename"] == "StoreStats" and admin["chunks"] > 0
+    assert reader == {
+        "__typename": "ReaderStats",
+        "entities": reader["entities"],
+        "identity": "user:bob",
+    }
+    assert reader["entities"] < admin["entities"]

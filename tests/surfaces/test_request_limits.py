@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from knowledge_store.engines.sqlfilters import filter_clause, named, pyformat
+from knowledge_store.engines.sql.dialect import POSTGRES, SQLITE
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.model import MAX_FILTER_VALUES, Filters
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
@@ -85,12 +86,12 @@ def test_the_limits_corpus(app: Any, case: Case) -> None:
 
 
 # -- lists: one bound parameter, whatever the length -------------------------------------------------
-@pytest.mark.parametrize("style", [named, pyformat], ids=["sqlite", "postgres"])
-def test_a_filter_list_is_one_parameter_and_the_statement_does_not_grow(style: Any) -> None:
-    one, _ = filter_clause(Filters(uids=("a",), not_types=("x",)), placeholder=style)
+@pytest.mark.parametrize("dialect", [SQLITE, POSTGRES], ids=["sqlite", "postgres"])
+def test_a_filter_list_is_one_parameter_and_the_statement_does_not_grow(dialect: Any) -> None:
+    one, _ = filter_clause(Filters.build(uid=["a"], not_type=["x"]), dialect)
     many, params = filter_clause(
-        Filters(uids=tuple(f"u{i}" for i in range(MAX_FILTER_VALUES)), not_types=("x", "y")),
-        placeholder=style,
+        Filters.build(uid=[f"u{i}" for i in range(MAX_FILTER_VALUES)], not_type=["x", "y"]),
+        dialect,
     )
     assert many == one  # the same text, so the same parse and plan
     assert len(params) == 2
@@ -182,7 +183,8 @@ def test_acl_administration_runs_in_the_worker_pool(store: KnowledgeStore) -> No
         ("graph", {"starts": ["a"], "depth": 2}, True),
         ("graph_facets", {"uids": ["a"] * 11}, True),
         ("query_graph", {"query": "MATCH (n) RETURN n LIMIT 1"}, True),
-        ("ingest_records", {"records": []}, True),
+        ("ingest", {"records": []}, True),
+        ("delete", {"uids": ["a"]}, True),
         ("content", None, False),
         ("search", {"k": "50", "filters": "not a mapping"}, False),  # raw input: never fails
     ],

@@ -1,38 +1,59 @@
-"""The Engine protocol: storage, the primitives, publishes and ACL administration.
+"""The engine protocols: a point-in-time reader, a writer, ACL administration.
 
-Everything above it (ingest pipeline, fusion, tools, surfaces) is
-engine-agnostic. Every read takes an :class:`~knowledge_store.model.Identity`
-and applies the ACL inside its query, before ranking.
+Everything above an engine (ingest pipeline, fusion, tools, surfaces) is
+engine-agnostic. An :class:`Engine` opens a :class:`Reader` for an identity:
+one snapshot of the catalog, the derived indexes at that snapshot, and the
+identity expanded once. Every read of the reader applies the ACL inside its
+query, before ranking, and takes typed values only — the store boundary
+parsed every string already.
+
+Primitives rank ids (``lexical``, ``vector``); the reader hydrates what an
+answer returns (``chunks``, ``entities``), once, late.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.sql.publish import PublishPlan
+from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
+    AclExplanation,
     AggregateAnswer,
+    AggregateSpec,
     Chunk,
-    ChunkHits,
+    Content,
     Entity,
     Filters,
     GraphHits,
+    GraphQuery,
     Identity,
+    MembershipsLoaded,
+    Order,
+    PrincipalInfo,
     QueryAnswer,
     SqlHits,
+    StoreStats,
+    VectorInfo,
 )
 
 __all__ = [
-    "AclExplanation",
+    "AclAdmin",
+    "ChunkRecord",
     "Engine",
+    "EntityCard",
     "PreparedEntity",
-    "PrincipalInfo",
-    "PublishResult",
-    "StoreStats",
+    "Published",
+    "RankedChunks",
+    "Reader",
+    "Vector",
+    "Writer",
 ]
 
 Vector = npt.NDArray[np.float32]
@@ -48,8 +69,9 @@ class PreparedEntity:
 
 
 @dataclass(frozen=True)
-class PublishResult:
-    """What one publish did, counted inside it (under the write lock).
+class Published:
+    """What one publish did, counted inside it (under the write lock); a plan that
+    changed nothing publishes nothing: the same root.
 
     ``unchanged``: upserts whose stored content hash already matched when the
     publish ran (another writer got there first); they are left as they are.
@@ -63,73 +85,89 @@ class PublishResult:
     deleted: int = 0
     unchanged: int = 0
 
-
-@dataclass(frozen=True)
-class StoreStats:
-    content_root: str
-    entities: int
-    chunks: int
-    edges: Mapping[str, int]
-    segments: int
-    model: str | None
-    dimension: int | None
-    is_empty: bool
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "content_root": self.content_root,
-            "entities": self.entities,
-            "chunks": self.chunks,
-            "edges": dict(self.edges),
-            "segments": self.segments,
-            "model": self.model,
-            "dimension": self.dimension,
-            "is_empty": self.is_empty,
-            **self.extra,
-        }
+    @classmethod
+    def of(cls, plan: PublishPlan) -> Published:
+        if plan.empty:
+            return cls(plan.publish - 1, plan.parent, unchanged=plan.unchanged)
+        return cls(plan.publish, plan.root, plan.added, plan.updated, plan.deleted, plan.unchanged)
 
 
 @dataclass(frozen=True)
-class PrincipalInfo:
-    principal: str
-    direct_groups: tuple[str, ...]
-    inherited_groups: tuple[str, ...]
-    members: tuple[str, ...]
+class RankedChunks:
+    """Chunk ids ranked by a primitive, best first, each visible to the reader, with
+    the uid of each chunk's entity (for folding to entities without hydrating)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "direct_groups": list(self.direct_groups),
-            "inherited_groups": list(self.inherited_groups),
-            "members": list(self.members),
-        }
+    ids: list[int]
+    uids: list[str]
+    scores: list[float]
+    vector: VectorInfo | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)  # for --explain
 
 
 @dataclass(frozen=True)
-class AclExplanation:
-    principal: str
+class ChunkRecord:
+    """A chunk hydrated for an answer: its text and where it sits, with its entity's card.
+
+    ``chunk_id`` is the engine's row id (internal: primitives rank it); ``public_id``
+    names the chunk in answers (``engines.shared.ChunkIds``: a keyed hash of uid and
+    ordinal, so the ids a caller sees say nothing of the chunks hidden from it).
+    """
+
+    chunk_id: int
+    public_id: int
     uid: str
-    allowed: bool
-    chain: tuple[str, ...]  # principal → group → … → the ACL entry that grants
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "uid": self.uid,
-            "allowed": self.allowed,
-            "chain": list(self.chain),
-            "reason": self.reason,
-        }
+    title: str
+    type: str
+    href: str | None
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
 
 
-class Engine(Protocol):
-    """What every engine implements; tested by the conformance suite."""
+@dataclass(frozen=True)
+class EntityCard:
+    """What a result shows of an entity."""
 
-    name: str
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    updated_at: str | None
 
-    # -- model and content --------------------------------------------------
+
+class Reader(Protocol):
+    """One point-in-time view for one identity. Every method reads that snapshot."""
+
+    @property
+    def content_root(self) -> str: ...
+    @property
+    def publish(self) -> int: ...
+    @property
+    def identity(self) -> Identity: ...
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The principals the identity holds, expanded once when the reader opened."""
+        ...
+
+    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks: ...
+    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks: ...
+    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
+    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]: ...
+    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits: ...
+    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer: ...
+    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]: ...
+    def graph(self, query: GraphQuery) -> GraphHits: ...
+    def query_graph(self, query: Query, params: Mapping[str, Any]) -> QueryAnswer: ...
+    def content(self, uid: str) -> Content | None: ...
+    def explain(self) -> dict[str, Any]:
+        """The snapshot (publish, root), the identity's expansion, the statements run."""
+        ...
+
+
+class Writer(Protocol):
+    """Publishes, the model, the embedding cache, figures and rebuilds."""
+
     def model(self) -> tuple[str, int] | None: ...
     def model_spec(self) -> str | None: ...
     def set_model(self, model_id: str, dimension: int, spec: str) -> None: ...
@@ -144,7 +182,7 @@ class Engine(Protocol):
         *,
         kind: str,
         model: str | None = None,
-    ) -> PublishResult:
+    ) -> Published:
         """One publish; with ``model``, refused (ModelMismatch) unless the store records it."""
         ...
 
@@ -169,45 +207,15 @@ class Engine(Protocol):
         """
         ...
 
-    def delete(self, uids: Sequence[str]) -> str: ...
+    def delete(self, uids: Sequence[str]) -> Published: ...
     def stats(self) -> StoreStats: ...
     def is_empty(self) -> bool: ...
     def rebuild(self, *, progress: bool = False) -> None: ...
-    def close(self) -> None: ...
 
-    # -- primitives -----------------------------------------------------------
-    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits: ...
-    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits: ...
-    def sql(
-        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
-    ) -> SqlHits: ...
-    def aggregate(
-        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
-    ) -> AggregateAnswer: ...
-    def successors(
-        self, identity: Identity, uids: Sequence[str], filters: Filters
-    ) -> dict[str, str]: ...
-    def graph(
-        self,
-        identity: Identity,
-        starts: Sequence[str],
-        *,
-        depth: int = 1,
-        labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
-    ) -> GraphHits: ...
-    def query_graph(
-        self,
-        identity: Identity,
-        text: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        lenient: bool = False,
-    ) -> QueryAnswer: ...
-    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None: ...
 
-    # -- ACL administration -----------------------------------------------------
+class AclAdmin(Protocol):
+    """ACL and membership administration (no identity: an operation, DESIGN §1)."""
+
     def grant(self, uid: str, principal: str) -> str: ...
     def revoke(self, uid: str, principal: str) -> str: ...
     def acl_show(self, uid: str) -> tuple[str, ...]: ...
@@ -215,4 +223,20 @@ class Engine(Protocol):
     def add_member(self, group: str, member: str) -> None: ...
     def remove_member(self, group: str, member: str) -> None: ...
     def principal_show(self, principal: str) -> PrincipalInfo: ...
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]: ...
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded: ...
+
+
+class Engine(Protocol):
+    """What every engine implements; tested by the conformance suite."""
+
+    name: str
+
+    def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
+
+    @property
+    def writer(self) -> Writer: ...
+
+    @property
+    def admin(self) -> AclAdmin: ...
+
+    def close(self) -> None: ...

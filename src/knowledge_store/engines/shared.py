@@ -10,13 +10,26 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.engines.base import AclExplanation, PreparedEntity, PrincipalInfo
 from knowledge_store.errors import InvalidRequest, StoreError
-from knowledge_store.model import ENTITY_FIELDS, EVERYONE, MAX_CHUNK_CHARS
+from knowledge_store.model import (
+    ENTITY_FIELDS,
+    EVERYONE,
+    MAX_CHUNK_CHARS,
+    AclExplanation,
+    Content,
+    ContentChunk,
+    ContentEdge,
+    ContentEdges,
+    ContentEntity,
+    PrincipalInfo,
+)
+
+if TYPE_CHECKING:
+    from knowledge_store.engines.base import PreparedEntity
 
 __all__ = [
     "CHUNK_KEY_META",
@@ -178,14 +191,17 @@ def explain_access(
                 if len(chain) == 1
                 else f"{principal} reaches {entry} through " + " → ".join(chain)
             )
-        return AclExplanation(principal, uid, True, tuple(chain), reason)
+        return AclExplanation(
+            principal=principal, uid=uid, allowed=True, chain=tuple(chain), reason=reason
+        )
     listed = ", ".join(acl) or "nobody (empty ACL: default deny)"
     return AclExplanation(
-        principal,
-        uid,
-        False,
-        (),
-        f"{principal} holds {', '.join(held)}; the ACL of {uid} is {listed}; none of them matches",
+        principal=principal,
+        uid=uid,
+        allowed=False,
+        chain=(),
+        reason=f"{principal} holds {', '.join(held)}; the ACL of {uid} is {listed};"
+        " none of them matches",
     )
 
 
@@ -194,41 +210,48 @@ def principal_info(
 ) -> PrincipalInfo:
     """``principals show``: direct groups, groups reached through them, direct members."""
     inherited = [p for p in held if p not in direct and p not in (principal, EVERYONE)]
-    return PrincipalInfo(principal, tuple(direct), tuple(inherited), tuple(members))
+    return PrincipalInfo(
+        principal=principal,
+        direct_groups=tuple(direct),
+        inherited_groups=tuple(inherited),
+        members=tuple(members),
+    )
 
 
 def content_answer(
+    content_root: str,
     entity: Sequence[Any],
     chunks: Iterable[Sequence[Any]],
     edges: Mapping[str, Iterable[Sequence[Any]]],
     chunk_ids: ChunkIds,
-) -> dict[str, Any]:
-    """The content API's answer (without its content root) from rows.
+) -> Content:
+    """The content API's answer from rows.
 
     ``entity``: the values of ``ENTITY_FIELDS`` (attributes decoded); ``chunks``:
     ``(row id, ordinal, text, heading, start, end)`` with the heading a list (the row
-    id stays inside: each chunk is named by its public id);
-    ``edges``: per direction, ``(label, uid, position, title, type, href)``.
+    id stays inside: each chunk is named by its public id, ``chunk_ids``);
+    ``edges``: per direction (``out``, ``in``), ``(label, uid, position, title, type, href)``.
     """
-    uid = str(entity[0])
-    return {
-        "entity": dict(zip(ENTITY_FIELDS, entity, strict=True)),
-        "chunks": [
-            {
-                "chunk_id": chunk_ids(uid, int(c[1])),
-                "ordinal": int(c[1]),
-                "text": c[2],
-                "heading": list(c[3]),
-                "start": int(c[4]),
-                "end": int(c[5]),
-            }
+    edge_lists = {
+        direction: [
+            ContentEdge(label=e[0], uid=e[1], position=e[2], title=e[3], type=e[4], href=e[5])
+            for e in rows
+        ]
+        for direction, rows in edges.items()
+    }
+    return Content(
+        content_root=content_root,
+        entity=ContentEntity(**dict(zip(ENTITY_FIELDS, entity, strict=True))),
+        chunks=[
+            ContentChunk(
+                chunk_id=chunk_ids(str(entity[0]), int(c[1])),
+                ordinal=int(c[1]),
+                text=c[2],
+                heading=tuple(c[3]),
+                start=int(c[4]),
+                end=int(c[5]),
+            )
             for c in chunks
         ],
-        "edges": {
-            direction: [
-                dict(zip(("label", "uid", "position", "title", "type", "href"), e, strict=True))
-                for e in rows
-            ]
-            for direction, rows in edges.items()
-        },
-    }
+        edges=ContentEdges(out=edge_lists.get("out", []), in_=edge_lists.get("in", [])),
+    )

@@ -7,10 +7,10 @@ parameter names. Every value — each ``$param``, every node type written as
 ``(n:type)``, depth bounds, LIMIT and SKIP, the caller's principal — is a bound
 parameter. The user's own variable and parameter names never reach the SQL.
 
-The ACL is inside the statement: the ``held``/``vis`` CTEs expand the bound
-principal into the ACL sets it may read, every node alias carries
-``acl_set IN (SELECT acl_set FROM vis)``, and variable-length patterns walk
-the shared traversal step (:mod:`.traversal`), which only lands on visible
+The ACL is inside the statement: the dialect's ``held``/``vis`` CTEs turn the
+bound principals the reader holds into the ACL sets it may read, every node
+alias carries the dialect's visibility condition, and variable-length patterns walk
+the shared traversal step (:mod:`.steps`), which only lands on visible
 entities — so a path through an unreadable entity does not match.
 
 Semantics worth knowing (docs/query_graph.md): a variable-length pattern
@@ -22,14 +22,14 @@ nothing per clause.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from knowledge_store.graphquery import nodes as n
-from knowledge_store.graphquery.dialect import PRINCIPAL_PARAM, SQLITE, Dialect
+from knowledge_store.graphquery.dialect import Dialect
 from knowledge_store.graphquery.params import param_uses
-from knowledge_store.graphquery.traversal import reach_ctes
+from knowledge_store.graphquery.steps import reach_ctes
 from knowledge_store.graphquery.validator import (
     DEFAULT_LIMIT,
     NODE_PROPERTIES,
@@ -174,13 +174,16 @@ class _State:
 def compile_query(
     query: n.Query,
     params: Mapping[str, Any],
-    principal: str,
+    held: Sequence[str],
     *,
-    dialect: Dialect = SQLITE,
+    dialect: Dialect,
 ) -> CompiledQuery:
-    """Compile a validated query with checked parameters (see :mod:`.validator`)."""
+    """Compile a validated query with checked parameters (see :mod:`.validator`).
+
+    ``held``: the principals the reader's identity holds (bound, never in the text).
+    """
     st = _State(dialect)
-    st.params[PRINCIPAL_PARAM] = principal
+    st.params.update(dialect.held_params(held))
     list_params = {u.name for u in param_uses(query) if u.kind == "list"}
     for i, name in enumerate(sorted({u.name for u in param_uses(query)})):
         generated = f"q{i}"
@@ -282,7 +285,7 @@ def _node_alias(
     if node.var is not None:
         st.aliases[node.var] = _Alias(alias, "node")
     new.append(("entities", alias))
-    conds.append(_Cond(st.dialect.visible(alias), {alias}))
+    conds.append(_Cond(st.dialect.visible(alias, "walk"), {alias}))
     return alias
 
 
@@ -422,7 +425,7 @@ def _var_length(
     direction = rel.direction
     if anchor_index != i:  # walking from the right end: the arrows turn round
         direction = "in" if direction == "out" else "out" if direction == "in" else "both"
-    seed_conds = [st.dialect.visible("s")]
+    seed_conds = [st.dialect.visible("s", "walk")]
     for pattern in _eligible_patterns(query, index, anchor):
         seed_conds.extend(_node_conditions(st, pattern, "s"))
     if anchor.var is not None:

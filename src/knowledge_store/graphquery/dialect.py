@@ -1,108 +1,54 @@
-"""SQL dialects for the graph traversal and the query_graph compiler.
+"""The dialect the query_graph compiler writes SQL through — a protocol, no database here.
 
-Everything above this module writes SQL through a ``Dialect``: placeholders,
-list parameters, string predicates, join quirks and the ACL fragment. The
-SQLite dialect serves the embedded engine; a PostgreSQL dialect (``%(name)s``
-placeholders, ``= ANY(array)`` lists, ``statement_timeout``, one recursive
-reference per CTE) plugs in from the same AST without touching the compiler.
+Everything the compiler emits that differs between SQL engines goes through
+these methods: placeholders, list parameters, string predicates, join quirks
+and the ACL (``acl_ctes`` and ``visible``). The concrete dialects — SQLite and
+PostgreSQL — live with the engines (``knowledge_store.engines.sql.dialect``),
+which are the only producers of the ACL condition.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
-from knowledge_store.engines.embedded.schema import HELD_PRINCIPALS, VISIBLE_ACL_SETS
-
-__all__ = ["SQLITE", "Dialect", "SqliteDialect"]
-
-#: The bound parameter holding the caller's principal in every statement.
-PRINCIPAL_PARAM = "principal"
+__all__ = ["Dialect"]
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """What differs between SQL engines, and nothing else."""
+class Dialect(Protocol):
+    """What the compiler needs from a SQL dialect."""
 
-    name: str
-    #: Joins inside a statement that may be reordered freely ("JOIN" with no ON in SQLite).
-    inner_join: str = "JOIN"
-    #: Whether a recursive CTE may have several recursive SELECTs (SQLite ≥ 3.34: yes).
-    multiple_recursive_selects: bool = True
+    @property
+    def name(self) -> str: ...
 
-    def param(self, name: str) -> str:
-        raise NotImplementedError
+    #: Joins inside a statement that may be reordered freely.
+    @property
+    def inner_join(self) -> str: ...
 
-    def acl_ctes(self) -> list[str]:
-        """CTE definitions ``held(p)`` and ``vis(acl_set)`` for the bound principal."""
-        raise NotImplementedError
+    #: Whether a recursive CTE may have several recursive SELECTs.
+    @property
+    def multiple_recursive_selects(self) -> bool: ...
 
-    def list_rows(self, param: str) -> str:
-        """A subquery with one column ``value``: the items of a bound list."""
-        raise NotImplementedError
+    def param(self, name: str) -> str: ...
 
-    def indexed_list_rows(self, param: str) -> str:
-        """A subquery with columns ``pos, value``: the items of a bound list, in order."""
-        raise NotImplementedError
+    def bind_list(self, values: Sequence[Any]) -> Any: ...
 
-    def bind_list(self, values: Sequence[Any]) -> Any:
-        raise NotImplementedError
+    def list_rows(self, param: str) -> str: ...
 
-    def starts_with(self, expr: str, needle: str) -> str:
-        raise NotImplementedError
+    def starts_with(self, expr: str, needle: str) -> str: ...
 
-    def ends_with(self, expr: str, needle: str) -> str:
-        raise NotImplementedError
+    def ends_with(self, expr: str, needle: str) -> str: ...
 
-    def contains(self, expr: str, needle: str) -> str:
-        raise NotImplementedError
-
-    def visible(self, alias: str) -> str:
-        """The ACL condition on an ``entities`` alias (needs the ``vis`` CTE).
-
-        The unary ``+`` keeps the planner off the ``acl_set`` index: most entities
-        share a handful of ACL sets, so that index never narrows a lookup, and
-        driving a traversal step from it scans every visible entity.
-        """
-        return f"+{alias}.acl_set IN (SELECT acl_set FROM vis)"
-
-
-@dataclass(frozen=True)
-class SqliteDialect(Dialect):
-    name: str = "sqlite"
-
-    def param(self, name: str) -> str:
-        return f":{name}"
+    def contains(self, expr: str, needle: str) -> str: ...
 
     def acl_ctes(self) -> list[str]:
-        # The one definition of identity expansion lives in the schema module.
-        held = HELD_PRINCIPALS.strip().removeprefix("WITH RECURSIVE").strip()
-        visible = VISIBLE_ACL_SETS[len(HELD_PRINCIPALS) :].strip()
-        assert ":principal" in held
-        return [held, f"vis(acl_set) AS ({visible})"]
+        """CTE definitions ``held(p)`` and ``vis(acl_set)`` for the reader's identity."""
+        ...
 
-    def list_rows(self, param: str) -> str:
-        return f"SELECT value FROM json_each({self.param(param)})"
+    def held_params(self, held: Sequence[str]) -> dict[str, Any]:
+        """The parameters :meth:`acl_ctes` needs."""
+        ...
 
-    def indexed_list_rows(self, param: str) -> str:
-        return f"SELECT key AS pos, value FROM json_each({self.param(param)})"
-
-    def bind_list(self, values: Sequence[Any]) -> Any:
-        return json.dumps(list(values), ensure_ascii=False, allow_nan=False)
-
-    def starts_with(self, expr: str, needle: str) -> str:
-        return f"(instr({expr}, {needle}) = 1)"
-
-    def ends_with(self, expr: str, needle: str) -> str:
-        return (
-            f"({expr} IS NOT NULL AND {needle} IS NOT NULL AND (length({needle}) = 0"
-            f" OR substr({expr}, -length({needle})) = {needle}))"
-        )
-
-    def contains(self, expr: str, needle: str) -> str:
-        return f"(instr({expr}, {needle}) > 0)"
-
-
-SQLITE = SqliteDialect()
+    def visible(self, alias: str, how: Literal["scan", "probe", "walk"] = "scan") -> str:
+        """The caller may read ``entities`` row ``alias`` (needs :meth:`acl_ctes`)."""
+        ...

@@ -16,11 +16,12 @@ from typing import Any, Literal
 from knowledge_store.graphquery import nodes as n
 from knowledge_store.graphquery.problems import QueryError
 from knowledge_store.graphquery.validator import MAX_LIMIT, error_at, limit_error
+from knowledge_store.model import QUERY_GRAPH_MAX_LIST
 
 __all__ = ["MAX_LIST_PARAM", "ParamUse", "check_params", "param_uses"]
 
 #: Items in one list parameter (``IN $uids``).
-MAX_LIST_PARAM = 10_000
+MAX_LIST_PARAM = QUERY_GRAPH_MAX_LIST
 _INT64 = (-(2**63), 2**63 - 1)
 
 UseKind = Literal["scalar", "list", "string", "count"]
@@ -132,7 +133,7 @@ def check_params(query: n.Query, params: Mapping[str, Any]) -> list[QueryError]:
         errors.append(
             error_at(
                 "invalid_request",
-                f"parameter ${use.name} is not bound; pass it by name (--param {use.name}=…)",
+                f"parameter ${use.name} is not bound; pass a value for it by name in the parameters",
                 use.pos,
                 parameter=use.name,
             )

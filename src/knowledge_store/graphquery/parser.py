@@ -24,11 +24,12 @@ from knowledge_store.errors import InvalidRequest
 from knowledge_store.graphquery import nodes as n
 from knowledge_store.graphquery.problems import QueryError, raise_errors
 from knowledge_store.graphquery.validator import validate
+from knowledge_store.model import QUERY_GRAPH_MAX_LENGTH
 
 __all__ = ["MAX_NESTING", "MAX_QUERY_CHARS", "parse", "parse_lenient", "syntax_errors"]
 
 #: Longer texts are refused before parsing (a query is a sentence, not a document).
-MAX_QUERY_CHARS = 10_000
+MAX_QUERY_CHARS = QUERY_GRAPH_MAX_LENGTH
 #: Nesting of WHERE expressions (parentheses, NOT) a query may have.
 MAX_NESTING = 32
 _MAX_SYNTAX_ERRORS = 20

@@ -14,7 +14,12 @@ from typing import Any, Literal
 
 from knowledge_store.graphquery import nodes as n
 from knowledge_store.graphquery.problems import QueryError
-from knowledge_store.model import LABELS
+from knowledge_store.model import (
+    DEFAULT_QUERY_GRAPH_LIMIT,
+    LABELS,
+    QUERY_GRAPH_MAX_DEPTH,
+    QUERY_GRAPH_MAX_LIMIT,
+)
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -44,9 +49,9 @@ NODE_PROPERTIES: tuple[str, ...] = (
 )
 #: Relationship properties (the label is ``type(r)``).
 REL_PROPERTIES: tuple[str, ...] = ("position",)
-MAX_DEPTH = 4
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
+MAX_DEPTH = QUERY_GRAPH_MAX_DEPTH
+DEFAULT_LIMIT = DEFAULT_QUERY_GRAPH_LIMIT
+MAX_LIMIT = QUERY_GRAPH_MAX_LIMIT
 #: Node and relationship patterns in one query, all clauses together.
 MAX_PATTERN_ELEMENTS = 32
 _FUNCTIONS = ("count", "type")
@@ -79,7 +84,7 @@ def _literal_error(lit: n.Literal, suggestion: str) -> QueryError:
     return error_at(
         "invalid_request",
         f"{shown} is a literal value; values enter only as parameters: write ${suggestion}"
-        f" and pass it by name (--param {suggestion}=…)",
+        f" and pass it by name (parameter {suggestion!r})",
         lit.pos,
         hint=f"${suggestion}",
     )

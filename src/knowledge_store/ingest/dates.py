@@ -85,7 +85,9 @@ def _git(folder: Path, *args: str) -> bytes | None:
 
 def _history(folder: Path) -> dict[str, Dates]:
     """Path under ``folder`` → first and last commit dates, from one ``git log``."""
-    out = _git(folder, "log", "-z", "--relative", "--name-only", "--format=%x01%cI", "--", ".")
+    out = _git(
+        folder, "log", "-z", "--relative", "--name-only", "--pretty=tformat:%x01%cI", "--", "."
+    )
     dates: dict[str, Dates] = {}
     if not out:
         return dates

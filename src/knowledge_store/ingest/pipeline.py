@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge_store.engines.base import Engine, PreparedEntity
+from knowledge_store.engines.base import PreparedEntity, Writer
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
 from knowledge_store.ingest.loaders.files import Skipped
-from knowledge_store.model import Chunk, Entity, IngestReport
+from knowledge_store.model import Chunk, Entity, IngestReport, SkippedPath
 
 __all__ = ["EMBED_BATCH", "chunk_entity", "embed_and_cache", "ingest_entities"]
 
@@ -46,7 +46,7 @@ class _Pending:
 
 
 def embed_and_cache(
-    engine: Engine,
+    engine: Writer,
     embedder: Embedder,
     texts: dict[str, str],
     *,
@@ -78,8 +78,12 @@ def embed_and_cache(
     return out
 
 
+def _skipped(paths: Sequence[Skipped]) -> list[SkippedPath]:
+    return [SkippedPath(path=s.path, reason=s.reason) for s in paths]
+
+
 def ingest_entities(
-    engine: Engine,
+    engine: Writer,
     embedder: Embedder,
     embedder_spec: str,
     entities: Sequence[Entity],
@@ -97,7 +101,13 @@ def ingest_entities(
     unchanged = len(entities) - len(changed)
     if not changed:
         return IngestReport(
-            engine.content_root(), 0, 0, unchanged, 0, list(rejected), list(skipped)
+            content_root=engine.content_root(),
+            added=0,
+            updated=0,
+            unchanged=unchanged,
+            deleted=0,
+            rejected=list(rejected),
+            skipped=_skipped(skipped),
         )
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
@@ -126,15 +136,14 @@ def ingest_entities(
         )
         for p in pending
     ]
-    # The counts are the publish's own, made under the write lock: another writer may
-    # have published some of these uids since ``existing`` was read.
-    result = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
+    published = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
+    # The counts are the publish's own (planned in its transaction), not a guess from before it.
     return IngestReport(
-        result.root,
-        result.added,
-        result.updated,
-        unchanged + result.unchanged,
-        0,
-        list(rejected),
-        list(skipped),
+        content_root=published.root,
+        added=published.added,
+        updated=published.updated,
+        unchanged=len(entities) - published.added - published.updated,
+        deleted=0,
+        rejected=list(rejected),
+        skipped=_skipped(skipped),
     )

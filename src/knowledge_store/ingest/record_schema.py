@@ -193,7 +193,8 @@ def _properties() -> dict[str, dict[str, Any]]:
             max_length=MAX_BODY_CHARS,
         ),
         "source": _optional_name(
-            "The system the record came from (docs, jira, …); a filter. --source replaces it."
+            "The system the record came from (docs, jira, …); a filter. The source an ingest"
+            " is given replaces it."
         ),
         "status": _optional_name("A free status (published, open, closed, …); a filter."),
         "created_at": _date("When the entity was created; a filter and an aggregate dimension."),

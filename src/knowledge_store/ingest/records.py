@@ -69,8 +69,8 @@ _DATE_FORM = (
     "an ISO 8601 date or datetime in the years 0001–9999, e.g. 2024-05-01 or 2024-05-01T12:00:00Z"
 )
 _NO_ACL = (
-    "no acl and no --acl default: nothing becomes public silently;"
-    ' add "acl": [...] or pass --acl everyone'
+    "no acl and no default acl for the batch: nothing becomes public silently;"
+    ' add "acl": [...] to the record, or give the batch a default acl (e.g. everyone)'
 )
 _INT_DIGITS = len(str(JSON_INT_RANGE[1])) + 1
 
@@ -439,8 +439,8 @@ def _source(reject: _Reject, obj: Mapping[str, Any], source: str | None) -> str:
         return _optional_name(reject, obj, "source")
     problem = name_problem(source, MAX_NAME_CHARS) if isinstance(source, str) else "is not text"
     if problem is not None:
-        # The caller's option, not this record: InvalidRequest, like a bad --acl default.
-        raise InvalidRequest(f"--source {_shown(source)} {problem}", field="source")
+        # The caller's option, not this record: InvalidRequest, like a bad default ACL.
+        raise InvalidRequest(f"the source {_shown(source)} {problem}", field="source")
     return source
 
 

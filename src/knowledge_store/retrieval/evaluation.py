@@ -158,7 +158,7 @@ def collect(
     query stage for the queries it holds.
     """
     who = identity or Identity()
-    configured = make_retrievers(store.engine, lambda: store.embedder, retrievers)
+    configured = make_retrievers(retrievers)
     query_stage = [r for r in configured if r.stage == "query"]
     expanders = [r for r in configured if r.stage == "expand"]
     base = Request(None, filters or Filters(), k=candidates, depth=depth)
@@ -169,10 +169,11 @@ def collect(
         for qid, text in todo:
             request = replace(base, text=text)
             out = []
-            for retriever in query_stage:
-                ranking = retriever.run(who, request)
-                if ranking.ran:
-                    out.append(ranking.entity_list())
+            with store.reader(who) as reader:
+                for retriever in query_stage:
+                    ranking = retriever.run(reader, request)
+                    if ranking.ran:
+                        out.append(ranking.entity_list())
             found[qid] = out
             bar.advance(task)
 
@@ -186,10 +187,11 @@ def collect(
         calls["computed"] += 1
         seeded = replace(base, seeds=seeds)
         out = []
-        for retriever in expanders:
-            ranking = retriever.run(who, seeded)
-            if ranking.ran:
-                out.append(ranking.entity_list())
+        with store.reader(who) as reader:
+            for retriever in expanders:
+                ranking = retriever.run(reader, seeded)
+                if ranking.ran:
+                    out.append(ranking.entity_list())
         memo[seeds] = out
         return out
 

@@ -227,33 +227,39 @@ def fold_chunks(hits: Sequence[tuple[str, int, float]]) -> list[tuple[str, float
 
 
 def parse_weights(text: str) -> dict[str, float]:
-    """``"vector=1,lexical=0.5"`` → ``{"vector": 1.0, "lexical": 0.5}`` (the ``--weights`` option)."""
+    """``"vector=1,lexical=0.5"`` → ``{"vector": 1.0, "lexical": 0.5}`` (the CLI's spelling of ``weights``)."""
     example = "write NAME=WEIGHT pairs separated by commas, e.g. vector=1,lexical=0.5"
     weights: dict[str, float] = {}
     pairs = [p.strip() for p in text.split(",")]
     if not any(pairs):
-        raise InvalidRequest(f"--weights is empty; {example}", value=text)
+        raise InvalidRequest(f"weights is empty; {example}", field="weights", value=text)
     for pair in pairs:
         name, sep, value = (part.strip() for part in pair.partition("="))
         if not sep or not name or not value:
-            raise InvalidRequest(f"--weights: {pair!r} is not NAME=WEIGHT; {example}", value=text)
+            raise InvalidRequest(
+                f"weights: {pair!r} is not NAME=WEIGHT; {example}", field="weights", value=text
+            )
         if name not in LIST_NAMES:
             raise InvalidRequest(
-                f"--weights: unknown list {name!r}; the lists are {', '.join(LIST_NAMES)}",
+                f"weights: unknown list {name!r}; the lists are {', '.join(LIST_NAMES)}",
+                field="weights",
                 value=text,
                 allowed=list(LIST_NAMES),
             )
         if name in weights:
-            raise InvalidRequest(f"--weights: {name!r} is given twice", value=text)
+            raise InvalidRequest(f"weights: {name!r} is given twice", field="weights", value=text)
         try:
             weight = float(value)
         except ValueError:
             raise InvalidRequest(
-                f"--weights: {value!r} for {name} is not a number; {example}", value=text
+                f"weights: {value!r} for {name} is not a number; {example}",
+                field="weights",
+                value=text,
             ) from None
         if not math.isfinite(weight) or weight < 0:
             raise InvalidRequest(
-                f"--weights: {name}={value} must be a finite number ≥ 0 (0 switches a list off)",
+                f"weights: {name}={value} must be a finite number ≥ 0 (0 switches a list off)",
+                field="weights",
                 value=text,
             )
         weights[name] = weight

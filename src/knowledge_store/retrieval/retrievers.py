@@ -1,13 +1,13 @@
 """Retrievers: the plug-in interface of fused search (DESIGN §3).
 
-A retriever is a named object that ranks chunks or entities for an identity
-and a request::
+A retriever is a named object that ranks chunks or entities for a request, on
+a reader (one point-in-time view for one identity)::
 
     class Retriever(Protocol):
         name: str                       # its list name: a key of ``ranks`` and ``--weights``
         granularity: "chunk" | "entity" # chunk hits are folded to their entity
         stage: "query" | "expand"       # query: runs on the request; expand: on the seeds
-        def run(self, identity, request) -> Ranking
+        def run(self, reader, request) -> Ranking
 
 ``query`` retrievers run on the text and FILTERS (vector, lexical; sql when
 the request has no text). ``expand`` retrievers run after the query lists are
@@ -15,28 +15,29 @@ fused, seeded with the top fused entities (graph). The planner
 (:mod:`knowledge_store.retrieval.search`) fuses whatever retrievers are
 configured, so adding one — learned sparse, a late-interaction rerank, a
 title match — is a class and one :func:`register_retriever` call; no other
-code changes. Every retriever applies the caller's ACL and the FILTERS
-inside its own query (the built-ins do it through the engine's primitives).
+code changes. Every retriever reads through the reader it is given, so the
+ACL and the FILTERS apply inside its own query, and every list of an answer
+comes from the same snapshot. Retrievers rank ids: the planner hydrates what
+the answer returns, once, after fusion.
 
-The registry maps a name to a factory ``(engine, embedder) → Retriever``;
-``embedder`` is a zero-argument callable so that the model is loaded only by
-a retriever that embeds, and only when it runs. An unknown name fails
-listing the registered ones.
+The registry maps a name to a factory (no arguments) making the retriever.
+An unknown name fails listing the registered ones.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from knowledge_store.engines.base import Engine
+from knowledge_store.engines.base import EntityCard, RankedChunks
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.ingest.embedding import Embedder
-from knowledge_store.model import MAX_K, ChunkHit, Evidence, Filters, Identity, VectorInfo
+from knowledge_store.model import DEFAULT_ORDER, MAX_K, Filters, GraphQuery, VectorInfo
 from knowledge_store.retrieval.fusion import RankedList, fold_chunks
+
+if TYPE_CHECKING:
+    from knowledge_store.retrieval.reader import StoreReader
 
 __all__ = [
     "BUILT_IN",
@@ -63,14 +64,15 @@ __all__ = [
 #: 0.833 on sqlite-git-faq against 0.990 and 0.948 for the same vectors ranked
 #: exhaustively. Four per entity restores it (0.986 and 0.939 through the store;
 #: bench/eval_dense.py, docs/relevance.md) but leaves fused nDCG@10 and Recall@100
-#: as they were, and today, when every chunk hit is hydrated with its text before
-#: fusion, it costs 2.2× the fused search's time (bench/bench_fetch_latency.py).
-#: So it stays 1 until hits are hydrated after fusion (issue 12); then set 4.
+#: as they were. It cost 2.2× the fused search's time while every chunk hit was
+#: hydrated before fusion (bench/bench_fetch_latency.py); since issue 12 the
+#: primitives rank ids and only the returned results are hydrated, so the cost is
+#: the deeper primitive itself. It stays 1 here so that the redesign leaves every
+#: ranking as it was; raising it is a relevance change of its own.
 CHUNKS_PER_ENTITY = 1
 
 Granularity = Literal["chunk", "entity"]
 Stage = Literal["query", "expand"]
-EmbedderSource = Callable[[], Embedder]
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,16 @@ class Request:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One ranked item: an entity, or (``chunk`` set) one chunk of an entity."""
+    """One ranked item: an entity, or (``chunk_id`` set) one chunk of an entity.
+
+    ``card`` is what the retriever already knows of the entity (title, type,
+    href), when it does; chunk candidates are hydrated after fusion.
+    """
 
     uid: str
     score: float
-    title: str
-    type: str
-    href: str | None = None
-    chunk: Evidence | None = None
+    chunk_id: int | None = None
+    card: EntityCard | None = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,6 @@ class Ranking:
     name: str
     granularity: Granularity
     candidates: Sequence[Candidate] = ()
-    content_root: str | None = None
     ms: Mapping[str, float] = field(default_factory=dict)
     vector: VectorInfo | None = None
     ran: bool = True
@@ -128,7 +131,7 @@ class Ranking:
             return RankedList(self.name, [(c.uid, c.score) for c in self.candidates])
         folded = fold_chunks(
             [
-                (c.uid, c.chunk.chunk_id if c.chunk else i, c.score)
+                (c.uid, c.chunk_id if c.chunk_id is not None else i, c.score)
                 for i, c in enumerate(self.candidates)
             ]
         )
@@ -137,7 +140,7 @@ class Ranking:
 
 @runtime_checkable
 class Retriever(Protocol):
-    """Ranks chunks or entities for an identity and a request (see the module docstring)."""
+    """Ranks chunks or entities for a request on a reader (see the module docstring)."""
 
     @property
     def name(self) -> str: ...
@@ -148,7 +151,7 @@ class Retriever(Protocol):
     @property
     def stage(self) -> Stage: ...
 
-    def run(self, identity: Identity, request: Request) -> Ranking: ...
+    def run(self, reader: StoreReader, request: Request) -> Ranking: ...
 
 
 def _ms(seconds: float) -> float:
@@ -159,32 +162,21 @@ def _chunks_to_ask(k: int) -> int:
     return min(MAX_K, k * CHUNKS_PER_ENTITY)
 
 
-def _first_entities(hits: Sequence[ChunkHit], k: int) -> list[ChunkHit]:
-    """The hits of the first ``k`` distinct entities, in rank order."""
+def _first_entities(ranked: RankedChunks, k: int) -> list[Candidate]:
+    """The candidates of the first ``k`` distinct entities' chunks, in rank order."""
     kept: set[str] = set()
     out = []
-    for hit in hits:
-        if hit.uid not in kept:
+    for chunk_id, uid, score in zip(ranked.ids, ranked.uids, ranked.scores, strict=True):
+        if uid not in kept:
             if len(kept) == k:
                 continue
-            kept.add(hit.uid)
-        out.append(hit)
+            kept.add(uid)
+        out.append(Candidate(uid, score, chunk_id))
     return out
 
 
-def _chunk_candidate(hit: ChunkHit) -> Candidate:
-    return Candidate(
-        uid=hit.uid,
-        score=hit.score,
-        title=hit.title,
-        type=hit.type,
-        href=hit.href,
-        chunk=Evidence(hit.chunk_id, hit.text, hit.heading, hit.start, hit.end),
-    )
-
-
 class LexicalRetriever:
-    """BM25 over chunks (the engine's ``lexical``); needs a text.
+    """BM25 over chunks (the reader's ``lexical``); needs a text.
 
     Asks for :data:`CHUNKS_PER_ENTITY` chunks per entity candidate and keeps the
     chunks of the first ``k`` entities.
@@ -194,27 +186,21 @@ class LexicalRetriever:
     granularity: Granularity = "chunk"
     stage: Stage = "query"
 
-    def __init__(self, engine: Engine, embedder: EmbedderSource | None = None) -> None:
-        self.engine = engine
-
-    def run(self, identity: Identity, request: Request) -> Ranking:
+    def run(self, reader: StoreReader, request: Request) -> Ranking:
         if not request.has_text or request.text is None:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        answer = self.engine.lexical(
-            identity, request.text, _chunks_to_ask(request.k), request.filters
-        )
+        ranked = reader.engine.lexical(request.text, _chunks_to_ask(request.k), request.filters)
         return Ranking(
             self.name,
             self.granularity,
-            [_chunk_candidate(h) for h in _first_entities(answer.hits, request.k)],
-            answer.content_root,
+            _first_entities(ranked, request.k),
             {"lexical": _ms(time.perf_counter() - started)},
         )
 
 
 class VectorRetriever:
-    """Dense nearest chunks (the engine's ``vector``) of the embedded text; needs a text.
+    """Dense nearest chunks (the reader's ``vector``) of the embedded text; needs a text.
 
     Asks for :data:`CHUNKS_PER_ENTITY` chunks per entity candidate and keeps the
     chunks of the first ``k`` entities.
@@ -224,24 +210,19 @@ class VectorRetriever:
     granularity: Granularity = "chunk"
     stage: Stage = "query"
 
-    def __init__(self, engine: Engine, embedder: EmbedderSource) -> None:
-        self.engine = engine
-        self.embedder = embedder
-
-    def run(self, identity: Identity, request: Request) -> Ranking:
+    def run(self, reader: StoreReader, request: Request) -> Ranking:
         if not request.has_text or request.text is None:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        query = self.embedder().embed_query(request.text)
+        query = reader.embed(request.text)
         embedded = time.perf_counter()
-        answer = self.engine.vector(identity, query, _chunks_to_ask(request.k), request.filters)
+        ranked = reader.engine.vector(query, _chunks_to_ask(request.k), request.filters)
         return Ranking(
             self.name,
             self.granularity,
-            [_chunk_candidate(h) for h in _first_entities(answer.hits, request.k)],
-            answer.content_root,
+            _first_entities(ranked, request.k),
             {"embed": _ms(embedded - started), "vector": _ms(time.perf_counter() - embedded)},
-            vector=answer.vector,
+            vector=ranked.vector,
         )
 
 
@@ -258,29 +239,32 @@ class SqlRetriever:
     granularity: Granularity = "entity"
     stage: Stage = "query"
 
-    def __init__(self, engine: Engine, embedder: EmbedderSource | None = None) -> None:
-        self.engine = engine
-
-    def run(self, identity: Identity, request: Request) -> Ranking:
+    def run(self, reader: StoreReader, request: Request) -> Ranking:
         if request.has_text:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        answer = self.engine.sql(identity, request.filters, k=request.k)
+        answer = reader.engine.sql(request.filters, DEFAULT_ORDER, request.k)
         n = len(answer.hits)
         return Ranking(
             self.name,
             self.granularity,
-            [Candidate(h.uid, float(n - h.rank + 1), h.title, h.type, h.href) for h in answer.hits],
-            answer.content_root,
+            [
+                Candidate(
+                    h.uid,
+                    float(n - h.rank + 1),
+                    card=EntityCard(h.uid, h.title, h.type, h.href, h.updated_at),
+                )
+                for h in answer.hits
+            ],
             {"sql": _ms(time.perf_counter() - started)},
         )
 
 
 class GraphRetriever:
-    """Entities linked to the seeds (the engine's ``graph``), within FILTERS.
+    """Entities linked to the seeds (the reader's ``graph``), within FILTERS.
 
     Seeded by the top fused entities of the query stage, never by the text.
-    The graph primitive applies the ACL; FILTERS apply through the ``sql``
+    The graph walk applies the ACL; FILTERS apply through the ``sql``
     primitive on the uids found (one statement), so an entity outside the
     filters never enters the list. The score is ``paths / hops``.
     """
@@ -289,41 +273,44 @@ class GraphRetriever:
     granularity: Granularity = "entity"
     stage: Stage = "expand"
 
-    def __init__(self, engine: Engine, embedder: EmbedderSource | None = None) -> None:
-        self.engine = engine
-
-    def run(self, identity: Identity, request: Request) -> Ranking:
+    def run(self, reader: StoreReader, request: Request) -> Ranking:
         if not request.seeds:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        graph = self.engine.graph(identity, list(request.seeds), depth=request.depth, k=request.k)
+        graph = reader.engine.graph(
+            GraphQuery(starts=request.seeds, depth=request.depth, k=request.k)
+        )
         seeds = set(request.seeds)
         hits = [h for h in graph.hits if h.uid not in seeds]
         if hits and not request.filters.is_empty:
             wanted = [h.uid for h in hits]
-            if request.filters.uids:
-                allowed_uids = set(request.filters.uids)
+            if request.filters.values("uid"):
+                allowed_uids = set(request.filters.values("uid"))
                 wanted = [u for u in wanted if u in allowed_uids]
             passing: set[str] = set()
             if wanted:
-                checked = self.engine.sql(
-                    identity,
-                    dataclasses.replace(request.filters, uids=tuple(wanted)),
-                    k=len(wanted),
+                checked = reader.engine.sql(
+                    request.filters.with_values("uid", wanted), DEFAULT_ORDER, len(wanted)
                 )
                 passing = {h.uid for h in checked.hits}
             hits = [h for h in hits if h.uid in passing]
         return Ranking(
             self.name,
             self.granularity,
-            [Candidate(h.uid, h.paths / max(h.hops, 1), h.title, h.type, h.href) for h in hits],
-            graph.content_root,
+            [
+                Candidate(
+                    h.uid,
+                    h.paths / max(h.hops, 1),
+                    card=EntityCard(h.uid, h.title, h.type, h.href, h.updated_at),
+                )
+                for h in hits
+            ],
             {"graph": _ms(time.perf_counter() - started)},
             details={"capped": graph.capped},
         )
 
 
-RetrieverFactory = Callable[[Engine, EmbedderSource], Retriever]
+RetrieverFactory = Callable[[], Retriever]
 
 _FACTORIES: dict[str, RetrieverFactory] = {
     "vector": VectorRetriever,
@@ -361,11 +348,7 @@ def retriever_names() -> tuple[str, ...]:
     return BUILT_IN + tuple(sorted(n for n in _FACTORIES if n not in BUILT_IN))
 
 
-def make_retrievers(
-    engine: Engine,
-    embedder: EmbedderSource,
-    configured: Sequence[str | Retriever] | None = None,
-) -> list[Retriever]:
+def make_retrievers(configured: Sequence[str | Retriever] | None = None) -> list[Retriever]:
     """Instances for ``configured`` (names or ready retrievers; default :data:`BUILT_IN`)."""
     out: list[Retriever] = []
     for item in BUILT_IN if configured is None else configured:
@@ -377,13 +360,13 @@ def make_retrievers(
                     retriever=item,
                     allowed=list(retriever_names()),
                 )
-            out.append(factory(engine, embedder))
+            out.append(factory())
         elif isinstance(item, Retriever):
             out.append(item)
         else:
             raise InvalidRequest(
                 f"a retriever is a registered name or an object with name, granularity, stage"
-                f" and run(identity, request); got {type(item).__name__}"
+                f" and run(reader, request); got {type(item).__name__}"
             )
     names = [r.name for r in out]
     twice = sorted({n for n in names if names.count(n) > 1})

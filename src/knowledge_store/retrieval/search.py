@@ -1,22 +1,26 @@
-"""The fused planner (DESIGN §3).
+"""The fused planner (DESIGN §3): plan → run → supersede → answer (and explain).
 
-1. the ``query`` retrievers run on the request: vector and lexical on the
-   text, FILTERS inside each query; ``sql`` is a list only when there is no
-   text (with a text it is the pre-filter and its rank stays null);
-2. chunk hits fold to their entity (best chunk rank per list); the best
-   chunks stay as evidence;
-3. the query lists fuse; the top :data:`SEEDS` fused entities (not the
-   query) seed the ``expand`` retrievers — graph, depth 1 by default;
-4. every list fuses again (``rrf`` or ``convex``, per-list weights): one
-   result per entity, with its rank in every list;
-5. ``supersededBy``: a result with a visible successor (that passes the
-   FILTERS) has the successor placed just above it (inserted if it was not
-   a result, moved up if it ranked lower) and carries ``superseded_by``.
+1. **plan** (:func:`plan`): the validated request becomes a :class:`Plan` —
+   which retrievers, the fusion mode and weights, how many candidates;
+2. **run** (:func:`run`), on one reader (one snapshot, one identity
+   expansion): the ``query`` retrievers run on the request — vector and
+   lexical on the text, FILTERS inside each query; ``sql`` is a list only
+   when there is no text (with a text it is the pre-filter and its rank
+   stays null); chunk hits fold to their entity (best chunk rank per list);
+   the query lists fuse; the top :data:`SEEDS` fused entities (not the
+   query) seed the ``expand`` retrievers — graph, depth 1 by default; every
+   list fuses again (``rrf`` or ``convex``, per-list weights): one result
+   per entity, with its rank in every list;
+3. **supersede** (:func:`supersede`, pure): a result with a visible successor
+   (that passes the FILTERS) has the successor placed just above it
+   (inserted if it was not a result, moved up if it ranked lower) and carries
+   ``superseded_by``;
+4. **answer**: what the answer returns is hydrated once, after fusion — the
+   results' cards and at most :data:`EVIDENCE_PER_RESULT` evidence chunks
+   each; :func:`explain` describes the plan and the run.
 
-Engine-agnostic: it calls retrievers (:mod:`.retrievers`), which call the
-engine's primitives; every primitive applies the caller's ACL inside its own
-query. Fusion itself is the pure functions of :mod:`.fusion`; the stage
-logic the planner and the evaluation share is :func:`fuse_stages`.
+Fusion itself is the pure functions of :mod:`.fusion`; the stage logic the
+planner and the evaluation share is :func:`fuse_stages`.
 
 Defaults — chosen by measurement across both shared eval sets together
 (postgres-docs: 1,500 index terms; sqlite-git-faq: 28 FAQ questions; code
@@ -44,29 +48,25 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from knowledge_store.engines.base import Engine
+from knowledge_store.engines.base import EntityCard
 from knowledge_store.errors import BoundExceeded, InvalidRequest
-from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import (
+    FUSION_MODES,
+    GRAPH_MAX_DEPTH,
     LIST_NAMES,
     Evidence,
     Filters,
-    Identity,
     Result,
     SearchAnswer,
-    VectorInfo,
 )
 from knowledge_store.retrieval.adaptive import AdaptiveParams, AdaptiveWeights, adaptive_weights
 from knowledge_store.retrieval.fusion import Fused, RankedList, convex, rrf
-from knowledge_store.retrieval.retrievers import (
-    Candidate,
-    Ranking,
-    Request,
-    Retriever,
-    make_retrievers,
-)
+from knowledge_store.retrieval.retrievers import Ranking, Request, Retriever, make_retrievers
+
+if TYPE_CHECKING:
+    from knowledge_store.retrieval.reader import StoreReader
 
 __all__ = [
     "CANDIDATES",
@@ -78,14 +78,20 @@ __all__ = [
     "SEEDS",
     "Fuser",
     "Fusion",
+    "Plan",
+    "Run",
+    "answer",
+    "explain",
     "fuse_stages",
+    "plan",
+    "run",
     "search",
     "supersede",
 ]
 
 #: Candidates each retriever returns (chunk hits before folding; entities).
 CANDIDATES = 100
-MODES: tuple[str, ...] = ("rrf", "convex", "adaptive")
+MODES: tuple[str, ...] = FUSION_MODES
 #: The fusion mode used when none is given.
 DEFAULT_MODE = "adaptive"
 #: Per-list weights by mode; a list not named here weighs 1.
@@ -101,11 +107,8 @@ ADAPTIVE = AdaptiveParams(question=0.5, identifier=1.0)
 #: How many fused entities of the query stage seed the expand stage.
 SEEDS = 10
 DEFAULT_DEPTH = 1
-MAX_DEPTH = 3
 EVIDENCE_PER_RESULT = 3
 _SUCCESSOR_ROUNDS = 3
-
-EmbedderArg = Embedder | Callable[[], Embedder]
 
 
 class Fuser(Protocol):
@@ -161,7 +164,7 @@ def fuse_stages(
     *,
     seeds: int = SEEDS,
 ) -> tuple[list[Fused], tuple[str, ...], list[RankedList]]:
-    """Steps 3–4: fuse the query lists, expand from the top ``seeds``, fuse everything.
+    """Fuse the query lists, expand from the top ``seeds``, fuse everything.
 
     Returns ``(final fused ranking, the seeds, the expand lists)``. Shared by
     the planner and the evaluation, so both rank the same way.
@@ -204,170 +207,135 @@ def supersede(
     return [(uid, marks.get(uid)) for uid in order]
 
 
-def _embedder_source(embedder: EmbedderArg) -> Callable[[], Embedder]:
-    if isinstance(embedder, Embedder):
-        return lambda: embedder
-    return embedder
-
-
 def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
-def search(
-    engine: Engine,
-    embedder: EmbedderArg,
-    identity: Identity,
+# -- plan ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """What a search will do: validated, before anything runs."""
+
+    text: str | None
+    filters: Filters
+    k: int
+    fusion: Fusion
+    retrievers: tuple[Retriever, ...]
+    depth: int = DEFAULT_DEPTH
+    explain: bool = False
+    #: The mode asked for (``fusion`` is what this query fuses with: ``adaptive``
+    #: resolves to its base mode with per-query weights, ``adapted`` says why).
+    mode: str = DEFAULT_MODE
+    adapted: AdaptiveWeights | None = None
+
+    @property
+    def request(self) -> Request:
+        """What each retriever is asked (more candidates than the answer returns)."""
+        return Request(self.text, self.filters, k=max(CANDIDATES, self.k), depth=self.depth)
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.retrievers]
+
+
+def plan(
     text: str | None,
     *,
-    k: int = 10,
-    filters: Filters | None = None,
+    k: int,
+    filters: Filters,
     mode: str | None = None,
     weights: Mapping[str, float] | None = None,
     explain: bool = False,
     retrievers: Sequence[str | Retriever] | None = None,
     depth: int = DEFAULT_DEPTH,
-) -> SearchAnswer:
-    """Fused search (module docstring). ``text`` None or blank: a pure filter request."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 1000:
-        raise InvalidRequest(f"k must be between 1 and 1000, not {k!r}", field="k")
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+) -> Plan:
+    """Validate and choose: the retrievers, the fusion and its weights (each list named)."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= GRAPH_MAX_DEPTH:
         raise BoundExceeded(
-            f"depth {depth!r} is outside the bound of search's graph stage; use 1 to {MAX_DEPTH}",
+            f"depth {depth!r} is outside the bound of search's graph stage; use 1 to"
+            f" {GRAPH_MAX_DEPTH}",
             field="depth",
             minimum=1,
-            maximum=MAX_DEPTH,
+            maximum=GRAPH_MAX_DEPTH,
         )
     fusion = Fusion.of(mode, None)
-    configured = make_retrievers(engine, _embedder_source(embedder), retrievers)
+    configured = tuple(make_retrievers(retrievers))
     names = [r.name for r in configured]
     unknown = sorted(set(weights or {}) - set(names))
     if unknown:
         raise InvalidRequest(
-            f"--weights names {', '.join(map(repr, unknown))}, which is not a configured list;"
+            f"weights names {', '.join(map(repr, unknown))}, which is not a configured list;"
             f" the lists are {', '.join(names)}",
+            field="weights",
             allowed=names,
         )
-    filters = filters or Filters()
     query = text if text is not None and text.strip() else None
     requested = Fusion.of(fusion.mode, weights)
-    fusion, adapted = requested.for_query(query)
-    request = Request(query, filters, k=max(CANDIDATES, k), depth=depth)
+    chosen, adapted = requested.for_query(query)
+    return Plan(query, filters, k, chosen, configured, depth, explain, requested.mode, adapted)
 
-    started = time.perf_counter()
-    rankings: dict[str, Ranking] = {}
-    for retriever in configured:
+
+# -- run ------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """What a run found: the rankings, the fused and superseded order, timings."""
+
+    rankings: dict[str, Ranking] = field(default_factory=dict)
+    fused: list[Fused] = field(default_factory=list)
+    seeds: tuple[str, ...] = ()
+    ordered: list[tuple[str, str | None]] = field(default_factory=list)
+    ms: dict[str, float] = field(default_factory=dict)
+    started: float = field(default_factory=time.perf_counter)
+
+
+Hook = Callable[[str], None]
+
+
+def run(reader: StoreReader, p: Plan, *, after_each: Hook | None = None) -> Run:
+    """Run ``p`` on ``reader``: retrievers, fusion, expansion, supersession.
+
+    ``after_each`` is called with a retriever's name after it ran (a test
+    publishes from another process there: the answer must not change).
+    """
+    out = Run()
+    request = p.request
+    for retriever in p.retrievers:
         if retriever.stage == "query":
-            rankings[retriever.name] = retriever.run(identity, request)
-    query_lists = [rk.entity_list() for rk in rankings.values() if rk.ran]
-
-    expanders = [r for r in configured if r.stage == "expand"]
-    t_fuse = 0.0
+            out.rankings[retriever.name] = retriever.run(reader, request)
+            if after_each is not None:
+                after_each(retriever.name)
+    query_lists = [rk.entity_list() for rk in out.rankings.values() if rk.ran]
+    expanders = [r for r in p.retrievers if r.stage == "expand"]
 
     def expand(seeds: tuple[str, ...]) -> list[RankedList]:
-        nonlocal t_fuse
         seeded = dataclasses.replace(request, seeds=seeds)
-        out = []
+        lists = []
         for retriever in expanders:
-            ranking = retriever.run(identity, seeded)
-            rankings[retriever.name] = ranking
+            ranking = retriever.run(reader, seeded)
+            out.rankings[retriever.name] = ranking
+            if after_each is not None:
+                after_each(retriever.name)
             if ranking.ran:
-                out.append(ranking.entity_list())
-        return out
+                lists.append(ranking.entity_list())
+        return lists
 
     t0 = time.perf_counter()
-    fused, seeds, _ = fuse_stages(fusion, query_lists, expand)
+    out.fused, out.seeds, _ = fuse_stages(p.fusion, query_lists, expand)
     t_stages = time.perf_counter() - t0
-    expand_ms = sum(sum(rankings[r.name].ms.values()) for r in expanders if r.name in rankings)
-
-    t1 = time.perf_counter()
-    candidates = _candidates(rankings.values())
-    window = [f.uid for f in fused[:k]]
-    successor_of = _successors(engine, identity, window, filters)
-    missing = sorted({s for s in successor_of.values() if s not in candidates})
-    if missing:
-        found = engine.sql(identity, Filters(uids=tuple(missing)), k=min(len(missing), 1000))
-        for h in found.hits:
-            candidates[h.uid] = Candidate(h.uid, 0.0, h.title, h.type, h.href)
-    by_uid = {f.uid: f for f in fused}
-    ordered = supersede(window, successor_of)
-    t_supersede = time.perf_counter() - t1
-
-    evidence = _evidence(rankings.values())
-    kept = [(uid, sup) for uid, sup in ordered[:k] if uid in candidates]
-    # A successor moved up or inserted takes the score of the slot it fills, so
-    # scores never increase down the list: a backward running maximum.
-    scores = [by_uid[uid].score if uid in by_uid else 0.0 for uid, _ in kept]
-    for i in range(len(scores) - 2, -1, -1):
-        scores[i] = max(scores[i], scores[i + 1])
-    results: list[Result] = []
-    for (uid, superseded_by), score in zip(kept, scores, strict=True):
-        info = candidates[uid]
-        ranks: dict[str, int | None] = dict.fromkeys([*LIST_NAMES, *names])
-        f = by_uid.get(uid)
-        if f is not None:
-            ranks.update(f.ranks)
-        results.append(
-            Result(
-                uid=uid,
-                title=info.title,
-                type=info.type,
-                href=info.href,
-                score=score,
-                ranks=ranks,
-                superseded_by=superseded_by,
-                evidence=tuple(evidence.get(uid, ())),
-            )
-        )
-    total = time.perf_counter() - started
-    content_root = next(
-        (rk.content_root for rk in rankings.values() if rk.content_root is not None),
-        engine.content_root(),
+    expand_ms = sum(
+        sum(out.rankings[r.name].ms.values()) for r in expanders if r.name in out.rankings
     )
-    vector_info = _vector_info(rankings.values())
-    details: dict[str, Any] | None = None
-    if explain:
-        ms: dict[str, float] = {}
-        for rk in rankings.values():
-            for stage, value in rk.ms.items():
-                ms[stage] = ms.get(stage, 0.0) + value
-        ms["fuse"] = _ms(max(t_stages - expand_ms / 1000.0, 0.0))
-        ms["supersede"] = _ms(t_supersede)
-        ms["total"] = _ms(total)
-        ms["total_without_embed"] = round(ms["total"] - ms.get("embed", 0.0), 3)
-        shown = max(k, 10)
-        details = {
-            "mode": requested.mode,
-            "weights": {name: fusion.weight(name) for name in names},
-            **({"adaptive": adapted.explain()} if adapted is not None else {}),
-            "retrievers": [
-                {
-                    "name": r.name,
-                    "granularity": r.granularity,
-                    "stage": r.stage,
-                    "ran": rankings[r.name].ran if r.name in rankings else False,
-                    "candidates": len(rankings[r.name].candidates) if r.name in rankings else 0,
-                    **(dict(rankings[r.name].details) if r.name in rankings else {}),
-                }
-                for r in configured
-            ],
-            "seeds": list(seeds),
-            "depth": depth,
-            "lists": {
-                name: [uid for uid, _ in rankings[name].entity_list().items[:shown]]
-                if name in rankings and rankings[name].ran
-                else None
-                for name in names
-            },
-            "fused": [r.uid for r in results],
-            "ms": ms,
-        }
-    return SearchAnswer(content_root, requested.mode, results, vector_info, details)
+    t1 = time.perf_counter()
+    window = [f.uid for f in out.fused[: p.k]]
+    out.ordered = supersede(window, _successors(reader, window, p.filters))
+    out.ms = {
+        "fuse": _ms(max(t_stages - expand_ms / 1000.0, 0.0)),
+        "supersede": _ms(time.perf_counter() - t1),
+    }
+    return out
 
 
-def _successors(
-    engine: Engine, identity: Identity, uids: Sequence[str], filters: Filters
-) -> dict[str, str]:
+def _successors(reader: StoreReader, uids: Sequence[str], filters: Filters) -> dict[str, str]:
     """Visible successors of ``uids``, and of the successors in turn (a few rounds)."""
     out: dict[str, str] = {}
     asked: set[str] = set()
@@ -377,49 +345,137 @@ def _successors(
         if not pending:
             break
         asked.update(pending)
-        found = engine.successors(identity, pending, filters)
+        found = reader.engine.successors(pending, filters)
         out.update(found)
         pending = list(found.values())
     return out
 
 
-def _candidates(rankings: Any) -> dict[str, Candidate]:
-    """uid → the first candidate seen for it (title, type, href)."""
-    out: dict[str, Candidate] = {}
-    for ranking in rankings:
-        for c in ranking.candidates:
-            out.setdefault(c.uid, c)
-    return out
-
-
-def _evidence(rankings: Any) -> dict[str, list[Evidence]]:
-    """uid → its best chunks across the chunk lists (Σ 1/(60 + chunk rank)), best first."""
-    # keyed by (uid, chunk id): a chunk id is a 53-bit hash, unique within an entity
-    best: dict[tuple[str, int], tuple[float, str, Evidence]] = {}
-    for ranking in rankings:
+# -- answer --------------------------------------------------------------------------------------------
+def _evidence(rankings: Mapping[str, Ranking]) -> dict[str, list[int]]:
+    """uid → its best chunk ids across the chunk lists (Σ 1/(60 + chunk rank)), best first."""
+    best: dict[int, tuple[float, str]] = {}
+    for ranking in rankings.values():
         if ranking.granularity != "chunk":
             continue
         for rank, c in enumerate(ranking.candidates, start=1):
-            if c.chunk is None:
+            if c.chunk_id is None:
                 continue
-            key = (c.uid, c.chunk.chunk_id)
-            prev = best.get(key)
-            score = 1.0 / (60 + rank) + (prev[0] if prev else 0.0)
-            best[key] = (score, c.uid, c.chunk)
-    grouped: dict[str, list[tuple[float, Evidence]]] = {}
-    for score, uid, chunk in best.values():
-        grouped.setdefault(uid, []).append((score, chunk))
+            prev = best.get(c.chunk_id)
+            best[c.chunk_id] = (1.0 / (60 + rank) + (prev[0] if prev else 0.0), c.uid)
+    grouped: dict[str, list[tuple[float, int]]] = {}
+    for chunk_id, (score, uid) in best.items():
+        grouped.setdefault(uid, []).append((score, chunk_id))
     return {
-        uid: [e for _, e in sorted(items, key=lambda t: (-t[0], t[1].chunk_id))][
-            :EVIDENCE_PER_RESULT
-        ]
+        uid: [c for _, c in sorted(items, key=lambda t: (-t[0], t[1]))][:EVIDENCE_PER_RESULT]
         for uid, items in grouped.items()
     }
 
 
-def _vector_info(rankings: Any) -> VectorInfo | None:
-    for ranking in rankings:
-        if ranking.vector is not None:
-            info: VectorInfo = ranking.vector
-            return info
-    return None
+def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
+    """The answer: the first ``k`` results, hydrated once (cards and evidence)."""
+    started = time.perf_counter()
+    cards: dict[str, EntityCard] = {}
+    for ranking in r.rankings.values():
+        for c in ranking.candidates:
+            if c.card is not None:
+                cards.setdefault(c.uid, c.card)
+    evidence = _evidence(r.rankings)
+    window = r.ordered[: p.k]
+    wanted = [cid for uid, _ in window for cid in evidence.get(uid, ())]
+    chunks = reader.engine.chunks(wanted)
+    for uid, _ in window:
+        first = next((chunks[c] for c in evidence.get(uid, ()) if c in chunks), None)
+        if first is not None and uid not in cards:
+            cards[uid] = EntityCard(first.uid, first.title, first.type, first.href, None)
+    missing = [uid for uid, _ in window if uid not in cards]
+    cards.update(reader.engine.entities(missing))
+    by_uid = {f.uid: f for f in r.fused}
+    kept = [(uid, sup) for uid, sup in window if uid in cards]
+    # A successor moved up or inserted takes the score of the slot it fills, so
+    # scores never increase down the list: a backward running maximum.
+    scores = [by_uid[uid].score if uid in by_uid else 0.0 for uid, _ in kept]
+    for i in range(len(scores) - 2, -1, -1):
+        scores[i] = max(scores[i], scores[i + 1])
+    results: list[Result] = []
+    for (uid, superseded_by), score in zip(kept, scores, strict=True):
+        card = cards[uid]
+        ranks: dict[str, int | None] = dict.fromkeys([*LIST_NAMES, *p.names])
+        f = by_uid.get(uid)
+        if f is not None:
+            ranks.update(f.ranks)
+        results.append(
+            Result(
+                uid=uid,
+                title=card.title,
+                type=card.type,
+                href=card.href,
+                score=score,
+                ranks=ranks,
+                superseded_by=superseded_by,
+                evidence=tuple(
+                    Evidence(
+                        chunk_id=c.public_id,
+                        text=c.text,
+                        heading=c.heading,
+                        start=c.start,
+                        end=c.end,
+                    )
+                    for c in (chunks[i] for i in evidence.get(uid, ()) if i in chunks)
+                ),
+            )
+        )
+    r.ms["hydrate"] = _ms(time.perf_counter() - started)
+    vector_info = next((rk.vector for rk in r.rankings.values() if rk.vector is not None), None)
+    return SearchAnswer(
+        content_root=reader.content_root,
+        mode=p.mode,
+        results=results,
+        vector=vector_info,
+        explain=explain(reader, p, r, results) if p.explain else None,
+    )
+
+
+def explain(reader: StoreReader, p: Plan, r: Run, results: Sequence[Result]) -> dict[str, Any]:
+    """The plan and the run side by side: retrievers, lists, seeds, timings, the snapshot."""
+    ms: dict[str, float] = {}
+    for rk in r.rankings.values():
+        for stage, value in rk.ms.items():
+            ms[stage] = ms.get(stage, 0.0) + value
+    ms.update(fuse=r.ms["fuse"], supersede=r.ms["supersede"], hydrate=r.ms.get("hydrate", 0.0))
+    ms["total"] = _ms(time.perf_counter() - r.started)
+    ms["total_without_embed"] = round(ms["total"] - ms.get("embed", 0.0), 3)
+    shown = max(p.k, 10)
+    rankings = r.rankings
+    return {
+        "mode": p.mode,
+        "weights": {name: p.fusion.weight(name) for name in p.names},
+        **({"adaptive": p.adapted.explain()} if p.adapted is not None else {}),
+        "retrievers": [
+            {
+                "name": rt.name,
+                "granularity": rt.granularity,
+                "stage": rt.stage,
+                "ran": rankings[rt.name].ran if rt.name in rankings else False,
+                "candidates": len(rankings[rt.name].candidates) if rt.name in rankings else 0,
+                **(dict(rankings[rt.name].details) if rt.name in rankings else {}),
+            }
+            for rt in p.retrievers
+        ],
+        "seeds": list(r.seeds),
+        "depth": p.depth,
+        "lists": {
+            name: [uid for uid, _ in rankings[name].entity_list().items[:shown]]
+            if name in rankings and rankings[name].ran
+            else None
+            for name in p.names
+        },
+        "fused": [res.uid for res in results],
+        "reader": reader.explain(),
+        "ms": ms,
+    }
+
+
+def search(reader: StoreReader, p: Plan, *, after_each: Hook | None = None) -> SearchAnswer:
+    """Fused search on one reader (module docstring)."""
+    return answer(reader, p, run(reader, p, after_each=after_each))

@@ -1,47 +1,125 @@
 """The ``ks`` command line (DESIGN §6). Thin: every command calls one library method.
 
+The commands of the operation table (:data:`~.operations.OPERATIONS`) are
+generated: positional arguments, options, bounds and help come from the
+request model and the table's CLI spelling (:mod:`.cli_options`), the human
+output from :data:`~.cli_show.SHOW`. ``ingest`` (files and folders), ``rebuild``,
+``eval`` and ``serve`` are written here.
+
 Errors become CLI errors only here: with ``--json`` the one error shape is
-printed on stdout; otherwise a sentence on stderr. Exit status 2 for the
-caller's input, 1 for anything else.
+printed on stdout — usage errors too (an unknown option, a missing argument);
+otherwise a sentence on stderr. Field names in the store's messages are
+respelled as the flags and placeholders the caller typed (``--created-from``,
+``TEXT``). Exit status 2 for the caller's input, 1 for anything else.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
-from knowledge_store.ingest.records import JsonProblem, loads_strict
-from knowledge_store.model import ChunkHits, Filters, SearchAnswer
-from knowledge_store.surfaces.terminal import safe, strip_controls
+from knowledge_store.model import FUSION_MODES, Filters, Identity
+from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.cli_options import (
+    FILTER_PREFIX,
+    filter_parameters,
+    filters_of,
+    parameters,
+    request_values,
+    spelling,
+)
+from knowledge_store.surfaces.cli_show import SHOW
+from knowledge_store.surfaces.operations import OPERATIONS, Cli, Operation
+from knowledge_store.surfaces.spelling import respell
+from knowledge_store.surfaces.terminal import safe
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-app = typer.Typer(
-    name="ks",
-    help="knowledge-store: ingest an estate; search it by words, meaning, graph and fields.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-acl_app = typer.Typer(help="Entity ACLs: grant, revoke, show, explain.", no_args_is_help=True)
-principals_app = typer.Typer(help="Principals and group memberships.", no_args_is_help=True)
+JSON_FLAG = "--json"
+
+
+class _Plain:
+    """Help that reads: a flag shows no ``<bool>`` placeholder, an argument its metavar only."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+                param.metavar = ""
+            if isinstance(param, TyperArgument) and param.metavar is not None:
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        return params
+
+
+class _Command(_Plain, TyperCommand):
+    pass
+
+
+class _Group(_Plain, TyperGroup):
+    """``ks``: with ``--json`` anywhere, a usage error is the one error shape on stdout too."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        if JSON_FLAG not in argv:
+            return super().main(argv, *rest, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(argv, *rest, **kwargs)
+        except typer.Exit as exc:
+            code = exc.exit_code
+        except (typer.Abort, KeyboardInterrupt):
+            sys.stderr.write("Aborted!\n")
+            code = 1
+        except typer.TyperException as exc:  # a usage error: the one shape, exit 2
+            param = getattr(exc, "param", None)
+            field = None
+            if isinstance(param, TyperArgument):
+                field = param.metavar or param.name
+            elif param is not None:
+                field = max(getattr(param, "opts", None) or [""], key=len) or None
+            ctx = getattr(exc, "ctx", None)
+            error = InvalidRequest(
+                exc.format_message(),
+                field=field,
+                usage=ctx.get_usage() if ctx is not None else None,
+            )
+            sys.stdout.write(json.dumps(error.to_dict(), ensure_ascii=False) + "\n")
+            code = error.exit_status
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _typer(help_text: str) -> typer.Typer:
+    return typer.Typer(
+        cls=_Group,
+        help=help_text,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+
+app = _typer("knowledge-store: ingest an estate; search it by words, meaning, graph and fields.")
+acl_app = _typer("Entity ACLs: grant, revoke, show, explain.")
+principals_app = _typer("Principals and group memberships.")
 app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
+_GROUPS = {"acl": acl_app, "principals": principals_app}
 
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never cut in two
 
 
 class _State:
@@ -51,84 +129,78 @@ class _State:
 state = _State()
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from knowledge_store import __version__
+
+        out.print(f"ks {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     store: Annotated[
         str | None,
         typer.Option(
             "--store",
+            metavar="STORE",
             help="a directory (embedded) · pg:DIR · postgresql://… (default: $KS_STORE, else ./.ks)",
             show_default=False,
+            envvar="KS_STORE",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="print the version and exit", callback=_version, is_eager=True
+        ),
+    ] = False,
 ) -> None:
     state.store_location = store
 
 
-# -- shared options -------------------------------------------------------------------------
+# -- running a command ---------------------------------------------------------------------------
 AsOpt = Annotated[
     str | None,
     typer.Option(
-        "--as", help="identity to read as (default: $KS_AS, else everyone)", show_default=False
+        "--as",
+        metavar="P",
+        help="identity to read as (default: $KS_AS, else everyone)",
+        show_default=False,
     ),
 ]
-KOpt = Annotated[int, typer.Option("--k", help="number of results", min=1, max=1000)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
-ExplainOpt = Annotated[bool, typer.Option("--explain", help="show how the answer was computed")]
-TypeOpt = Annotated[
-    list[str] | None, typer.Option("--type", help="entity type (repeatable: any of)")
-]
-NotTypeOpt = Annotated[list[str] | None, typer.Option("--not-type", help="exclude an entity type")]
-SourceOpt = Annotated[list[str] | None, typer.Option("--source", help="source (repeatable)")]
-StatusOpt = Annotated[list[str] | None, typer.Option("--status", help="status (repeatable)")]
-UidOpt = Annotated[list[str] | None, typer.Option("--uid", help="entity uid (repeatable)")]
-CreatedFrom = Annotated[str | None, typer.Option("--created-from", help="ISO date, inclusive")]
-CreatedTo = Annotated[str | None, typer.Option("--created-to", help="ISO date, inclusive")]
-UpdatedFrom = Annotated[str | None, typer.Option("--updated-from", help="ISO date, inclusive")]
-UpdatedTo = Annotated[str | None, typer.Option("--updated-to", help="ISO date, inclusive")]
+JsonOpt = Annotated[bool, typer.Option(JSON_FLAG, help="print one JSON object on stdout")]
 
 
-def _filters(
-    types: list[str] | None,
-    not_types: list[str] | None,
-    sources: list[str] | None,
-    statuses: list[str] | None,
-    uids: list[str] | None,
-    created_from: str | None,
-    created_to: str | None,
-    updated_from: str | None,
-    updated_to: str | None,
-) -> Filters:
-    return Filters.build(
-        types=types or (),
-        not_types=not_types or (),
-        sources=sources or (),
-        statuses=statuses or (),
-        uids=uids or (),
-        created_from=created_from,
-        created_to=created_to,
-        updated_from=updated_from,
-        updated_to=updated_to,
-    )
+def _identity(given: str | None) -> Identity:
+    return Identity(given or os.environ.get("KS_AS") or "everyone")
 
 
 @contextmanager
 def _store() -> Iterator[Any]:
-    from knowledge_store.store import KnowledgeStore
+    from knowledge_store.surfaces.serve import open_store
 
-    store = KnowledgeStore.open(state.store_location)
+    store = open_store(state.store_location)  # $KS_STORE comes in through --store
     try:
         yield store
     finally:
         store.close()
 
 
-def _run(as_json: bool, action: Callable[[], Any], show: Callable[[Any], None]) -> None:
-    """Run ``action``; print its result as JSON or with ``show``; map errors to exit codes."""
+def _run(
+    as_json: bool,
+    action: Callable[[], Any],
+    show: Callable[[Any], None],
+    names: Mapping[str, str] | None = None,
+) -> None:
+    """Run ``action``; print its result as JSON or with ``show``; map errors to exit codes.
+
+    ``names``: request field paths → their spelling on this command (see :mod:`.spelling`).
+    """
     try:
         result = action()
     except KnowledgeStoreError as exc:
-        _fail(exc, as_json)
+        _fail(respell(exc, names or {}), as_json)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug or an environment failure: still one error shape
@@ -148,71 +220,80 @@ def _fail(exc: KnowledgeStoreError, as_json: bool) -> None:
     raise typer.Exit(exc.exit_status)
 
 
-def _snippet(text: str, width: int = 160) -> str:
-    """One line of at most ``width`` characters, safe for rich."""
-    flat = " ".join(strip_controls(text).split())
-    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
+# -- the commands of the table ------------------------------------------------------------------
+def _command(op: Operation, cli: Cli) -> Callable[..., None]:
+    reads = not op.admin and op.name != "stats"  # stats: the store's figures, no identity
+
+    def command(**given: Any) -> None:
+        as_json = bool(given.pop("as_json", False))
+        caller = Caller(_identity(given.pop("as_", None)), admin=True)  # the operator's own CLI
+        names = spelling(op, cli)
+
+        def action() -> _Answer:
+            request = op.request.parse(request_values(op, cli, given))
+            with _store() as store:
+                return _Answer(op.run(store, caller, request), request)
+
+        _run(as_json, action, lambda a: SHOW[op.name](out, a.answer, a.request), names)
+
+    params = parameters(op, cli)
+    kw = inspect.Parameter.KEYWORD_ONLY
+    if reads:
+        params.append(inspect.Parameter("as_", kw, default=None, annotation=AsOpt))
+    params.append(inspect.Parameter("as_json", kw, default=False, annotation=JsonOpt))
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = op.name
+    return command
 
 
-def _show_chunk_hits(answer: ChunkHits, explain: bool) -> None:
-    table = Table(show_lines=False, box=None, pad_edge=False)
-    for col in ("#", "score", "uid", "title / heading", "text"):
-        table.add_column(col, overflow="fold")
-    for h in answer.hits:
-        heading = safe(" › ".join(h.heading)) if h.heading else ""
-        table.add_row(
-            str(h.rank),
-            f"{h.score:.3f}",
-            safe(h.uid),
-            safe(h.title) + (f"\n[dim]{heading}[/]" if heading else ""),
-            _snippet(h.text),
-        )
-    out.print(table)
-    if answer.vector is not None:
-        v = answer.vector
-        out.print(f"[dim]vector: {v.strategy}, scanned {v.scanned}, exhaustive {v.exhaustive}[/]")
-    if explain and answer.explain:
-        out.print_json(data=answer.explain)
-    out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.hits)} hits[/]")
+class _Answer:
+    """An answer with the request that asked for it (the human output reads both)."""
+
+    def __init__(self, answer: Any, request: Any) -> None:
+        self.answer = answer
+        self.request = request
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.answer.to_dict())
 
 
-def _show_search(answer: SearchAnswer, explain: bool) -> None:
-    for i, r in enumerate(answer.results, start=1):
-        ranks = safe(" ".join(f"{k}={v}" for k, v in r.ranks.items() if v is not None))
-        out.print(
-            f"[bold]{i}. {safe(r.title)}[/]  [dim]{safe(r.uid)} · {safe(r.type)}"
-            f" · {r.score:.4f} · {ranks}[/]"
-        )
-        if r.superseded_by:
-            out.print(f"   [yellow]superseded by {safe(r.superseded_by)}[/]")
-        for ev in r.evidence[:1]:
-            heading = safe(" › ".join(ev.heading))
-            out.print(f"   [dim]{heading}[/]" if heading else "", end="\n" if heading else "")
-            out.print(f"   {_snippet(ev.text)}")
-    if answer.vector is not None:
-        v = answer.vector
-        out.print(f"[dim]vector: {v.strategy}, scanned {v.scanned}, exhaustive {v.exhaustive}[/]")
-    if explain and answer.explain:
-        from knowledge_store.surfaces.cli_show import show_search_explain
-
-        show_search_explain(out, answer)
-    out.print(f"[dim]mode {answer.mode} · content root {answer.content_root[:16]}[/]")
+def _register() -> None:
+    for op in OPERATIONS:
+        if op.cli is None:
+            continue
+        group, _, name = op.cli.command.rpartition(" ")
+        target = _GROUPS[group] if group else app
+        target.command(name, help=op.summary + ".", cls=_Command)(_command(op, op.cli))
 
 
-# -- commands ------------------------------------------------------------------------------------
-@app.command()
+_register()
+
+
+# -- the commands written here -----------------------------------------------------------------
+@app.command(cls=_Command)
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="files or folders to ingest")],
+    paths: Annotated[
+        list[Path], typer.Argument(metavar="PATH…", help="files or folders to ingest")
+    ],
     format: Annotated[
         str | None,
-        typer.Option("--format", help="jsonl | learn | markdown | html (default: by extension)"),
+        typer.Option(
+            "--format",
+            metavar="jsonl|learn|markdown|html|web",
+            help="the records' format (default: by extension)",
+        ),
     ] = None,
     source: Annotated[
-        str | None, typer.Option("--source", help="source name for the records")
+        str | None, typer.Option("--source", metavar="NAME", help="source name for the records")
     ] = None,
     acl: Annotated[
         list[str] | None,
-        typer.Option("--acl", help="default ACL principal for records without one (repeatable)"),
+        typer.Option(
+            "--acl",
+            metavar="PRINCIPAL",
+            help="default ACL principal for records without one (repeatable)",
+        ),
     ] = None,
     skip_invalid: Annotated[
         bool, typer.Option("--skip-invalid", help="publish the good records, report the bad ones")
@@ -244,261 +325,11 @@ def ingest(
             err.print(f"[yellow]skipped[/] {safe(s.path)}: {safe(s.reason)}")
         out.print(f"[dim]content root {report.content_root}[/]")
 
-    _run(as_json, action, show)
+    names = {"acl": "--acl", "skip_invalid": "--skip-invalid", "format": "--format"}
+    _run(as_json, action, show, names)
 
 
-@app.command()
-def delete(
-    uids: Annotated[list[str], typer.Argument(help="entity uids")], as_json: JsonOpt = False
-) -> None:
-    """Delete entities, their chunks and outgoing edges (one publish)."""
-
-    def action() -> Any:
-        with _store() as store:
-            return {"content_root": store.delete(uids), "deleted": len(set(uids))}
-
-    _run(
-        as_json,
-        action,
-        lambda r: out.print(f"deleted {r['deleted']} · root {safe(r['content_root'])}"),
-    )
-
-
-@app.command()
-def search(
-    text: Annotated[str, typer.Argument(help="what to look for ('' for a pure filter request)")],
-    as_: AsOpt = None,
-    k: KOpt = 10,
-    type_: TypeOpt = None,
-    not_type: NotTypeOpt = None,
-    source: SourceOpt = None,
-    status: StatusOpt = None,
-    uid: UidOpt = None,
-    created_from: CreatedFrom = None,
-    created_to: CreatedTo = None,
-    updated_from: UpdatedFrom = None,
-    updated_to: UpdatedTo = None,
-    mode: Annotated[
-        str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
-    ] = None,
-    weights: Annotated[
-        str | None, typer.Option("--weights", help="e.g. vector=1,lexical=1,graph=1,sql=1")
-    ] = None,
-    explain: ExplainOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
-    """Fused search: vector + lexical (sql without text), graph from the top results, fused."""
-    from knowledge_store.retrieval.fusion import parse_weights
-
-    def action() -> Any:
-        filters = _filters(
-            type_, not_type, source, status, uid, created_from, created_to, updated_from, updated_to
-        )
-        parsed = parse_weights(weights) if weights else None
-        with _store() as store:
-            return store.search(
-                text, identity=as_, k=k, filters=filters, mode=mode, weights=parsed, explain=explain
-            )
-
-    _run(as_json, action, lambda a: _show_search(a, explain))
-
-
-def _primitive(name: str) -> Callable[..., None]:
-    def command(
-        text: Annotated[str, typer.Argument(help="what to look for")],
-        as_: AsOpt = None,
-        k: KOpt = 10,
-        type_: TypeOpt = None,
-        not_type: NotTypeOpt = None,
-        source: SourceOpt = None,
-        status: StatusOpt = None,
-        uid: UidOpt = None,
-        created_from: CreatedFrom = None,
-        created_to: CreatedTo = None,
-        updated_from: UpdatedFrom = None,
-        updated_to: UpdatedTo = None,
-        explain: ExplainOpt = False,
-        as_json: JsonOpt = False,
-    ) -> None:
-        def action() -> Any:
-            filters = _filters(
-                type_,
-                not_type,
-                source,
-                status,
-                uid,
-                created_from,
-                created_to,
-                updated_from,
-                updated_to,
-            )
-            with _store() as store:
-                answer = getattr(store, name)(text, identity=as_, k=k, filters=filters)
-                if not explain and answer.explain is not None:
-                    from dataclasses import replace
-
-                    answer = replace(answer, explain=None)
-                return answer
-
-        _run(as_json, action, lambda a: _show_chunk_hits(a, explain))
-
-    return command
-
-
-app.command("lexical", help="BM25 over chunks: exact terms, identifiers, codes, names.")(
-    _primitive("lexical")
-)
-app.command("vector", help="Dense nearest chunks by meaning (HNSW; exact when few are visible).")(
-    _primitive("vector")
-)
-
-
-@app.command("sql")
-def sql_(
-    as_: AsOpt = None,
-    k: KOpt = 10,
-    type_: TypeOpt = None,
-    not_type: NotTypeOpt = None,
-    source: SourceOpt = None,
-    status: StatusOpt = None,
-    uid: UidOpt = None,
-    created_from: CreatedFrom = None,
-    created_to: CreatedTo = None,
-    updated_from: UpdatedFrom = None,
-    updated_to: UpdatedTo = None,
-    order: Annotated[
-        str | None,
-        typer.Option(
-            "--order",
-            help="updated_at | created_at | title, optionally :asc or :desc"
-            " (default updated_at:desc)",
-        ),
-    ] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Entities by their typed fields: FILTERS on type, source, status, uid, dates; ordered."""
-
-    def action() -> Any:
-        filters = _filters(
-            type_, not_type, source, status, uid, created_from, created_to, updated_from, updated_to
-        )
-        with _store() as store:
-            return store.sql(filters, identity=as_, order=order, k=k)
-
-    from knowledge_store.surfaces.cli_show import show_sql
-
-    _run(as_json, action, lambda a: show_sql(out, a))
-
-
-@app.command("aggregate")
-def aggregate_(
-    metric: Annotated[
-        str, typer.Argument(help="count | count_distinct:source | count_distinct:type")
-    ],
-    by: Annotated[
-        str | None,
-        typer.Option(
-            "--by",
-            help="type | source | status | created_at:day|week|month | updated_at:day|week|month",
-        ),
-    ] = None,
-    as_: AsOpt = None,
-    type_: TypeOpt = None,
-    not_type: NotTypeOpt = None,
-    source: SourceOpt = None,
-    status: StatusOpt = None,
-    uid: UidOpt = None,
-    created_from: CreatedFrom = None,
-    created_to: CreatedTo = None,
-    updated_from: UpdatedFrom = None,
-    updated_to: UpdatedTo = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Count entities you can read, in total or by a dimension (trends list every bucket)."""
-
-    def action() -> Any:
-        filters = _filters(
-            type_, not_type, source, status, uid, created_from, created_to, updated_from, updated_to
-        )
-        with _store() as store:
-            return store.aggregate(metric, by, identity=as_, filters=filters)
-
-    from knowledge_store.surfaces.cli_show import show_aggregate
-
-    _run(as_json, action, lambda a: show_aggregate(out, a))
-
-
-@app.command("graph")
-def graph_(
-    uids: Annotated[list[str], typer.Argument(help="start entity uids")],
-    depth: Annotated[int, typer.Option("--depth", help="hops, 1..3")] = 1,
-    label: Annotated[
-        list[str] | None, typer.Option("--label", help="edge label (repeatable: any of)")
-    ] = None,
-    direction: Annotated[str, typer.Option("--direction", help="out | in | both")] = "both",
-    k: KOpt = 10,
-    as_: AsOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Entities linked to UIDs: ranked by hops, then paths, then recency, with one path each."""
-    from knowledge_store.surfaces.cli_graph import show_graph
-
-    def action() -> Any:
-        with _store() as store:
-            return store.graph(
-                uids, identity=as_, depth=depth, labels=label or (), direction=direction, k=k
-            )
-
-    _run(as_json, action, lambda a: show_graph(out, a))
-
-
-@app.command("query")
-def query_(
-    cypher: Annotated[str, typer.Argument(help="MATCH … RETURN … (docs/query_graph.md)")],
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", help="NAME=VALUE, JSON if valid JSON else a string (repeatable)"),
-    ] = None,
-    as_: AsOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """query_graph: a bounded, read-only openCypher subset; values only as $parameters."""
-    from knowledge_store.surfaces.cli_graph import parse_params, show_query
-
-    def action() -> Any:
-        params = parse_params(param or [])
-        with _store() as store:
-            return store.query_graph(cypher, params, identity=as_)
-
-    _run(as_json, action, lambda a: show_query(out, a))
-
-
-@app.command()
-def stats(as_json: JsonOpt = False) -> None:
-    """Counts, content root, model and whether the store is empty."""
-
-    def action() -> Any:
-        with _store() as store:
-            return store.stats()
-
-    def show(s: Any) -> None:
-        d = s.to_dict()
-        for key in (
-            "content_root",
-            "entities",
-            "chunks",
-            "segments",
-            "model",
-            "dimension",
-            "is_empty",
-        ):
-            out.print(f"{key:>13}  {safe(d[key])}")
-        out.print(f"{'edges':>13}  " + safe(", ".join(f"{k}={v}" for k, v in d["edges"].items())))
-
-    _run(as_json, action, show)
-
-
-@app.command()
+@app.command(cls=_Command)
 def rebuild(
     reembed: Annotated[
         bool,
@@ -512,6 +343,7 @@ def rebuild(
         str | None,
         typer.Option(
             "--embedder",
+            metavar="SPEC",
             help="with --reembed: the embedder spec (default $KS_EMBEDDER, else the default,"
             " onnx:int8); see docs/embedding.md",
         ),
@@ -540,24 +372,22 @@ def rebuild(
     _run(as_json, action, show)
 
 
-@app.command("eval")
-def eval_(
-    queries: Annotated[Path, typer.Option("--queries", help="JSON Lines of {qid, text}")],
-    qrels: Annotated[Path, typer.Option("--qrels", help="TSV: query-id, corpus-id, score")],
-    as_: AsOpt = None,
-    type_: TypeOpt = None,
-    not_type: NotTypeOpt = None,
-    source: SourceOpt = None,
-    status: StatusOpt = None,
-    uid: UidOpt = None,
-    created_from: CreatedFrom = None,
-    created_to: CreatedTo = None,
-    updated_from: UpdatedFrom = None,
-    updated_to: UpdatedTo = None,
+def _eval(
+    queries: Annotated[
+        Path, typer.Option("--queries", metavar="F", help="JSON Lines of {qid, text}")
+    ],
+    qrels: Annotated[
+        Path, typer.Option("--qrels", metavar="F", help="TSV: query-id, corpus-id, score")
+    ],
     mode: Annotated[
-        str | None, typer.Option("--mode", help="adaptive (default) | convex | rrf")
+        str | None,
+        typer.Option(
+            "--mode", metavar="|".join(FUSION_MODES), help="fusion mode (default adaptive)"
+        ),
     ] = None,
-    weights: Annotated[str | None, typer.Option("--weights", help="fusion weights")] = None,
+    weights: Annotated[
+        str | None, typer.Option("--weights", metavar="LIST=W,…", help="fusion weights")
+    ] = None,
     compare: Annotated[
         tuple[str, str] | None,
         typer.Option(
@@ -568,16 +398,19 @@ def eval_(
     ] = None,
     group_by: Annotated[
         str | None,
-        typer.Option("--group-by", help="with --compare: the query field that gives its type"),
+        typer.Option(
+            "--group-by", metavar="FIELD", help="with --compare: the query field that is its type"
+        ),
     ] = None,
+    as_: AsOpt = None,
     as_json: JsonOpt = False,
+    **filter_values: Any,
 ) -> None:
     """nDCG@10, Recall@100 and MRR@10 of lexical, vector and fused search on a query set.
 
     With --compare A B: both configurations over the same lists, B − A per query with
     paired bootstrap 95 % intervals, the queries that moved most, and each query type.
     """
-    from knowledge_store.model import Identity
     from knowledge_store.retrieval import evaluation
     from knowledge_store.retrieval.fusion import parse_weights
 
@@ -590,10 +423,7 @@ def eval_(
                 "(e.g. --compare rrf convex:vector=0.7,lexical=0.3), not --mode/--weights",
                 field="compare",
             )
-        filters = _filters(
-            type_, not_type, source, status, uid, created_from, created_to, updated_from, updated_to
-        )
-        identity = Identity(as_ or os.environ.get("KS_AS") or "everyone")
+        filters = Filters.build(**filters_of(filter_values))
         progress = not as_json and sys.stderr.isatty()
         with _store() as store:
             if compare is not None:
@@ -603,7 +433,7 @@ def eval_(
                     qrels,
                     *compare,
                     filters=filters,
-                    identity=identity,
+                    identity=_identity(as_),
                     group_by=group_by,
                     progress=progress,
                 )
@@ -612,7 +442,7 @@ def eval_(
                 queries,
                 qrels,
                 filters=filters,
-                identity=identity,
+                identity=_identity(as_),
                 mode=mode,
                 weights=parse_weights(weights) if weights else None,
                 progress=progress,
@@ -634,15 +464,37 @@ def eval_(
             )
         out.print(table)
 
-    _run(as_json, action, show)
+    names = {
+        f"filters.{n}": "--" + n.replace("_", "-")
+        for n in (key.removeprefix(FILTER_PREFIX) for key in filter_values)
+    }
+    flags = {"weights": "--weights", "mode": "--mode", "compare": "--compare"}
+    _run(as_json, action, show, {**names, **flags, "group_by": "--group-by"})
 
 
-@app.command()
+def _with_filters(fn: Callable[..., None]) -> Callable[..., None]:
+    """``fn`` with the FILTERS options added to its signature (for typer)."""
+    signature = inspect.signature(fn, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    own = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
+    params = [*own, *filter_parameters()]
+    fn.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn
+
+
+app.command("eval", cls=_Command)(_with_filters(_eval))
+
+
+@app.command(cls=_Command)
 def serve(
-    host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port")] = 8000,
+    host: Annotated[
+        str, typer.Option("--host", metavar="H", help="interface to listen on")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", metavar="P", help="TCP port")] = 8000,
     tokens: Annotated[
-        Path | None, typer.Option("--tokens", help="token file: tokens → identities (+ admin)")
+        Path | None,
+        typer.Option("--tokens", metavar="FILE", help="token file: tokens → identities (+ admin)"),
     ] = None,
     anonymous: Annotated[
         bool, typer.Option("--anonymous", help="callers without a token read as everyone")
@@ -667,131 +519,6 @@ def serve(
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)
-
-
-# -- ACL administration ---------------------------------------------------------------------------
-@acl_app.command("grant")
-def acl_grant(uid: str, principal: str, as_json: JsonOpt = False) -> None:
-    """Let PRINCIPAL read UID (one publish; only that entity's index documents change)."""
-
-    def action() -> Any:
-        with _store() as store:
-            return {"content_root": store.grant(uid, principal), "acl": list(store.acl_show(uid))}
-
-    _run(as_json, action, lambda r: out.print(safe(f"{uid}: {', '.join(r['acl'])}")))
-
-
-@acl_app.command("revoke")
-def acl_revoke(uid: str, principal: str, as_json: JsonOpt = False) -> None:
-    """Stop PRINCIPAL reading UID through its ACL; holds from the next query."""
-
-    def action() -> Any:
-        with _store() as store:
-            return {"content_root": store.revoke(uid, principal), "acl": list(store.acl_show(uid))}
-
-    _run(as_json, action, lambda r: out.print(safe(f"{uid}: {', '.join(r['acl']) or '(nobody)'}")))
-
-
-@acl_app.command("show")
-def acl_show(uid: str, as_json: JsonOpt = False) -> None:
-    """The principals in UID's ACL."""
-
-    def action() -> Any:
-        with _store() as store:
-            return {"uid": uid, "acl": list(store.acl_show(uid))}
-
-    _run(as_json, action, lambda r: out.print(safe(f"{uid}: {', '.join(r['acl']) or '(nobody)'}")))
-
-
-@acl_app.command("explain")
-def acl_explain(principal: str, uid: str, as_json: JsonOpt = False) -> None:
-    """Whether PRINCIPAL can read UID, and through which membership chain (or why not)."""
-
-    def action() -> Any:
-        with _store() as store:
-            return store.acl_explain(principal, uid)
-
-    def show(e: Any) -> None:
-        verdict = "[green]can read[/]" if e.allowed else "[red]cannot read[/]"
-        out.print(f"{safe(e.principal)} {verdict} {safe(e.uid)}: {safe(e.reason)}")
-
-    _run(as_json, action, show)
-
-
-@principals_app.command("add-member")
-def principals_add(group: str, member: str, as_json: JsonOpt = False) -> None:
-    """Make MEMBER (a user or a group) a member of GROUP; cycles are rejected."""
-
-    def action() -> Any:
-        with _store() as store:
-            store.add_member(group, member)
-            return store.principal_show(member)
-
-    _run(as_json, action, lambda p: out.print(safe(f"{member} is now in {group}")))
-
-
-@principals_app.command("remove-member")
-def principals_remove(group: str, member: str, as_json: JsonOpt = False) -> None:
-    """Remove MEMBER from GROUP; visible to the very next query."""
-
-    def action() -> Any:
-        with _store() as store:
-            store.remove_member(group, member)
-            return store.principal_show(member)
-
-    _run(as_json, action, lambda p: out.print(safe(f"{member} is no longer in {group}")))
-
-
-@principals_app.command("show")
-def principals_show(principal: str, as_json: JsonOpt = False) -> None:
-    """PRINCIPAL's direct and inherited groups (and a group's members)."""
-
-    def action() -> Any:
-        with _store() as store:
-            return store.principal_show(principal)
-
-    def show(p: Any) -> None:
-        out.print(safe(p.principal))
-        out.print(safe(f"  direct groups:    {', '.join(p.direct_groups) or '-'}"))
-        out.print(safe(f"  inherited groups: {', '.join(p.inherited_groups) or '-'}"))
-        if p.members:
-            out.print(safe(f"  members:          {', '.join(p.members)}"))
-
-    _run(as_json, action, show)
-
-
-@principals_app.command("load")
-def principals_load(file: Path, as_json: JsonOpt = False) -> None:
-    """Load {"group", "member"} lines; replaces the memberships of the groups the file names."""
-
-    def action() -> Any:
-        pairs: list[tuple[str, str]] = []
-        try:
-            lines = file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidRequest(f"cannot read {file}: {exc}", file=str(file)) from None
-        for line_no, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = loads_strict(line)  # a duplicate key would silently win
-                pairs.append((str(obj["group"]), str(obj["member"])))
-            except (ValueError, KeyError, TypeError) as exc:
-                why = f" ({exc.msg})" if isinstance(exc, JsonProblem) else ""
-                raise InvalidRequest(
-                    f'{file}:{line_no}: expected {{"group": "group:<id>", "member": "user:<id>"}}'
-                    + why,
-                    file=str(file),
-                    line=line_no,
-                ) from None
-        with _store() as store:
-            return store.load_memberships(pairs)
-
-    _run(
-        as_json,
-        action,
-        lambda r: out.print(f"loaded {r['memberships']} memberships of {r['groups']} groups"),
-    )
 
 
 def main() -> None:

@@ -1,19 +1,78 @@
-"""Readable CLI output for ``search --explain``, ``sql``, ``aggregate`` and ``eval --compare``.
+"""Readable CLI output of every command of the table (rich tables and lines), and of ``eval --compare``.
 
-Every value that came from data goes through :func:`~.terminal.safe`.
+:data:`SHOW` maps an operation's name to how its answer reads on a terminal
+(``--json`` prints the answer's JSON instead). Every value that came from data
+goes through :func:`~.terminal.safe`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from knowledge_store.model import AggregateAnswer, SearchAnswer, SqlHits
-from knowledge_store.surfaces.terminal import safe
+from knowledge_store.model import AggregateAnswer, ChunkHits, SearchAnswer, SqlHits
+from knowledge_store.surfaces.cli_graph import show_graph, show_query
+from knowledge_store.surfaces.terminal import safe, strip_controls
 
-__all__ = ["show_aggregate", "show_comparison", "show_search_explain", "show_sql"]
+__all__ = ["SHOW", "show_aggregate", "show_comparison", "show_search_explain", "show_sql"]
+
+#: How an answer reads: ``(console, answer, request)``.
+Show = Callable[[Console, Any, Any], None]
+
+
+def _snippet(text: str, width: int = 160) -> str:
+    """One line of at most ``width`` characters, safe for rich."""
+    flat = " ".join(strip_controls(text).split())
+    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
+
+
+def _vector_line(out: Console, answer: Any) -> None:
+    if answer.vector is not None:
+        v = answer.vector
+        out.print(f"[dim]vector: {v.strategy}, scanned {v.scanned}, exhaustive {v.exhaustive}[/]")
+
+
+def show_chunk_hits(out: Console, answer: ChunkHits, request: Any) -> None:
+    table = Table(show_lines=False, box=None, pad_edge=False)
+    for col in ("#", "score", "uid", "title / heading", "text"):
+        table.add_column(col, overflow="fold")
+    for h in answer.hits:
+        heading = safe(" › ".join(h.heading)) if h.heading else ""
+        table.add_row(
+            str(h.rank),
+            f"{h.score:.3f}",
+            safe(h.uid),
+            safe(h.title) + (f"\n[dim]{heading}[/]" if heading else ""),
+            _snippet(h.text),
+        )
+    out.print(table)
+    _vector_line(out, answer)
+    if request.explain and answer.explain:
+        out.print_json(data=answer.explain)
+    out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.hits)} hits[/]")
+
+
+def show_search(out: Console, answer: SearchAnswer, request: Any) -> None:
+    for i, r in enumerate(answer.results, start=1):
+        ranks = safe(" ".join(f"{k}={v}" for k, v in r.ranks.items() if v is not None))
+        out.print(
+            f"[bold]{i}. {safe(r.title)}[/]  [dim]{safe(r.uid)} · {safe(r.type)}"
+            f" · {r.score:.4f} · {ranks}[/]"
+        )
+        if r.superseded_by:
+            out.print(f"   [yellow]superseded by {safe(r.superseded_by)}[/]")
+        for ev in r.evidence[:1]:
+            heading = safe(" › ".join(ev.heading))
+            out.print(f"   [dim]{heading}[/]" if heading else "", end="\n" if heading else "")
+            out.print(f"   {_snippet(ev.text)}")
+    _vector_line(out, answer)
+    if request.explain and answer.explain:
+        show_search_explain(out, answer)
+    out.print(f"[dim]mode {answer.mode} · content root {answer.content_root[:16]}[/]")
 
 
 def show_search_explain(out: Console, answer: SearchAnswer) -> None:
@@ -53,7 +112,7 @@ def show_search_explain(out: Console, answer: SearchAnswer) -> None:
         )
 
 
-def show_sql(out: Console, answer: SqlHits) -> None:
+def show_sql(out: Console, answer: SqlHits, request: Any = None) -> None:
     table = Table(box=None, pad_edge=False)
     for col in ("#", "uid", "title", "type", "source", "status", "created_at", "updated_at"):
         table.add_column(col, overflow="fold")
@@ -77,15 +136,66 @@ def show_sql(out: Console, answer: SqlHits) -> None:
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.hits)} hits[/]")
 
 
-def show_aggregate(out: Console, answer: AggregateAnswer) -> None:
+def show_aggregate(out: Console, answer: AggregateAnswer, request: Any = None) -> None:
     table = Table(box=None, pad_edge=False)
     table.add_column(answer.dimension or "total")
     table.add_column(answer.metric, justify="right")
-    for key, value in answer.rows:
+    for key, value in answer.pairs():
         shown = "(null)" if key is None and answer.dimension else safe(key or "")
         table.add_row(shown, str(value))
     out.print(table)
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.rows)} rows[/]")
+
+
+def show_stats(out: Console, answer: Any, request: Any) -> None:
+    d = answer.to_dict()
+    for key in ("content_root", "entities", "chunks", "segments", "model", "dimension", "is_empty"):
+        out.print(f"{key:>13}  {safe(d[key])}")
+    out.print(f"{'edges':>13}  " + safe(", ".join(f"{k}={v}" for k, v in d["edges"].items())))
+
+
+def _acl_line(out: Console, answer: Any, request: Any) -> None:
+    out.print(safe(f"{answer.uid}: {', '.join(answer.acl) or '(nobody)'}"))
+
+
+def _explanation(out: Console, e: Any, request: Any) -> None:
+    verdict = "[green]can read[/]" if e.allowed else "[red]cannot read[/]"
+    out.print(f"{safe(e.principal)} {verdict} {safe(e.uid)}: {safe(e.reason)}")
+
+
+def _principal(out: Console, p: Any, request: Any) -> None:
+    out.print(safe(p.principal))
+    out.print(safe(f"  direct groups:    {', '.join(p.direct_groups) or '-'}"))
+    out.print(safe(f"  inherited groups: {', '.join(p.inherited_groups) or '-'}"))
+    if p.members:
+        out.print(safe(f"  members:          {', '.join(p.members)}"))
+
+
+def _line(text: Callable[[Any, Any], str]) -> Show:
+    return lambda out, answer, request: out.print(safe(text(answer, request)))
+
+
+SHOW: Mapping[str, Show] = {
+    "search": show_search,
+    "lexical": show_chunk_hits,
+    "vector": show_chunk_hits,
+    "graph": lambda out, answer, request: show_graph(out, answer),
+    "sql": show_sql,
+    "aggregate": show_aggregate,
+    "query_graph": lambda out, answer, request: show_query(out, answer),
+    "stats": show_stats,
+    "delete": _line(lambda r, q: f"deleted {r.deleted} · root {r.content_root}"),
+    "acl_grant": _acl_line,
+    "acl_revoke": _acl_line,
+    "acl_show": _acl_line,
+    "acl_explain": _explanation,
+    "principals_add_member": _line(lambda r, q: f"{q.member} is now in {q.group}"),
+    "principals_remove_member": _line(lambda r, q: f"{q.member} is no longer in {q.group}"),
+    "principals_show": _principal,
+    "principals_load": _line(
+        lambda r, q: f"loaded {r.memberships} memberships of {r.groups} groups"
+    ),
+}
 
 
 _MEASURE_LABELS = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}

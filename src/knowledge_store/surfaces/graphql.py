@@ -1,66 +1,198 @@
-"""GraphQL at ``/graphql`` (strawberry): the same service layer, the same identity rules.
+"""GraphQL at ``/graphql`` (strawberry), generated from the operation table.
 
-Read-only: every field calls one method of
-:class:`~knowledge_store.store.KnowledgeStore` (or one docs tool) as the
-caller; administration stays on REST. A store error becomes a GraphQL error
-whose ``extensions`` are the one error shape's ``{"code", "message",
-"details"}`` — an entity the caller can't read gives exactly the error of one
-that doesn't exist. Free-form values (attributes, query_graph rows, tool
-outputs without a fixed shape) are the ``JSON`` scalar. A document over the
-bounds of :mod:`.graphql_limits` (tokens, depth, aliases, top-level fields) is
-refused before anything runs, and the store calls of one request run one
-after another.
+Every read operation with a GraphQL name (:data:`~.operations.OPERATIONS`) is a
+field of ``Query``: its arguments are the request model's fields (GraphQL
+spells them in camelCase: ``notType``, ``createdFrom``), FILTERS is one
+``FilterInput`` generated from the same model, and its type is generated from
+the answer model with strawberry's pydantic integration — typed all the way
+down; only data without a shape (entity ``attributes``, query_graph rows,
+``explain``, counts by label) is the ``JSON`` scalar. The arguments go to the
+request model unchanged, so a field has the bounds and the error wording of
+every other surface; a store error becomes a GraphQL error whose
+``extensions`` are the one error shape's ``{"code", "message", "details"}``,
+its field names in GraphQL's spelling. An entity the caller can't read gives
+exactly the error of one that doesn't exist. Read-only: administration stays
+on REST.
+
+A document over the bounds of :mod:`.graphql_limits` (tokens, depth, aliases,
+top-level fields) is refused before anything runs, and the store calls of one
+request run one after another.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import types
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, TypeVar
+from functools import cache
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import strawberry
 from fastapi import Depends
 from graphql import FieldNode, GraphQLError
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+from strawberry.experimental import pydantic as strawberry_pydantic
 from strawberry.fastapi import GraphQLRouter
 from strawberry.scalars import JSON
 from strawberry.types import ExecutionContext, Info
 
 from knowledge_store.errors import KnowledgeStoreError
-from knowledge_store.retrieval import docs_tools
+from knowledge_store.model import LIST_NAMES
+from knowledge_store.requests import FilterSpec
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
-from knowledge_store.surfaces.knowledge_tools import DOCS_TOOLS
-from knowledge_store.surfaces.rest import capabilities_of, stats_of
-from knowledge_store.surfaces.tools import SearchArgs
+from knowledge_store.surfaces.operations import OPERATIONS, Operation
+from knowledge_store.surfaces.shapes import Capabilities
+from knowledge_store.surfaces.spelling import camel, respell
+from knowledge_store.surfaces.tools import capabilities
 from knowledge_store.surfaces.web import AnyCaller, Service, service
 from knowledge_store.surfaces.workers import is_heavy
 
-__all__ = ["graphql_router", "schema"]
+__all__ = ["graphql_router", "output_type", "schema", "spelling"]
 
 T = TypeVar("T")
 Ctx = Info[dict[str, Any], None]
+_NONE = type(None)
+
+
+# -- answers → types (strawberry's pydantic integration) ---------------------------------------------
+def _ranks_type() -> Any:
+    """``ranks``: a result's rank in each of the four lists (a mapping in the answer)."""
+
+    def from_pydantic(cls: Any, ranks: Mapping[str, Any], extra: Any = None) -> Any:
+        return cls(**{name: ranks.get(name) for name in LIST_NAMES})
+
+    shell = type(
+        "Ranks",
+        (),
+        {
+            "__annotations__": dict.fromkeys(LIST_NAMES, int | None),
+            **dict.fromkeys(LIST_NAMES),
+            "from_pydantic": classmethod(from_pydantic),
+        },
+    )
+    return strawberry.type(shell, description="A result's rank in each list (null where absent)")
+
+
+Ranks = _ranks_type()
+
+
+def _output(kind: Any, field: str) -> Any:
+    """The GraphQL-able annotation of an answer field's annotation."""
+    origin = get_origin(kind)
+    if field == "ranks":
+        return Ranks
+    if kind is Any or origin is dict or kind is dict:
+        return JSON
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(kind) if a is not _NONE]
+        out = _output(inner[0], field) if len(inner) == 1 else JSON
+        return out | None if _NONE in get_args(kind) else out
+    if origin is Literal:
+        return str
+    if origin in (list, tuple):
+        return list[_output(get_args(kind)[0], field)]  # type: ignore[misc]
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return output_type(kind)
+    return kind
+
+
+@cache
+def output_type(model: type[BaseModel]) -> Any:
+    """The strawberry type of an answer model (generated once per model)."""
+    annotations = {name: _output(f.annotation, name) for name, f in model.model_fields.items()}
+    shell = type(model.__name__, (), {"__annotations__": annotations})
+    doc = (model.__doc__ or "").strip().replace("``", "`") or None
+    return strawberry_pydantic.type(model=model, description=doc)(shell)
+
+
+def _typed(answer: BaseModel) -> Any:
+    return output_type(type(answer)).from_pydantic(answer)
+
+
+# -- requests → arguments -----------------------------------------------------------------------
+def _filter_input() -> Any:
+    annotations: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for name, info in FilterSpec.model_fields.items():
+        kind = list[str] | None if get_origin(info.annotation) is list else str | None
+        annotations[name] = kind
+        defaults[name] = strawberry.field(default=None, description=info.description)
+    shell = type("FilterInput", (), {"__annotations__": annotations, **defaults})
+    return strawberry.input(shell, description=(FilterSpec.__doc__ or "").strip())
+
+
+FilterInput = _filter_input()
+
+
+def _input(kind: Any) -> Any:
+    """The GraphQL input annotation of a request field's annotation."""
+    origin = get_origin(kind)
+    if origin is Annotated:
+        return _input(get_args(kind)[0])
+    if isinstance(kind, type) and issubclass(kind, FilterSpec):
+        return FilterInput
+    if kind is Any or origin is dict:
+        return JSON
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(kind) if a is not _NONE]
+        return _input(inner[0]) if len(inner) == 1 else JSON
+    if origin is Literal:
+        return str
+    if origin is list:
+        return list[_input(get_args(kind)[0])]  # type: ignore[misc]
+    return kind
+
+
+def _arguments(op: Operation) -> list[inspect.Parameter]:
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter("info", kw, annotation=Info)]
+    for name, info in op.request.model_fields.items():
+        kind = _input(info.annotation)
+        required = info.is_required()
+        default = info.default
+        plain = default is not PydanticUndefined and isinstance(default, str | int | float | bool)
+        argument = strawberry.argument(description=info.description)
+        params.append(
+            inspect.Parameter(
+                name,
+                kw,
+                annotation=Annotated[kind if required else kind | None, argument],
+                default=inspect.Parameter.empty if required else (default if plain else None),
+            )
+        )
+    return params
+
+
+def _plain(value: Any) -> Any:
+    """An argument as the request model takes it (an input object as a mapping)."""
+    if hasattr(value, "__strawberry_definition__"):
+        return {k: v for k, v in vars(value).items() if v is not None}
+    return value
+
+
+def spelling(op: Operation) -> dict[str, str]:
+    """Request field paths → GraphQL's names (``filters.created_from`` → ``filters.createdFrom``)."""
+    out = {name: camel(name) for name in op.request.model_fields}
+    if "filters" in op.request.model_fields:
+        out.update({f"filters.{n}": f"filters.{camel(n)}" for n in FilterSpec.model_fields})
+    return out
 
 
 async def _run(
-    info: Ctx,
-    fn: Callable[..., T],
-    /,
-    *args: Any,
-    weight: Mapping[str, Any] | None = None,
-    **kwargs: Any,
+    info: Ctx, op: Operation, fn: Callable[..., T], /, *args: Any, weight: Mapping[str, Any]
 ) -> T:
     """Run one store call of this request — after the request's previous one has finished.
 
     It runs in the heavy lane (``workers``) when the document asks for several
-    store calls or when ``weight`` (the field's size arguments) says so.
+    store calls or when ``weight`` (the field's arguments) says so.
     """
     svc: Service = info.context["service"]
-    heavy = _several_calls(info) or is_heavy(info.python_name, weight)
-    try:
-        async with info.context["one_at_a_time"]:
-            return await svc.run(fn, *args, heavy=heavy, **kwargs)
-    except KnowledgeStoreError as exc:
-        raise GraphQLError(exc.message, extensions=exc.to_dict()["error"]) from None
+    heavy = _several_calls(info) or op.heavy or is_heavy(op.name, weight)
+    async with info.context["one_at_a_time"]:
+        return await svc.run(fn, *args, heavy=heavy)
 
 
 def _several_calls(info: Ctx) -> bool:
@@ -69,532 +201,56 @@ def _several_calls(info: Ctx) -> bool:
     return len(selections) > 1 or not isinstance(selections[0], FieldNode)
 
 
-def _who(info: Ctx) -> Caller:
-    found: Caller = info.context["caller"]
-    return found
+def _graphql_error(exc: KnowledgeStoreError, op: Operation) -> GraphQLError:
+    spelled = respell(exc, spelling(op))
+    return GraphQLError(spelled.message, extensions=spelled.to_dict()["error"])
 
 
-def _store(info: Ctx) -> Any:
-    return info.context["service"].store
+def _resolver(op: Operation) -> Callable[..., Any]:
+    async def resolve(info: Ctx, **arguments: Any) -> Any:
+        raw = {k: _plain(v) for k, v in arguments.items() if v is not None}
+        svc: Service = info.context["service"]
+        caller: Caller = info.context["caller"]
+        try:
+            request = op.request.parse(raw)
+            answer = await _run(info, op, op.run, svc.store, caller, request, weight=raw)
+        except KnowledgeStoreError as exc:
+            raise _graphql_error(exc, op) from None
+        return _typed(answer)
 
-
-# -- types --------------------------------------------------------------------------------------------
-@strawberry.input(description="FILTERS: lists mean 'any of'; dates are inclusive ISO 8601")
-class FilterInput:
-    type: list[str] | None = None
-    not_type: list[str] | None = None
-    source: list[str] | None = None
-    status: list[str] | None = None
-    uid: list[str] | None = None
-    created_from: str | None = None
-    created_to: str | None = None
-    updated_from: str | None = None
-    updated_to: str | None = None
-
-    def mapping(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if v is not None}
-
-
-def _f(filters: FilterInput | None) -> dict[str, Any]:
-    return filters.mapping() if filters is not None else {}
-
-
-@strawberry.type
-class Evidence:
-    chunk_id: int
-    text: str
-    heading: list[str]
-    start: int
-    end: int
-
-
-@strawberry.type(description="A result's rank in each list (null where absent)")
-class Ranks:
-    vector: int | None
-    lexical: int | None
-    graph: int | None
-    sql: int | None
-
-
-@strawberry.type
-class SearchResult:
-    uid: str
-    title: str
-    type: str
-    href: str | None
-    score: float
-    ranks: Ranks
-    superseded_by: str | None
-    evidence: list[Evidence]
-
-
-@strawberry.type
-class SearchAnswer:
-    content_root: str
-    mode: str
-    results: list[SearchResult]
-
-
-@strawberry.type
-class ChunkHit:
-    uid: str
-    chunk_id: int
-    title: str
-    type: str
-    score: float
-    rank: int
-    text: str
-    heading: list[str]
-    start: int
-    end: int
-
-
-@strawberry.type
-class ChunkHits:
-    content_root: str
-    hits: list[ChunkHit]
-
-
-@strawberry.type
-class PathStep:
-    uid: str
-    label: str | None
-
-
-@strawberry.type
-class GraphHit:
-    uid: str
-    title: str
-    type: str
-    rank: int
-    hops: int
-    paths: int
-    path: list[PathStep]
-
-
-@strawberry.type
-class GraphHits:
-    content_root: str
-    hits: list[GraphHit]
-    capped: bool
-
-
-@strawberry.type
-class SqlHit:
-    uid: str
-    title: str
-    type: str
-    source: str
-    status: str
-    created_at: str | None
-    updated_at: str | None
-    rank: int
-
-
-@strawberry.type
-class SqlHits:
-    content_root: str
-    hits: list[SqlHit]
-
-
-@strawberry.type
-class AggregateRow:
-    key: str | None
-    value: int
-
-
-@strawberry.type
-class AggregateAnswer:
-    content_root: str
-    metric: str
-    dimension: str | None
-    rows: list[AggregateRow]
-
-
-@strawberry.type
-class QueryAnswer:
-    content_root: str
-    columns: list[str]
-    rows: JSON
-    truncated: bool
-
-
-@strawberry.type
-class EdgeRef:
-    label: str
-    uid: str
-    title: str
-    type: str
-    href: str | None
-    position: int | None
-
-
-@strawberry.type
-class ContentChunk:
-    chunk_id: int
-    ordinal: int
-    text: str
-    heading: list[str]
-    start: int
-    end: int
-
-
-@strawberry.type
-class Content:
-    content_root: str
-    uid: str
-    type: str
-    title: str
-    body: str
-    source: str
-    status: str
-    created_at: str | None
-    updated_at: str | None
-    href: str | None
-    attributes: JSON
-    chunks: list[ContentChunk]
-    outgoing: list[EdgeRef]
-    incoming: list[EdgeRef]
-
-
-@strawberry.type
-class ToolInfo:
-    name: str
-    description: str
-    input_schema: JSON
-
-
-@strawberry.type
-class Capabilities:
-    content_root: str
-    is_empty: bool
-    identity: str
-    admin: bool
-    tools: list[ToolInfo]
-
-
-def _search_answer(d: dict[str, Any]) -> SearchAnswer:
-    return SearchAnswer(
-        content_root=d["content_root"],
-        mode=d["mode"],
-        results=[
-            SearchResult(
-                uid=r["uid"],
-                title=r["title"],
-                type=r["type"],
-                href=r["href"],
-                score=r["score"],
-                ranks=Ranks(
-                    **{k: r["ranks"].get(k) for k in ("vector", "lexical", "graph", "sql")}
-                ),
-                superseded_by=r["superseded_by"],
-                evidence=[Evidence(**e) for e in r["evidence"]],
-            )
-            for r in d["results"]
-        ],
+    params = _arguments(op)
+    kinds = [output_type(answer) for answer in op.answers]
+    returns = (
+        kinds[0]
+        if len(kinds) == 1
+        else Annotated[Union[tuple(kinds)], strawberry.union(op.name.title())]  # noqa: UP007
     )
+    resolve.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    resolve.__name__ = op.name
+    return resolve
 
 
-def _chunk_hits(d: dict[str, Any]) -> ChunkHits:
-    return ChunkHits(content_root=d["content_root"], hits=[ChunkHit(**h) for h in d["hits"]])
+async def _capabilities(info: Ctx) -> Any:
+    svc: Service = info.context["service"]
+    async with info.context["one_at_a_time"]:
+        found = await svc.run(capabilities, svc.store, info.context["caller"])
+    return _typed(found)
 
 
-def _limit_k(k: int, most: int = 100) -> int:
-    if not 1 <= k <= most:
-        raise GraphQLError(
-            f"k must be between 1 and {most}, not {k}",
-            extensions={"code": "invalid_request", "message": "k out of range", "details": {}},
+def _query_type() -> Any:
+    fields: dict[str, Any] = {}
+    for op in OPERATIONS:
+        if op.graphql is None or op.admin:
+            continue
+        fields[op.name] = strawberry.field(
+            resolver=_resolver(op), name=op.graphql, description=op.summary
         )
-    return k
-
-
-# -- the query type -------------------------------------------------------------------------------------
-async def _search(
-    info: Ctx,
-    query: str = "",
-    k: int = 10,
-    filters: FilterInput | None = None,
-    mode: str | None = None,
-) -> SearchAnswer:
-    answer = await _run(
-        info,
-        _store(info).search,
-        query,
-        identity=_who(info).identity,
-        k=_limit_k(k),
-        filters=_f(filters),
-        mode=mode,
-        weight={"query": query, "k": k, "filters": _f(filters)},
+    fields["capabilities"] = strawberry.field(
+        resolver=_capabilities,
+        description="The tools this caller sees now",
+        graphql_type=output_type(Capabilities),
     )
-    return _search_answer(answer.to_dict())
-
-
-async def _docs_search(
-    info: Ctx, query: str = "", k: int = 10, filters: FilterInput | None = None
-) -> SearchAnswer:
-    args = await _run(info, _search_args, query, k, _f(filters))
-    out = await _run(
-        info,
-        DOCS_TOOLS["docs_search"].function,
-        _store(info),
-        _who(info).identity,
-        args,
-        weight=args.model_dump(),
-    )
-    return _search_answer(out)
-
-
-async def _code_sample_search(
-    info: Ctx, query: str = "", k: int = 10, filters: FilterInput | None = None
-) -> JSON:
-    args = await _run(info, _search_args, query, k, _f(filters))
-    out = await _run(
-        info,
-        DOCS_TOOLS["code_sample_search"].function,
-        _store(info),
-        _who(info).identity,
-        args,
-        weight=args.model_dump(),
-    )
-    return JSON(out)
-
-
-async def _lexical(
-    info: Ctx, query: str, k: int = 10, filters: FilterInput | None = None
-) -> ChunkHits:
-    answer = await _run(
-        info,
-        _store(info).lexical,
-        query,
-        identity=_who(info).identity,
-        k=_limit_k(k),
-        filters=_coerce(filters),
-        weight={"query": query, "k": k, "filters": _f(filters)},
-    )
-    return _chunk_hits(answer.to_dict())
-
-
-async def _vector(
-    info: Ctx, query: str, k: int = 10, filters: FilterInput | None = None
-) -> ChunkHits:
-    answer = await _run(
-        info,
-        _store(info).vector,
-        query,
-        identity=_who(info).identity,
-        k=_limit_k(k),
-        filters=_coerce(filters),
-        weight={"query": query, "k": k, "filters": _f(filters)},
-    )
-    return _chunk_hits(answer.to_dict())
-
-
-async def _graph(
-    info: Ctx,
-    starts: list[str],
-    depth: int = 1,
-    labels: list[str] | None = None,
-    direction: str = "both",
-    k: int = 10,
-) -> GraphHits:
-    answer = await _run(
-        info,
-        _store(info).graph,
-        starts,
-        identity=_who(info).identity,
-        depth=depth,
-        labels=labels or (),
-        direction=direction,
-        k=_limit_k(k),
-        weight={"starts": starts, "depth": depth, "labels": labels, "k": k},
-    )
-    d = answer.to_dict()
-    return GraphHits(
-        content_root=d["content_root"],
-        capped=d["capped"],
-        hits=[GraphHit(**{**h, "path": [PathStep(**s) for s in h["path"]]}) for h in d["hits"]],
-    )
-
-
-async def _sql(
-    info: Ctx,
-    filters: FilterInput | None = None,
-    order: str | None = None,
-    k: int = 10,
-) -> SqlHits:
-    answer = await _run(
-        info,
-        _store(info).sql,
-        _f(filters),
-        identity=_who(info).identity,
-        order=order,
-        k=_limit_k(k, 1000),
-        weight={"k": k, "filters": _f(filters)},
-    )
-    d = answer.to_dict()
-    return SqlHits(content_root=d["content_root"], hits=[SqlHit(**h) for h in d["hits"]])
-
-
-async def _aggregate(
-    info: Ctx,
-    metric: str = "count",
-    dimension: str | None = None,
-    filters: FilterInput | None = None,
-) -> AggregateAnswer:
-    answer = await _run(
-        info,
-        _store(info).aggregate,
-        metric,
-        dimension,
-        identity=_who(info).identity,
-        filters=_f(filters),
-        weight={"filters": _f(filters)},
-    )
-    d = answer.to_dict()
-    return AggregateAnswer(
-        content_root=d["content_root"],
-        metric=d["metric"],
-        dimension=d["dimension"],
-        rows=[AggregateRow(**r) for r in d["rows"]],
-    )
-
-
-async def _query_graph(info: Ctx, query: str, params: JSON | None = None) -> QueryAnswer:
-    answer = await _run(
-        info, _store(info).query_graph, query, params or {}, identity=_who(info).identity
-    )
-    d = answer.to_dict()
-    return QueryAnswer(**d)
-
-
-async def _content(info: Ctx, uid: str) -> Content:
-    d = await _run(info, _store(info).content, uid, identity=_who(info).identity)
-    return Content(
-        content_root=d["content_root"],
-        **d["entity"],
-        chunks=[ContentChunk(**c) for c in d["chunks"]],
-        outgoing=[EdgeRef(**e) for e in d["edges"]["out"]],
-        incoming=[EdgeRef(**e) for e in d["edges"]["in"]],
-    )
-
-
-async def _related(
-    info: Ctx, uid: str, depth: int = 1, labels: list[str] | None = None, k: int = 10
-) -> JSON:
-    out = await _run(
-        info,
-        docs_tools.get_related,
-        _store(info),
-        uid,
-        identity=_who(info).identity,
-        depth=depth,
-        labels=labels or (),
-        k=_limit_k(k),
-        weight={"depth": depth, "labels": labels, "k": k},
-    )
-    return JSON(out.to_dict())
-
-
-async def _learning_path(info: Ctx, uid: str) -> JSON:
-    out = await _run(
-        info, docs_tools.get_learning_path, _store(info), uid, identity=_who(info).identity
-    )
-    return JSON(out.to_dict())
-
-
-async def _resolve_xref(info: Ctx, ref: str) -> JSON:
-    out = await _run(
-        info,
-        docs_tools.resolve_xref,
-        _store(info),
-        ref,
-        identity=_who(info).identity,
-        weight={"ref": ref},
-    )
-    return JSON(out.to_dict())
-
-
-async def _capabilities(info: Ctx) -> Capabilities:
-    d = await _run(info, capabilities_of, info.context["service"], _who(info))
-    return Capabilities(
-        content_root=d["content_root"],
-        is_empty=d["is_empty"],
-        identity=d["identity"],
-        admin=d["admin"],
-        tools=[ToolInfo(**t) for t in d["tools"]],
-    )
-
-
-async def _stats(info: Ctx) -> JSON:
-    return JSON(await _run(info, stats_of, info.context["service"], _who(info)))
-
-
-@strawberry.type
-class Query:
-    search: SearchAnswer = strawberry.field(
-        resolver=_search, description="Fused search: vector + lexical [+ sql], then graph; fused"
-    )
-    docs_search: SearchAnswer = strawberry.field(
-        resolver=_docs_search, description="Fused search over every type but codeSample"
-    )
-    code_sample_search: JSON = strawberry.field(
-        resolver=_code_sample_search,
-        description="codeSample entities: code, language, the page it belongs to",
-    )
-    lexical: ChunkHits = strawberry.field(resolver=_lexical, description="BM25 over chunks")
-    vector: ChunkHits = strawberry.field(
-        resolver=_vector, description="Dense nearest chunks by meaning"
-    )
-    graph: GraphHits = strawberry.field(
-        resolver=_graph, description="Entities linked to start uids, depth 1–3"
-    )
-    sql: SqlHits = strawberry.field(
-        resolver=_sql, description="Entities by their typed fields, ordered"
-    )
-    aggregate: AggregateAnswer = strawberry.field(
-        resolver=_aggregate, description="A catalog metric by a dimension over the visible slice"
-    )
-    query_graph: QueryAnswer = strawberry.field(
-        resolver=_query_graph,
-        description="A bounded, read-only openCypher query; values as $params",
-    )
-    content: Content = strawberry.field(
-        resolver=_content,
-        description="One entity with its chunks and its edges to visible entities",
-    )
-    related: JSON = strawberry.field(
-        resolver=_related, description="Neighbours of an entity (get_related)"
-    )
-    learning_path: JSON = strawberry.field(
-        resolver=_learning_path, description="The ordered learning path an entity belongs to"
-    )
-    resolve_xref: JSON = strawberry.field(
-        resolver=_resolve_xref,
-        description="A uid, href or exact title → the entity (or candidates)",
-    )
-    capabilities: Capabilities = strawberry.field(
-        resolver=_capabilities, description="The tools this caller sees now (the harness's list)"
-    )
-    stats: JSON = strawberry.field(
-        resolver=_stats, description="Store figures (the visible slice unless admin)"
-    )
-
-
-def _search_args(query: str, k: int, filters: dict[str, Any]) -> SearchArgs:
-    from knowledge_store.surfaces.tools import TOOLS
-
-    parsed = TOOLS["search"].parse({"query": query, "k": k, "filters": filters})
-    assert isinstance(parsed, SearchArgs)
-    return parsed
-
-
-def _coerce(filters: FilterInput | None) -> Any:
-    from knowledge_store.retrieval.filters import coerce_filters
-
-    try:
-        return coerce_filters(_f(filters))
-    except KnowledgeStoreError as exc:
-        raise GraphQLError(exc.message, extensions=exc.to_dict()["error"]) from None
+    return strawberry.type(type("Query", (), fields))
 
 
 class _Schema(strawberry.Schema):
@@ -606,7 +262,7 @@ class _Schema(strawberry.Schema):
         super().process_errors(unexpected, execution_context)
 
 
-schema = _Schema(query=Query, extensions=[RequestBounds])
+schema = _Schema(query=_query_type(), extensions=[RequestBounds])
 
 
 async def _context(svc: Annotated[Service, Depends(service)], who: AnyCaller) -> dict[str, Any]:

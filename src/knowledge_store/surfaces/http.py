@@ -14,7 +14,8 @@ store calls run in the worker lanes of :mod:`.workers`, never on the event loop.
 One service layer (every route calls :class:`~knowledge_store.store.KnowledgeStore`),
 one identity rule (:mod:`.auth`), one JSON error shape everywhere —
 ``{"error": {"code", "message", "details"}}`` with the error's HTTP status,
-for the store's errors, request validation (``invalid_request``, 400),
+for the store's errors, request validation (the request model's own error,
+naming the field: :func:`.rest.request_error`),
 unknown routes (``not_found``, 404), methods (405), 401 and 403.
 """
 
@@ -32,21 +33,14 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from knowledge_store.errors import (
-    InputError,
-    InvalidRequest,
-    KnowledgeStoreError,
-    NotFound,
-    StoreError,
-)
+from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, NotFound, StoreError
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, TokenTable
 from knowledge_store.surfaces.limits import BodyLimit
 from knowledge_store.surfaces.mcp import create_mcp_server, mcp_http_app
-from knowledge_store.surfaces.tools import argument_error
 from knowledge_store.surfaces.web import Service, error_response
 
-__all__ = ["create_app", "validation_error"]
+__all__ = ["create_app"]
 
 TokensLike = TokenTable | Mapping[str, str | tuple[str, bool]] | None
 
@@ -122,7 +116,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return error_response(validation_error(list(exc.errors())))
+        from knowledge_store.surfaces.rest import request_error
+
+        return error_response(request_error(request, list(exc.errors()), exc.body))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
@@ -149,15 +145,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
-
-
-def validation_error(problems: list[Any]) -> InputError:
-    """FastAPI/pydantic validation problems → the store's typed error, with a sentence to act on."""
-    cleaned = []
-    for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ()) if p not in ("body", "query", "path")]
-        cleaned.append({**problem, "loc": loc})
-    return argument_error(cleaned)
 
 
 class _HostCheck:

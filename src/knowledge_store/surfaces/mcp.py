@@ -1,11 +1,14 @@
 """The MCP server (official ``mcp`` SDK, low-level ``Server``): stdio and streamable HTTP.
 
 ``create_mcp_server(store, identity=…, admin=…)`` builds the server; the tools
-are :mod:`~knowledge_store.surfaces.harness`'s, computed afresh on every
-``tools/list`` (so a stateless request always sees the current list). Tool
-calls run the store's methods in worker threads; the store's typed errors and
-bound violations come back as tool execution errors (``isError: true`` with the
-error's message — a sentence the model can act on), never as protocol errors.
+are :mod:`~knowledge_store.surfaces.tools`' (generated from the operation
+table: input schema from the request model, output schema from the answer
+model), computed afresh on every ``tools/list`` (so a stateless request always
+sees the current list). Tool calls run the store's methods in worker threads;
+the answer is the structured content (and its JSON text); the store's typed
+errors and bound violations come back as tool execution errors (``isError:
+true`` with the error's message — a sentence the model can act on — and the
+error shape as structured content), never as protocol errors.
 
 Who is asking: over stdio, the server's ``identity``; over HTTP, the caller
 :func:`mcp_http_app`'s auth wrapper resolved from the bearer token — the
@@ -50,8 +53,14 @@ from knowledge_store.errors import KnowledgeStoreError, StoreError
 from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
-from knowledge_store.surfaces.harness import ADMIN_TOOLS, input_schema, resolve_tool, visible_tools
-from knowledge_store.surfaces.workers import is_heavy, run_store
+from knowledge_store.surfaces.tools import (
+    ADMIN_TOOLS,
+    call_tool,
+    heavy_call,
+    input_schema,
+    visible_tools,
+)
+from knowledge_store.surfaces.workers import run_store
 
 __all__ = [
     "CALLER_SCOPE_KEY",
@@ -214,10 +223,11 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
                     title=tool.name.replace("_", " "),
                     description=tool.description,
                     input_schema=input_schema(tool.name) or tool.input_schema,
+                    output_schema=tool.output_schema,
                     annotations=types.ToolAnnotations(
-                        read_only_hint=tool.name not in ADMIN_TOOLS,
+                        read_only_hint=not tool.admin,
                         destructive_hint=tool.name == "delete_entities",
-                        idempotent_hint=tool.name not in ADMIN_TOOLS,
+                        idempotent_hint=not tool.admin,
                         open_world_hint=False,
                     ),
                 )
@@ -231,8 +241,8 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
         caller = self.caller_of(ctx)
         try:
             out = await run_store(
-                partial(call_as, self.store, caller, params.name, params.arguments),
-                heavy=is_heavy(params.name, params.arguments),
+                partial(call_tool, self.store, caller, params.name, params.arguments),
+                heavy=heavy_call(params.name, params.arguments),
             )
         except (KnowledgeStoreError, AuthError) as exc:
             return tool_error(exc)
@@ -245,14 +255,6 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
             content=[types.TextContent(text=json.dumps(out, ensure_ascii=False))],
             structured_content=out,
         )
-
-
-def call_as(
-    store: KnowledgeStore, caller: Caller, name: str, arguments: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Resolve ``name`` through the harness and run it as ``caller`` (blocking)."""
-    tool = resolve_tool(store, name, admin=caller.admin)
-    return tool.call(store, caller.identity, arguments)
 
 
 def tool_error(exc: KnowledgeStoreError | AuthError) -> types.CallToolResult:

@@ -30,7 +30,6 @@ from markdown_it import MarkdownIt
 from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
 from knowledge_store.model import LIST_NAMES, Filters, Result, SearchAnswer
-from knowledge_store.retrieval import docs_tools
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
@@ -197,7 +196,7 @@ def _vector_only_similarity(
     ]
     if not q or not uids:
         return {}
-    hits = store.vector(q, identity=who.identity, k=200, filters=Filters(uids=tuple(uids)))
+    hits = store.vector(q, identity=who.identity, k=200, filters=Filters.build(uid=list(uids)))
     best: dict[str, float] = {}
     for hit in hits.hits:
         best.setdefault(hit.uid, hit.score)
@@ -268,8 +267,8 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     }
     filters = {name: values for name, values in chosen.items() if values}
     store = svc.store
-    types = store.aggregate("count", "type", identity=who.identity).rows
-    sources = store.aggregate("count", "source", identity=who.identity).rows
+    types = store.aggregate("count", "type", identity=who.identity).pairs()
+    sources = store.aggregate("count", "source", identity=who.identity).pairs()
     form = f"""<form class="search" method="get" action="/" role="search">
 <input id="q" name="q" type="search" value="{e(q)}" placeholder="Search the knowledge base (press / to focus)"
  autocomplete="off" autofocus aria-label="search">
@@ -304,9 +303,7 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     ]
     facets = ""
     if answer.results:
-        found = docs_tools.graph_facets(
-            store, [r.uid for r in answer.results], identity=who.identity
-        )
+        found = store.graph_facets([r.uid for r in answer.results], identity=who.identity)
         by_label = "".join(
             f"<li>{e(label)} <b>{count}</b></li>" for label, count in found.by_label.items()
         )
@@ -356,7 +353,7 @@ async def search_page(request: Request) -> Response:
 # -- the entity page -----------------------------------------------------------------------------------
 def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     store = svc.store
-    content = store.content(uid, identity=who.identity)
+    content = store.content(uid, identity=who.identity).to_dict()
     entity = content["entity"]
     out_edges, in_edges = content["edges"]["out"], content["edges"]["in"]
     successor = next((x for x in out_edges if x["label"] == "supersededBy"), None)
@@ -392,16 +389,16 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     if first_line.lstrip("#").strip() == entity["title"] and first_line.startswith("#"):
         body = rest  # the page title is already the h1
     body_html = _MD.render(body)
-    related = docs_tools.get_related(store, uid, identity=who.identity, k=15)
+    related = store.get_related(uid, identity=who.identity, k=15)
     related_items = "".join(
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
         f" <span class='muted'>{e(h.path[-1].label or '')}"
         f"{' · ' + str(h.hops) + ' hops' if h.hops > 1 else ''}</span></li>"
-        for h in related.hits
+        for h in related.related
     )
     path_html = ""
     try:
-        path = docs_tools.get_learning_path(store, uid, identity=who.identity)
+        path = store.get_learning_path(uid, identity=who.identity)
     except NotFound:
         path = None
     if path is not None and len(path.units) > 1:

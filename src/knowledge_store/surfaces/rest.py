@@ -1,65 +1,41 @@
-"""REST under ``/v1/`` (OpenAPI at ``/openapi.json``): every primitive, fused search, content, admin.
+"""REST under ``/v1/`` (OpenAPI at ``/openapi.json``), generated from the operation table.
 
-Each route validates its JSON body with a pydantic model (the tools' argument
-models where a tool exists, so the schemas agree) and calls one method of
-:class:`~knowledge_store.store.KnowledgeStore` — or one tool function — as the
-caller's identity, in a worker lane chosen by the request's size
-(:func:`~knowledge_store.surfaces.workers.is_heavy`). Answers are the ``--json``
-shapes of DESIGN §6; errors the one error shape. The admin ingest takes records
-in its body only — no route reads a path on the server.
+Every operation with a REST spelling (:data:`~.operations.OPERATIONS`) is a
+route: a ``POST`` takes the operation's request model as its JSON body, a
+``GET``/``DELETE`` takes the request's fields from its path; the answer model
+is the route's response model. So the OpenAPI document states exactly the
+bounds and shapes of the store, and a body is validated by the same model as
+on every other surface — a bad one is answered by the store's own error,
+naming the field (:func:`request_error`). The route runs the operation as the
+caller (the admin scope where the table says so: 403 without it) in the worker
+lane its size asks for (:func:`~.workers.is_heavy`); the answer is the
+``--json`` shape of DESIGN §6. The admin ingest takes records in its body only
+— no route reads a path on the server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse
 
-from knowledge_store.errors import InvalidRequest
+from knowledge_store.errors import InvalidRequest, KnowledgeStoreError
 from knowledge_store.ingest.records import loads_strict
-from knowledge_store.model import MAX_ACL_PRINCIPALS
-from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
-from knowledge_store.surfaces.harness import resolve_tool, visible_tools
-from knowledge_store.surfaces.knowledge_tools import (
-    DOCS_TOOLS,
-    KnowledgeArgs,
-    QueryGraphArgs,
-    RelatedArgs,
-    UidArgs,
-    XrefArgs,
-)
-from knowledge_store.surfaces.tools import (
-    Dimension,
-    FilterArgs,
-    GraphArgs,
-    Metric,
-    OrderSpec,
-    SearchArgs,
-    _Args,
-)
+from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest
+from knowledge_store.surfaces.shapes import Capabilities, ErrorEnvelope
+from knowledge_store.surfaces.tools import call_tool, capabilities, heavy_call
 from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, service
 from knowledge_store.surfaces.workers import is_heavy
 
-__all__ = ["ErrorEnvelope", "admin", "router", "routers"]
+__all__ = ["ErrorEnvelope", "request_error", "router", "routers"]
 
 Svc = Annotated[Service, Depends(service)]
-UidPath = Annotated[str, Path(min_length=1, max_length=4096, description="the entity's uid")]
-Weight = Annotated[float, Field(ge=0, le=1000)]
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    details: dict[str, Any]
-
-
-class ErrorEnvelope(BaseModel):
-    """The one error shape."""
-
-    error: ErrorBody
+_PARAM = re.compile(r"\{(\w+)\}")
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -77,298 +53,117 @@ _ADMIN_ERRORS = {
 }
 
 router = APIRouter(prefix="/v1", responses=_ERRORS)
-admin = APIRouter(prefix="/v1/admin", tags=["admin"], responses=_ADMIN_ERRORS)
 
 
-# -- bodies -----------------------------------------------------------------------------------------
-class FusedBody(SearchArgs):
-    mode: Literal["rrf", "convex"] | None = Field(None, description="fusion mode (default rrf)")
-    weights: dict[Literal["vector", "lexical", "graph", "sql"], Weight] | None = Field(
-        None, description="per-list weights; 0 switches a list off"
-    )
-    explain: bool = Field(False, description="include the lists side by side with timings")
+# -- the routes of the table ----------------------------------------------------------------------
+def _path_fields(op: Operation, rest: Rest) -> dict[str, str]:
+    """Path parameter → request field."""
+    return {name: rest.params.get(name, name) for name in _PARAM.findall(rest.path)}
 
 
-class ChunkBody(_Args):
-    query: str = Field(..., min_length=1, max_length=4096, description="the text to look for")
-    k: int = Field(10, ge=1, le=100)
-    filters: FilterArgs = Field(default_factory=FilterArgs)
-    explain: bool = False
+def _raw(op: Operation, rest: Rest, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's raw arguments from a route's path and query values."""
+    raw: dict[str, Any] = {}
+    fields = op.request.model_fields
+    for name, value in values.items():
+        target = rest.params.get(name, name)
+        if target not in fields or value is None:
+            continue
+        listed = _is_list(fields[target])
+        raw[target] = [value] if listed and isinstance(value, str) else value
+    return raw
 
 
-class SqlBody(_Args):
-    filters: FilterArgs = Field(default_factory=FilterArgs)
-    order: OrderSpec = "updated_at:desc"
-    k: int = Field(10, ge=1, le=1000)
+def _is_list(info: Any) -> bool:
+    kind = info.annotation
+    return get_origin(kind) is list or any(get_origin(a) is list for a in get_args(kind))
 
 
-class AggregateBody(_Args):
-    metric: Metric = "count"
-    dimension: Dimension | None = None
-    filters: FilterArgs = Field(default_factory=FilterArgs)
+def _field_schema(op: Operation, field: str) -> dict[str, Any]:
+    schema: dict[str, Any] = op.request.json_schema()["properties"][field]
+    return schema.get("items", schema) if schema.get("type") == "array" else schema
 
 
-class FacetsBody(_Args):
-    uids: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
-        ..., min_length=1, max_length=100
-    )
+def _parameters(op: Operation, rest: Rest) -> list[inspect.Parameter]:
+    """The endpoint's parameters: the service, the caller, then the request's way in."""
+    who = AdminCaller if op.admin else AnyCaller
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("svc", kw, annotation=Svc),
+        inspect.Parameter("who", kw, annotation=who),
+    ]
+    for name, field in _path_fields(op, rest).items():
+        info = op.request.model_fields[field]
+        # documented, not checked here: the request model checks it, in the store's words
+        spec = Path(description=info.description, json_schema_extra=_field_schema(op, field))
+        params.append(inspect.Parameter(name, kw, annotation=Annotated[str, spec]))
+    if rest.method == "POST" and rest.body == "json":
+        body = Body(description=(op.request.__doc__ or "").strip() or None)
+        params.append(inspect.Parameter("body", kw, annotation=Annotated[op.request, body]))
+    elif rest.body == "records":
+        params.append(inspect.Parameter("request", kw, annotation=Request))
+        for name, info in op.request.model_fields.items():
+            if name == "records":
+                continue
+            kind: Any = list[str] | None if _is_list(info) else str | None
+            query = Query(description=info.description)
+            params.append(
+                inspect.Parameter(name, kw, default=None, annotation=Annotated[kind, query])
+            )
+    return params
 
 
-class AclBody(_Args):
-    uid: str = Field(..., min_length=1, max_length=4096)
-    principal: str = Field(..., min_length=1, max_length=300, examples=["group:sre"])
+def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[JSONResponse]]:
+    async def endpoint(**given: Any) -> JSONResponse:
+        svc: Service = given.pop("svc")
+        who: Caller = given.pop("who")
+        body = given.pop("body", None)
+        if isinstance(body, op.request):
+            request: Any = body
+            raw = body.model_dump()
+        else:
+            raw = _raw(op, rest, given)
+            if rest.body == "records":
+                http: Request = given["request"]
+                content = await http.body()  # bounded before it arrives (surfaces.limits)
+                kind = http.headers.get("content-type", "")
+                raw["records"] = await svc.run(records_of, content, kind, heavy=True)
+            request = op.request.parse(raw)
+        heavy = op.heavy or is_heavy(op.name, raw)
+        answer = await svc.run(op.run, svc.store, who, request, heavy=heavy)
+        if op.admin:
+            await svc.watcher.check()  # an ingest or a delete may flip is_empty: tell MCP sessions
+        return JSONResponse(answer.to_dict())
+
+    params = _parameters(op, rest)
+    endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    endpoint.__annotations__ = {p.name: p.annotation for p in params}
+    endpoint.__name__ = op.name
+    endpoint.operation = op  # type: ignore[attr-defined]  # for request_error
+    endpoint.rest = rest  # type: ignore[attr-defined]
+    return endpoint
 
 
-class MemberBody(_Args):
-    group: str = Field(..., min_length=1, max_length=300, examples=["group:sre"])
-    member: str = Field(..., min_length=1, max_length=300, examples=["user:sam"])
+def _response_model(op: Operation) -> Any:
+    return op.answers[0] if len(op.answers) == 1 else Union[op.answers]  # noqa: UP007
 
 
-# -- reads ------------------------------------------------------------------------------------------
-@router.post("/search", summary="Fused search (vector + lexical [+ sql], then graph), fused")
-async def search(body: FusedBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.search,
-        body.query,
-        heavy=_heavy("search", body),
-        identity=who.identity,
-        k=body.k,
-        filters=body.filters.as_mapping(),
-        mode=body.mode,
-        weights=body.weights,
-        explain=body.explain,
-    )
-    return answer.to_dict()
+def _add_routes() -> None:
+    for op in OPERATIONS:
+        for rest in op.rest:
+            router.add_api_route(
+                rest.path.replace("}", ":path}") if _PARAM.search(rest.path) else rest.path,
+                _endpoint(op, rest),
+                methods=[rest.method],
+                response_model=_response_model(op),
+                summary=op.summary,
+                description=op.description,
+                tags=["admin"] if op.admin else None,
+                responses=_ADMIN_ERRORS if op.admin else _ERRORS,
+                openapi_extra=_INGEST_BODY if rest.body == "records" else None,
+            )
 
 
-@router.post("/docs_search", summary="Fused search over every type but codeSample")
-async def docs_search(body: SearchArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(
-        DOCS_TOOLS["docs_search"].function,
-        svc.store,
-        who.identity,
-        body,
-        heavy=_heavy("docs_search", body),
-    )
-
-
-@router.post("/code_sample_search", summary="Fused search over codeSample entities: code + page")
-async def code_sample_search(body: SearchArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(
-        DOCS_TOOLS["code_sample_search"].function,
-        svc.store,
-        who.identity,
-        body,
-        heavy=_heavy("code_sample_search", body),
-    )
-
-
-@router.post("/search_knowledge", summary="Fused search as cited passages for context packing")
-async def search_knowledge(body: KnowledgeArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(
-        DOCS_TOOLS["search_knowledge"].function,
-        svc.store,
-        who.identity,
-        body,
-        heavy=_heavy("search_knowledge", body),
-    )
-
-
-@router.post("/lexical", summary="BM25 over chunks")
-async def lexical(body: ChunkBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.lexical,
-        body.query,
-        heavy=_heavy("lexical", body),
-        identity=who.identity,
-        k=body.k,
-        filters=_filters(body.filters),
-    )
-    out = answer.to_dict()
-    if not body.explain:
-        out.pop("explain", None)
-    return out
-
-
-@router.post("/vector", summary="Dense nearest chunks by meaning")
-async def vector(body: ChunkBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.vector,
-        body.query,
-        heavy=_heavy("vector", body),
-        identity=who.identity,
-        k=body.k,
-        filters=_filters(body.filters),
-    )
-    out = answer.to_dict()
-    if not body.explain:
-        out.pop("explain", None)
-    return out
-
-
-@router.post("/graph", summary="Entities linked to start uids (depth 1–3)")
-async def graph(body: GraphArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.graph,
-        body.starts,
-        heavy=_heavy("graph", body),
-        identity=who.identity,
-        depth=body.depth,
-        labels=list(body.labels),
-        direction=body.direction,
-        k=body.k,
-    )
-    return answer.to_dict()
-
-
-@router.post("/sql", summary="Entities by their typed fields (closed list), ordered")
-async def sql(body: SqlBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.sql,
-        body.filters.as_mapping(),
-        identity=who.identity,
-        order=body.order,
-        k=body.k,
-        heavy=_heavy("sql", body),
-    )
-    return answer.to_dict()
-
-
-@router.post("/aggregate", summary="A catalog metric by a dimension over the visible slice")
-async def aggregate(body: AggregateBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.aggregate,
-        body.metric,
-        body.dimension,
-        heavy=_heavy("aggregate", body),
-        identity=who.identity,
-        filters=body.filters.as_mapping(),
-    )
-    return answer.to_dict()
-
-
-@router.post("/query_graph", summary="A bounded, read-only openCypher query")
-async def query_graph(body: QueryGraphArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    answer = await svc.run(
-        svc.store.query_graph, body.query, body.params, identity=who.identity, heavy=True
-    )
-    return answer.to_dict()
-
-
-@router.get("/content/{uid:path}", summary="One entity: fields, chunks, edges to visible entities")
-async def content(uid: UidPath, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(svc.store.content, uid, identity=who.identity)
-
-
-@router.post("/related", summary="Neighbours of an entity (get_related)")
-async def related(body: RelatedArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(
-        DOCS_TOOLS["get_related"].function,
-        svc.store,
-        who.identity,
-        body,
-        heavy=_heavy("get_related", body),
-    )
-
-
-@router.post("/learning_path", summary="The ordered path an entity belongs to")
-async def learning_path(body: UidArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(DOCS_TOOLS["get_learning_path"].function, svc.store, who.identity, body)
-
-
-@router.post("/resolve_xref", summary="A uid, href or exact title → the entity")
-async def resolve_xref(body: XrefArgs, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(
-        DOCS_TOOLS["resolve_xref"].function,
-        svc.store,
-        who.identity,
-        body,
-        heavy=_heavy("resolve_xref", body),
-    )
-
-
-@router.post("/graph_facets", summary="Neighbours of a result set, counted by label and type")
-async def graph_facets(body: FacetsBody, svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    facets = await svc.run(
-        docs_tools.graph_facets,
-        svc.store,
-        body.uids,
-        identity=who.identity,
-        heavy=_heavy("graph_facets", body),
-    )
-    return facets.to_dict()
-
-
-@router.get("/capabilities", summary="The tools this caller sees now (the harness's list)")
-async def capabilities(svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(capabilities_of, svc, who)
-
-
-@router.post("/tools/{name}", summary="Call a listed tool by name (the MCP tools over REST)")
-async def call_tool(
-    name: Annotated[str, Path(max_length=100)],
-    arguments: dict[str, Any],
-    svc: Svc,
-    who: AnyCaller,
-) -> dict[str, Any]:
-    tool = await svc.run(resolve_tool, svc.store, name, admin=who.admin)
-    out = await svc.run(
-        tool.call, svc.store, who.identity, arguments, heavy=is_heavy(name, arguments)
-    )
-    await svc.watcher.check()
-    return out
-
-
-@router.get("/stats", summary="Store figures (global for admins; the visible slice otherwise)")
-async def stats(svc: Svc, who: AnyCaller) -> dict[str, Any]:
-    return await svc.run(stats_of, svc, who)
-
-
-def capabilities_of(svc: Service, who: Caller) -> dict[str, Any]:
-    return {
-        "content_root": svc.store.content_root(),
-        "is_empty": svc.store.is_empty,
-        "identity": who.principal,
-        "admin": who.admin,
-        "tools": [tool.to_dict() for tool in visible_tools(svc.store, admin=who.admin)],
-        "endpoints": {
-            "rest": "/v1",
-            "openapi": "/openapi.json",
-            "graphql": "/graphql",
-            "mcp": "/mcp",
-            "page": "/",
-        },
-    }
-
-
-def stats_of(svc: Service, who: Caller) -> dict[str, Any]:
-    figures = svc.store.stats().to_dict()
-    if who.admin:
-        return figures
-    # Global counts would tell a reader how much it can't see: give it its own slice.
-    visible = svc.store.aggregate("count", None, identity=who.identity)
-    return {
-        "content_root": figures["content_root"],
-        "entities": visible.rows[0][1] if visible.rows else 0,
-        "model": figures["model"],
-        "dimension": figures["dimension"],
-        "is_empty": figures["is_empty"],
-        "identity": who.principal,
-    }
-
-
-def _heavy(operation: str, body: _Args) -> bool:
-    """Whether the request goes to the heavy lane (``workers.is_heavy``) — its arguments' sizes."""
-    return is_heavy(operation, body.model_dump())
-
-
-def _filters(args: FilterArgs) -> Any:
-    from knowledge_store.retrieval.filters import coerce_filters
-
-    return coerce_filters(args.as_mapping())
-
-
-# -- administration ---------------------------------------------------------------------------------
 _INGEST_BODY = {
     "requestBody": {
         "required": True,
@@ -395,106 +190,105 @@ _INGEST_BODY = {
 }
 
 
-@admin.post(
-    "/ingest",
-    summary="Publish records as one atomic batch",
-    openapi_extra=_INGEST_BODY,
-)
-async def ingest(
-    request: Request,
-    svc: Svc,
-    who: AdminCaller,
-    acl: Annotated[
-        list[str] | None,
-        Query(max_length=MAX_ACL_PRINCIPALS, description="default ACL (repeatable)"),
-    ] = None,
-    skip_invalid: Annotated[bool, Query(description="publish the good records")] = False,
-) -> dict[str, Any]:
-    body = await request.body()  # bounded before it arrives (surfaces.limits)
-    records = await svc.run(_records, body, request.headers.get("content-type", ""), heavy=True)
-    report = await svc.run(
-        svc.store.ingest_records, records, acl=acl or None, skip_invalid=skip_invalid, heavy=True
-    )
-    await svc.watcher.check()
-    return report.to_dict()
-
-
-@admin.delete("/entities/{uid:path}", summary="Delete an entity (one publish)")
-async def delete_entity(uid: UidPath, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    root = await svc.run(svc.store.delete, [uid])
-    await svc.watcher.check()
-    return {"content_root": root, "deleted": 1}
-
-
-@admin.post("/acl/grant", summary="Let a principal read an entity")
-async def acl_grant(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    return await svc.run(_acl_change, svc.store.grant, svc.store, body)
-
-
-@admin.post("/acl/revoke", summary="Stop a principal reading an entity through its ACL")
-async def acl_revoke(body: AclBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    return await svc.run(_acl_change, svc.store.revoke, svc.store, body)
-
-
-def _acl_change(change: Callable[[str, str], str], store: Any, body: AclBody) -> dict[str, Any]:
-    """Grant or revoke, then read the new ACL — both in the worker, off the event loop."""
-    root = change(body.uid, body.principal)
-    return {"content_root": root, "uid": body.uid, "acl": list(store.acl_show(body.uid))}
-
-
-@admin.get("/acl/{uid:path}", summary="The principals in an entity's ACL")
-async def acl_show(uid: UidPath, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    return {"uid": uid, "acl": list(await svc.run(svc.store.acl_show, uid))}
-
-
-@admin.post("/principals/add-member", summary="Make MEMBER a member of GROUP")
-async def add_member(body: MemberBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    await svc.run(svc.store.add_member, body.group, body.member)
-    return (await svc.run(svc.store.principal_show, body.member)).to_dict()
-
-
-@admin.post("/principals/remove-member", summary="Remove MEMBER from GROUP")
-async def remove_member(body: MemberBody, svc: Svc, who: AdminCaller) -> dict[str, Any]:
-    await svc.run(svc.store.remove_member, body.group, body.member)
-    return (await svc.run(svc.store.principal_show, body.member)).to_dict()
-
-
-@admin.get("/principals/{principal:path}", summary="A principal's groups (and a group's members)")
-async def principal_show(
-    principal: Annotated[str, Path(min_length=1, max_length=300)], svc: Svc, who: AdminCaller
-) -> dict[str, Any]:
-    return (await svc.run(svc.store.principal_show, principal)).to_dict()
-
-
-def _records(raw: bytes, content_type: str) -> list[Any]:
+def records_of(raw: bytes, content_type: str) -> list[Any]:
+    """The records of an ingest body: JSON Lines, a JSON list, or ``{"records": [...]}``."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidRequest("the ingest body is not UTF-8 text") from None
+        raise InvalidRequest("the ingest body is not UTF-8 text", field="records") from None
     if not text.strip():
-        raise InvalidRequest("the ingest body is empty; send JSON Lines records")
+        raise InvalidRequest("the ingest body is empty; send JSON Lines records", field="records")
     if "json" in content_type and "ndjson" not in content_type and "jsonl" not in content_type:
         try:
             document = loads_strict(text)
         except ValueError as exc:
-            raise InvalidRequest(f"the ingest body is not JSON: {exc}") from None
+            raise InvalidRequest(f"the ingest body is not JSON: {exc}", field="records") from None
         if isinstance(document, dict) and isinstance(document.get("records"), list):
             return list(document["records"])
         if isinstance(document, list):
             return document
-        raise InvalidRequest('send a JSON list of records or {"records": [...]}')
+        raise InvalidRequest('send a JSON list of records or {"records": [...]}', field="records")
     records: list[Any] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            records.append(loads_strict(line))
+            record = loads_strict(line)
         except ValueError as exc:
             raise InvalidRequest(
                 f"line {number} of the ingest body is not JSON: {exc}", line=number
             ) from None
+        if not isinstance(record, dict):
+            raise InvalidRequest(
+                f"line {number} of the ingest body is not a JSON object (a record)", line=number
+            )
+        records.append(record)
     return records
 
 
+_add_routes()
+
+
+# -- what a caller can do -----------------------------------------------------------------------
+@router.get(
+    "/capabilities",
+    summary="The tools this caller sees now",
+    response_model=Capabilities,
+)
+async def capabilities_route(svc: Svc, who: AnyCaller) -> JSONResponse:
+    found = await svc.run(capabilities, svc.store, who)
+    return JSONResponse(found.to_dict())
+
+
+@router.post("/tools/{name}", summary="Call a listed tool by name (the MCP tools over REST)")
+async def tool_route(
+    name: Annotated[str, Path(max_length=100)],
+    arguments: dict[str, Any],
+    svc: Svc,
+    who: AnyCaller,
+) -> dict[str, Any]:
+    out = await svc.run(
+        call_tool, svc.store, who, name, arguments, heavy=heavy_call(name, arguments)
+    )
+    await svc.watcher.check()
+    return out
+
+
+# -- validation errors ----------------------------------------------------------------------------
+def request_error(request: Request, problems: list[Any], body: Any) -> KnowledgeStoreError:
+    """A request FastAPI refused, answered with the store's own error for it.
+
+    The route's request is validated again by its request model, so the error
+    is the one every surface gives for it, naming the field
+    (``filters.created_from``, ``query``); a body that is no JSON object, or
+    a route outside the table, gets a sentence naming where.
+    """
+    for problem in problems:
+        if problem.get("type") == "json_invalid":
+            where = (problem.get("ctx") or {}).get("error", "")
+            return InvalidRequest(f"the request body is not valid JSON: {where}", field="body")
+    route = request.scope.get("route")
+    op: Operation | None = getattr(getattr(route, "endpoint", None), "operation", None)
+    rest: Rest | None = getattr(getattr(route, "endpoint", None), "rest", None)
+    if op is not None and rest is not None:
+        if body is not None and not isinstance(body, Mapping):
+            return InvalidRequest(
+                f"the request body must be a JSON object with the fields of {op.name}:"
+                f" {', '.join(op.request.model_fields)}",
+                field="body",
+            )
+        raw = {**(body or {}), **_raw(op, rest, dict(request.path_params))}
+        try:
+            op.request.parse(raw)
+        except KnowledgeStoreError as exc:
+            return exc
+    first = problems[0] if problems else {}
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+    field = ".".join(loc) or "body"
+    if not loc:
+        return InvalidRequest("the request body is required: send a JSON object", field=field)
+    return InvalidRequest(f"{field}: {first.get('msg', 'invalid')}", field=field)
+
+
 def routers() -> list[APIRouter]:
-    return [router, admin]
+    return [router]

@@ -22,7 +22,25 @@ from typing import Any
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.store import KnowledgeStore
 
-__all__ = ["LOOPBACK", "RedactTokens", "banner", "serve", "uvicorn_config"]
+__all__ = [
+    "EMBEDDER_ENV",
+    "LOOPBACK",
+    "RedactTokens",
+    "banner",
+    "open_store",
+    "serve",
+    "uvicorn_config",
+]
+
+#: The embedder spec every ``ks`` command (and the servers) open the store with.
+EMBEDDER_ENV = "KS_EMBEDDER"
+
+
+def open_store(location: str | Path | None) -> KnowledgeStore:
+    """The store at ``location`` with ``$KS_EMBEDDER``'s embedder, if set (the library
+    reads no environment; the command line and the servers map it)."""
+    return KnowledgeStore.open(location, embedder=os.environ.get(EMBEDDER_ENV) or None)
+
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GRACEFUL_SHUTDOWN_S = 3
@@ -96,7 +114,7 @@ def _serve_http(location: str | Path | None, host: str, port: int, table: object
     assert isinstance(table, TokenTable)
     from knowledge_store.surfaces.workers import with_embedding_slots
 
-    with KnowledgeStore.open(location) as opened:
+    with open_store(location) as opened:
         store = with_embedding_slots(opened)
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
@@ -153,7 +171,7 @@ def _serve_stdio(location: str | Path | None, who: str) -> None:
     from knowledge_store.surfaces.mcp import create_mcp_server, run_stdio
 
     identity = Identity(who)
-    with KnowledgeStore.open(location) as store:
+    with open_store(location) as store:
         _warm(store)
         server = create_mcp_server(store, identity=identity)
         print(f"knowledge-store MCP over stdio as {who}", file=sys.stderr, flush=True)

@@ -1,350 +1,261 @@
-"""Agent tools by intent (DESIGN §6): ``search``, ``graph``, ``sql`` — library functions.
+"""The agent tools (DESIGN §6), generated from the operation table, and who sees which.
 
-Each tool is a name, a description written for a model (when to use it, what
-it returns), a JSON input schema (a pydantic model's ``model_json_schema()``)
-and a function ``(store, identity, arguments) → JSON-able dict`` that calls
-one method of :class:`~knowledge_store.store.KnowledgeStore`, so a tool ranks
-exactly like the CLI and the API. The MCP and HTTP servers expose them; when
-the store is empty (:func:`available_tools`) the tools are left out.
+Every operation with an MCP name (:data:`~.operations.OPERATIONS`) is a tool:
+its description is the operation's (written for a model), its input schema
+its request model's (every property with an explicit ``"type"``), its output
+schema its answer model's. Operations that share a tool name are one tool
+with a ``mode`` argument (``sql``: ``filter`` lists, ``aggregate`` counts).
+A call validates its arguments with the request model, runs the operation as
+the caller and returns the answer's JSON, so a tool ranks exactly like the
+CLI and the API; bad arguments raise the store's typed errors, which servers
+turn into tool execution errors (``isError``).
 
-Bad arguments raise the store's typed errors (``InvalidRequest``,
-``UnknownField`` naming the valid fields …), whose ``to_dict()`` is the one
-error shape; servers turn them into tool execution errors (``isError``).
+Which tools a caller sees is decided here, once, for MCP ``tools/list``,
+``/v1/capabilities`` and GraphQL ``capabilities`` (:func:`visible_tools`); a
+call goes through :func:`resolve_tool`, so a tool that is not listed can't be
+called either. While the store holds no chunk at all (``is_empty``, a global
+figure) the knowledge tools are left out; they appear with the first accepted
+chunk — no restart — and disappear with the last. Administration tools are
+shown to administrators only, empty store or not; called without the admin
+scope they answer ``forbidden`` (403) on every surface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from functools import cache, cached_property
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from knowledge_store.errors import (
-    BoundExceeded,
-    InputError,
-    InvalidRequest,
-    UnknownField,
-    UnknownLabel,
-)
-from knowledge_store.model import LABELS, MAX_FILTER_VALUES, Identity
-from knowledge_store.retrieval.aggregates import DIMENSIONS, METRICS
-from knowledge_store.retrieval.filters import FILTER_NAMES, ORDER_FIELDS
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.requests import json_schema_of
+from knowledge_store.surfaces.auth import AuthError, Caller
+from knowledge_store.surfaces.operations import OPERATIONS, Operation
+from knowledge_store.surfaces.shapes import Capabilities, Endpoints, ErrorEnvelope, ToolInfo
+from knowledge_store.surfaces.workers import is_heavy
 
 if TYPE_CHECKING:
     from knowledge_store.store import KnowledgeStore
 
 __all__ = [
-    "TOOLS",
-    "FilterArgs",
-    "GraphArgs",
-    "SearchArgs",
-    "SqlArgs",
+    "ADMIN_TOOLS",
+    "ALL_TOOLS",
+    "KNOWLEDGE_TOOLS",
     "Tool",
-    "argument_error",
-    "available_tools",
     "call_tool",
-    "tool_schemas",
+    "capabilities",
+    "heavy_call",
+    "input_schema",
+    "resolve_tool",
+    "visible_tools",
 ]
 
-Metric = Literal["count", "count_distinct:source", "count_distinct:type"]
-Dimension = Literal[
-    "type",
-    "source",
-    "status",
-    "created_at:day",
-    "created_at:week",
-    "created_at:month",
-    "updated_at:day",
-    "updated_at:week",
-    "updated_at:month",
-]
-Label = Literal[
-    "partOf",
-    "dependsOn",
-    "xref",
-    "appliesTo",
-    "forRole",
-    "teachesSkill",
-    "supersededBy",
-    "implementedBy",
-    "derivedFrom",
-]
-OrderSpec = Literal[
-    "updated_at:desc",
-    "updated_at:asc",
-    "created_at:desc",
-    "created_at:asc",
-    "title:asc",
-    "title:desc",
-]
+MODE = "mode"
 
 
-#: A FILTERS list: any of at most MAX_FILTER_VALUES values.
-FilterList = Annotated[list[str], Field(max_length=MAX_FILTER_VALUES)]
+def _plain_optionals(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional argument is left out rather than sent as null: ``{"type": T}``, not ``[T, null]``.
 
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FilterArgs(_Args):
-    """FILTERS: each list means "any of"; date ranges are inclusive ISO 8601 dates."""
-
-    type: FilterList = Field(default_factory=list, description="entity types to keep")
-    not_type: FilterList = Field(default_factory=list, description="entity types to leave out")
-    source: FilterList = Field(default_factory=list, description="origin systems to keep")
-    status: FilterList = Field(default_factory=list, description="statuses to keep")
-    uid: FilterList = Field(default_factory=list, description="entity uids to keep")
-    created_from: str | None = Field(None, description="created on or after, e.g. 2024-05-01")
-    created_to: str | None = Field(None, description="created on or before, e.g. 2024-05-31")
-    updated_from: str | None = Field(None, description="updated on or after")
-    updated_to: str | None = Field(None, description="updated on or before")
-
-    def as_mapping(self) -> dict[str, Any]:
-        return self.model_dump(exclude_defaults=True)
-
-
-class SearchArgs(_Args):
-    query: str = Field(
-        "",
-        description="what to look for, in words (a question, a phrase, an identifier); empty"
-        " for a pure filter request",
-        max_length=4096,
-    )
-    k: int = Field(10, ge=1, le=50, description="how many results")
-    filters: FilterArgs = Field(default_factory=FilterArgs)
-
-
-class GraphArgs(_Args):
-    starts: list[str] = Field(
-        ..., min_length=1, max_length=100, description="uids of the entities to start from"
-    )
-    depth: int = Field(1, ge=1, le=3, description="how many hops to follow (1–3)")
-    labels: list[Label] = Field(
-        default_factory=list, description="follow only these edge labels (default: all 9)"
-    )
-    direction: Literal["out", "in", "both"] = Field(
-        "both", description="out: edges from the starts; in: edges into them; both"
-    )
-    k: int = Field(10, ge=1, le=100, description="how many entities to return")
-
-
-class SqlArgs(_Args):
-    mode: Literal["filter", "aggregate"] = Field(
-        "filter",
-        description="filter: list entities by their fields; aggregate: count them",
-    )
-    filters: FilterArgs = Field(default_factory=FilterArgs)
-    order: OrderSpec = Field("updated_at:desc", description="filter mode: the order")
-    k: int = Field(10, ge=1, le=100, description="filter mode: how many entities")
-    metric: Metric = Field("count", description="aggregate mode: what to compute")
-    dimension: Dimension | None = Field(
-        None,
-        description="aggregate mode: group by this (a date trend lists every day, ISO week"
-        " or month in the range, zeros included); omit for one total",
-    )
+    Clients convert a command-line or form value by the property's ``type``
+    (the MCP Inspector parses ``"object"`` and ``"array"`` as JSON only when
+    ``type`` says exactly that), so every property gets one type.
+    """
+    properties = {}
+    for name, prop in schema.get("properties", {}).items():
+        kind = prop.get("type")
+        if isinstance(kind, list) and "null" in kind and name not in schema.get("required", ()):
+            rest = [k for k in kind if k != "null"]
+            prop = {**prop, "type": rest[0] if len(rest) == 1 else rest}
+            if "enum" in prop:
+                prop["enum"] = [v for v in prop["enum"] if v is not None]
+            if prop.get("default", 0) is None:
+                prop.pop("default")
+        properties[name] = _plain_optionals(prop) if "properties" in prop else prop
+    return {**schema, "properties": properties}
 
 
 @dataclass(frozen=True)
 class Tool:
-    """One agent tool: what a model sees (name, description, schema) and what runs."""
+    """One agent tool: what a model sees (name, description, schemas) and what runs."""
 
     name: str
-    description: str
-    input_model: type[_Args]
-    function: Callable[[KnowledgeStore, Identity, Any], dict[str, Any]]
+    operations: tuple[Operation, ...]
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return self.input_model.model_json_schema()
+    def admin(self) -> bool:
+        return self.operations[0].admin
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def modes(self) -> dict[str, Operation]:
+        return {op.mcp_mode: op for op in self.operations if op.mcp_mode is not None}
+
+    @property
+    def description(self) -> str:
+        if len(self.operations) == 1:
+            return self.operations[0].description
+        return " ".join(
+            f"mode {mode!r}{' (the default)' if i == 0 else ''}: {op.description}"
+            for i, (mode, op) in enumerate(self.modes.items())
+        )
+
+    @cached_property
+    def input_schema(self) -> dict[str, Any]:
+        schemas = [_plain_optionals(op.request.json_schema()) for op in self.operations]
+        if len(schemas) == 1:
+            return schemas[0]
+        modes = list(self.modes)
+        properties: dict[str, Any] = {
+            MODE: {
+                "type": "string",
+                "enum": modes,
+                "default": modes[0],
+                "description": " · ".join(f"{m}: {op.summary}" for m, op in self.modes.items()),
+            }
+        }
+        for mode, schema in zip(modes, schemas, strict=True):
+            for name, prop in schema["properties"].items():
+                shared = all(name in other["properties"] for other in schemas)
+                if name not in properties:
+                    lead = "" if shared else f"{mode} mode: "
+                    properties[name] = {**prop, "description": lead + prop.get("description", "")}
+        required = set.intersection(*(set(s.get("required", ())) for s in schemas))
         return {
-            "name": self.name,
-            "description": self.description,
-            "input_schema": self.input_schema,
+            "type": "object",
+            "properties": properties,
+            "required": sorted(required),
+            "additionalProperties": False,
         }
 
-    def parse(self, arguments: Mapping[str, Any] | None) -> _Args:
-        """Validate ``arguments``; errors say which argument and what is expected."""
-        try:
-            return self.input_model.model_validate(dict(arguments or {}))
-        except ValidationError as exc:
-            raise argument_error(exc.errors(), prefix=self.name) from None
+    @cached_property
+    def output_schema(self) -> dict[str, Any]:
+        """The answer's schema — or the error shape's, the structured content of an ``isError``.
+
+        Clients validate structured content against it, error results too (the
+        MCP Inspector's SDK does), so it names both.
+        """
+        schemas = [
+            json_schema_of(answer, mode="serialization")
+            for op in self.operations
+            for answer in op.answers
+        ]
+        return {"type": "object", "anyOf": [*schemas, json_schema_of(ErrorEnvelope)]}
+
+    def to_info(self) -> ToolInfo:
+        return ToolInfo(
+            name=self.name, description=self.description, input_schema=self.input_schema
+        )
+
+    def operation(self, arguments: Mapping[str, Any] | None) -> Operation:
+        """The operation ``arguments`` ask for (their ``mode`` where the tool has modes)."""
+        if len(self.operations) == 1:
+            return self.operations[0]
+        mode = (arguments or {}).get(MODE, next(iter(self.modes)))
+        found = self.modes.get(mode) if isinstance(mode, str) else None
+        if found is None:
+            raise InvalidRequest(
+                f"unknown mode {str(mode)[:80]!r}; use one of: {', '.join(self.modes)}",
+                field=MODE,
+                allowed=list(self.modes),
+            )
+        return found
 
     def call(
-        self, store: KnowledgeStore, identity: Identity | str, arguments: Mapping[str, Any] | None
+        self, store: KnowledgeStore, caller: Caller, arguments: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        who = identity if isinstance(identity, Identity) else Identity(identity)
-        return self.function(store, who, self.parse(arguments))
+        """Validate ``arguments`` with the request model and run the operation as ``caller``."""
+        op = self.operation(arguments)
+        given = dict(arguments or {})
+        if len(self.operations) > 1:  # the other modes' arguments are not this one's business
+            own = set(op.request.model_fields)
+            others = {n for o in self.operations for n in o.request.model_fields} - own
+            given = {k: v for k, v in given.items() if k != MODE and k not in others}
+        request = op.request.parse(given)
+        return op.run(store, caller, request).to_dict()
 
 
-def argument_error(problems: Sequence[Mapping[str, Any]], *, prefix: str = "") -> InputError:
-    """Pydantic validation problems → the store's typed error, with a sentence to act on.
-
-    ``problems`` are pydantic's ``errors()`` with ``loc`` relative to the arguments
-    (or the request body); ``prefix`` (a tool's name) starts the message. Every
-    surface that validates arguments with pydantic (REST, MCP, the tools over
-    REST) maps its problems here, so they answer alike.
-    """
-    lead = f"{prefix}: " if prefix else ""
-    for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ())]
-        kind = problem.get("type")
-        if kind == "extra_forbidden" and len(loc) == 2 and loc[0] == "filters":
-            return UnknownField(
-                f"{lead}unknown filter {loc[1]!r}; filter on one of: {', '.join(FILTER_NAMES)}",
-                field=loc[1],
-                allowed=list(FILTER_NAMES),
-            )
-        if kind == "literal_error" and loc[:1] == ["labels"]:
-            return UnknownLabel(
-                f"{lead}unknown edge label {problem.get('input')!r}; use one of:"
-                f" {', '.join(LABELS)}",
-                label=str(problem.get("input")),
-                allowed=list(LABELS),
-            )
-        if kind == "literal_error" and loc[:1] in (["metric"], ["dimension"], ["order"]):
-            return UnknownField(
-                f"{lead}unknown {loc[0]} {problem.get('input')!r}; metrics:"
-                f" {', '.join(METRICS)}; dimensions: {', '.join(DIMENSIONS)}; orders:"
-                f" {', '.join(f'{f}:asc|desc' for f in ORDER_FIELDS)}",
-                field=loc[0],
-                value=str(problem.get("input")),
-            )
-        if kind in ("less_than_equal", "greater_than_equal") and loc == ["depth"]:
-            return BoundExceeded(
-                f"{lead}depth {problem.get('input')!r} is outside the bound 1–3; use 1, 2 or 3",
-                field="depth",
-                minimum=1,
-                maximum=3,
-            )
-        if kind == "too_long" and isinstance(problem.get("input"), list | dict):
-            maximum = (problem.get("ctx") or {}).get("max_length")
-            where = ".".join(loc) or "the request"
-            return BoundExceeded(
-                f"{lead}{where} holds {len(problem['input'])} values; the maximum is {maximum}."
-                " Split the request, or narrow it",
-                field=where,
-                maximum=maximum,
-                found=len(problem["input"]),
-            )
-    parts = []
-    for problem in problems[:5]:
-        where = ".".join(str(p) for p in problem.get("loc", ())) or "the arguments"
-        parts.append(f"{where}: {problem.get('msg', 'invalid')}")
-    return InvalidRequest(
-        f"{lead}invalid arguments — " + "; ".join(parts),
-        errors=[
-            {
-                "loc": [str(p) for p in e.get("loc", ())],
-                "message": str(e.get("msg", "")),
-                "type": str(e.get("type", "")),
-            }
-            for e in problems
-        ],
-    )
+def _tools() -> dict[str, Tool]:
+    grouped: dict[str, list[Operation]] = {}
+    for op in OPERATIONS:
+        if op.mcp is not None:
+            grouped.setdefault(op.mcp, []).append(op)
+    return {name: Tool(name, tuple(ops)) for name, ops in grouped.items()}
 
 
-def _search(store: KnowledgeStore, identity: Identity, args: SearchArgs) -> dict[str, Any]:
-    answer = store.search(
-        args.query, identity=identity, k=args.k, filters=args.filters.as_mapping()
-    )
-    return answer.to_dict()
+#: Every tool, knowledge tools first, in the order a model sees them.
+ALL_TOOLS: dict[str, Tool] = _tools()
+KNOWLEDGE_TOOLS: dict[str, Tool] = {n: t for n, t in ALL_TOOLS.items() if not t.admin}
+ADMIN_TOOLS: dict[str, Tool] = {n: t for n, t in ALL_TOOLS.items() if t.admin}
 
 
-def _graph(store: KnowledgeStore, identity: Identity, args: GraphArgs) -> dict[str, Any]:
-    answer = store.graph(
-        args.starts,
-        identity=identity,
-        depth=args.depth,
-        labels=list(args.labels),
-        direction=args.direction,
-        k=args.k,
-    )
-    return dict(answer.to_dict())
+def visible_tools(store: KnowledgeStore, *, admin: bool = False) -> list[Tool]:
+    """The tools to list now: the knowledge tools unless the store is empty, + admin tools."""
+    shown = [] if store.is_empty else list(KNOWLEDGE_TOOLS.values())
+    if admin:
+        shown.extend(ADMIN_TOOLS.values())
+    return shown
 
 
-def _sql(store: KnowledgeStore, identity: Identity, args: SqlArgs) -> dict[str, Any]:
-    filters = args.filters.as_mapping()
-    if args.mode == "aggregate":
-        return store.aggregate(
-            args.metric, args.dimension, identity=identity, filters=filters
-        ).to_dict()
-    return store.sql(filters, identity=identity, order=args.order, k=args.k).to_dict()
-
-
-_FILTERS_HELP = (
-    "Filters (optional): type, not_type, source, status, uid (lists: any of), created_from,"
-    " created_to, updated_from, updated_to (ISO dates, inclusive)."
-)
-
-TOOLS: dict[str, Tool] = {
-    tool.name: tool
-    for tool in (
-        Tool(
-            "search",
-            "Find the passages and documents that answer a question or mention a term. Use it"
-            " first for any information need stated in words — a question, a topic, an error"
-            " message, an identifier. It ranks by meaning and by exact words at once and fuses"
-            " the two (plus the entities linked to the best hits), returning up to k entities,"
-            " best first: uid, title, type, href, score, the rank each retriever gave it,"
-            " superseded_by (a newer entity replaces it: prefer that one), and evidence chunks"
-            " (text with heading path) to quote. " + _FILTERS_HELP,
-            SearchArgs,
-            _search,
-        ),
-        Tool(
-            "graph",
-            "Follow the links between entities you already know (uids from search or sql):"
-            " what a page is part of, what it links to (xref), what supersedes it, its code"
-            f" samples (implementedBy), prerequisites (dependsOn). Labels: {', '.join(LABELS)}."
-            " Depth 1–3 hops. Returns the linked entities ranked by hop distance, then number of"
-            " distinct paths, then recency, each with its hop count and one path (uids and"
-            " labels). Use it to explore around a result, not to search by words.",
-            GraphArgs,
-            _graph,
-        ),
-        Tool(
-            "sql",
-            "Select or count entities by their typed fields — never by words. mode 'filter'"
-            " lists entities matching the filters, ordered by"
-            f" {' / '.join(ORDER_FIELDS)} (e.g. 'the 5 most recently updated open tickets')."
-            " mode 'aggregate' computes a metric"
-            f" ({', '.join(METRICS)}) in total or by a dimension ({', '.join(DIMENSIONS)}),"
-            " e.g. 'how many pages per source', 'tickets created per week'; date trends list"
-            " every bucket in the range with zeros. Counts cover only what you may read. "
-            + _FILTERS_HELP,
-            SqlArgs,
-            _sql,
-        ),
-    )
-}
-
-
-def tool_schemas() -> list[dict[str, Any]]:
-    """Every tool as ``{"name", "description", "input_schema"}``."""
-    return [tool.to_dict() for tool in TOOLS.values()]
-
-
-def available_tools(store: KnowledgeStore) -> list[Tool]:
-    """The tools to offer: none while the store holds no chunk (``is_empty``)."""
-    return [] if store.is_empty else list(TOOLS.values())
+def resolve_tool(store: KnowledgeStore, name: str, *, admin: bool = False) -> Tool:
+    """The tool ``name`` if the caller may call it now; else an error a model can act on."""
+    if name in ADMIN_TOOLS and not admin:
+        raise AuthError(
+            403, f"tool {name!r} administers the store; it needs a token with the admin scope"
+        )
+    if name in KNOWLEDGE_TOOLS and store.is_empty:
+        raise InvalidRequest(
+            f"tool {name!r} is not available: the knowledge store holds no content yet."
+            " Ingest content first; the tools appear in the tool list as soon as it does",
+            tool=name,
+        )
+    tool = ALL_TOOLS.get(name)
+    if tool is None:
+        names = [t.name for t in visible_tools(store, admin=admin)]
+        raise InvalidRequest(
+            f"unknown tool {name[:100]!r}; the tools are: {', '.join(names) or 'none yet'}",
+            tool=name,
+            allowed=names,
+        )
+    return tool
 
 
 def call_tool(
     store: KnowledgeStore,
-    identity: Identity | str,
+    caller: Caller,
     name: str,
     arguments: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run tool ``name``; an unknown name is an ``InvalidRequest`` listing the tools."""
-    tool = TOOLS.get(name)
+    """Resolve ``name`` for ``caller`` and run it (blocking)."""
+    return resolve_tool(store, name, admin=caller.admin).call(store, caller, arguments)
+
+
+def heavy_call(name: str, arguments: Mapping[str, Any] | None) -> bool:
+    """Whether a call of tool ``name`` runs in the heavy lane (never raises: raw arguments)."""
+    tool = ALL_TOOLS.get(name)
     if tool is None:
-        raise InvalidRequest(
-            f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}",
-            tool=name,
-            allowed=list(TOOLS),
-        )
-    return tool.call(store, identity, arguments)
+        return False
+    try:
+        op = tool.operation(arguments if isinstance(arguments, Mapping) else None)
+    except InvalidRequest:
+        op = tool.operations[0]
+    return is_heavy(op.name, arguments)
+
+
+@cache
+def input_schema(name: str) -> dict[str, Any] | None:
+    """A tool's JSON input schema, computed once (schemas don't change while serving)."""
+    tool = ALL_TOOLS.get(name)
+    return tool.input_schema if tool is not None else None
+
+
+def capabilities(store: KnowledgeStore, caller: Caller) -> Capabilities:
+    """What ``caller`` can do now: the tools it sees, the endpoints."""
+    return Capabilities(
+        content_root=store.content_root(),
+        is_empty=store.is_empty,
+        identity=caller.principal,
+        admin=caller.admin,
+        tools=[tool.to_info() for tool in visible_tools(store, admin=caller.admin)],
+        endpoints=Endpoints(
+            rest="/v1", openapi="/openapi.json", graphql="/graphql", mcp="/mcp", page="/"
+        ),
+    )

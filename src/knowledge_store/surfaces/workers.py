@@ -41,6 +41,7 @@ from knowledge_store.ingest.embedding import (
 )
 from knowledge_store.model import LIGHT_K, LIGHT_LIST_VALUES, LIGHT_QUERY_CHARS
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.operations import OPERATIONS
 
 __all__ = [
     "ALWAYS_HEAVY",
@@ -69,7 +70,7 @@ _POOL = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="ks-store")
 _HEAVY_POOL = ThreadPoolExecutor(max_workers=HEAVY_THREADS, thread_name_prefix="ks-heavy")
 
 #: Operations that are heavy whatever their arguments (a time budget of their own, embedding).
-ALWAYS_HEAVY = frozenset({"query_graph", "ingest", "ingest_records", "delete_entities"})
+ALWAYS_HEAVY = frozenset(op.name for op in OPERATIONS if op.heavy)
 
 
 async def run_store(fn: Callable[..., T], /, *args: Any, heavy: bool = False, **kwargs: Any) -> T:
@@ -83,8 +84,9 @@ def is_heavy(operation: str, arguments: Mapping[str, Any] | None = None) -> bool
     """Whether a request runs in the heavy lane, from its operation and its raw arguments.
 
     Cheap on any input (lengths only, nothing parsed): it runs on the event
-    loop before the request is validated. ``arguments`` are the request's
-    JSON arguments (REST body, MCP tool arguments, GraphQL field arguments).
+    loop before the request is validated. ``operation`` names an operation of
+    the table (:mod:`.operations`); ``arguments`` are the request's JSON
+    arguments (REST body, MCP tool arguments, GraphQL field arguments).
     """
     if operation in ALWAYS_HEAVY:
         return True

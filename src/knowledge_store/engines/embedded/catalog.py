@@ -1,57 +1,60 @@
 """The SQLite catalog: the source of truth of the embedded engine.
 
 Entities, chunks (text and embedding), edges, principals, memberships, ACL
-sets and publishes live here. Identity expansion, the visible ACL sets and the
-final ACL check before fusion are SQL over this catalog. Readers run inside a
-read transaction (one WAL snapshot); the single writer never blocks them.
+sets and publishes live here. The single writer writes publishes (planned by
+:mod:`knowledge_store.engines.sql.publish`) on its thread's connection; each
+reader borrows a connection of its own from a small pool for its lifetime
+and reads one WAL snapshot on it, never blocking the writer nor blocked by it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import queue
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from knowledge_store.engines.base import PreparedEntity, PublishResult, Vector
-from knowledge_store.engines.embedded.schema import (
-    HELD_PRINCIPALS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    visible,
-)
+from knowledge_store.engines.base import PreparedEntity, Vector
+from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
 from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
-from knowledge_store.engines.sqlfilters import filter_clause
+from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.publish import (
+    EMPTY_ROOT,
+    PublishPlan,
+    content_root_of,
+    plan_publish,
+)
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     TIMESTAMP_FORM,
     Edge,
     Entity,
-    Filters,
     compose_context,
     format_timestamp,
     stored_timestamp,
 )
 
-__all__ = ["EMPTY_ROOT", "Catalog", "ChunkRow", "PublishOp", "content_root_of"]
+__all__ = ["Catalog", "ChunkRow", "PublishOp"]
 
 log = logging.getLogger(__name__)
 
-EMPTY_ROOT = hashlib.sha256(b"knowledge-store:empty").hexdigest()
 #: Meta key set once every stored date has a four-digit year (older versions wrote
 #: years below 1000 unpadded, which neither sorts nor parses back).
 _STAMPS_REPAIRED = "timestamps_four_digit"
 _STAMP_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z"
 _CHUNK_BATCH = 900  # below SQLite's default host-parameter limit
+#: Reader connections kept open for reuse (each keeps its prepared statements).
+_POOL = 8
 
 
 def _repaired(stamp: str | None) -> str | None:
@@ -61,15 +64,9 @@ def _repaired(stamp: str | None) -> str | None:
     return stamp if moment is None else format_timestamp(moment)
 
 
-def content_root_of(parent: str, changes: Mapping[str, str | None]) -> str:
-    """Root of a publish: hash of the parent root and each changed uid's content hash."""
-    lines = [parent] + [f"{uid}\t{h or '-'}" for uid, h in sorted(changes.items())]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
 @dataclass(frozen=True)
 class ChunkRow:
-    """A chunk joined with its entity, as the primitives return it."""
+    """A chunk joined with its entity's fields, as the derived indexes store it."""
 
     chunk_id: int  # the row id: internal (answers name a chunk by ``ChunkIds``)
     uid: str
@@ -95,13 +92,11 @@ class PublishOp:
     op: str
 
 
-# CROSS JOIN keeps chunks the outer loop (SQLite never reorders it): the callers
-# pick chunks by id, and a plain JOIN let the planner walk every entity of the
-# visible ACL sets instead — 39 ms against 0.9 ms for 110 ids at 100k chunks.
-_CHUNK_SELECT = """
+_CHUNK_ROWS = """
 SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
        e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal
 FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity
+WHERE c.id IN (SELECT value FROM json_each(:ids))
 """
 
 
@@ -125,12 +120,27 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
     )
 
 
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, foreign keys on."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA cache_size=-8192")  # per connection: a server holds many
+    return conn
+
+
 class Catalog:
-    """SQLite in WAL mode; one connection per thread."""
+    """SQLite in WAL mode: one connection per writing thread, a pool for readers."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
+        self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._pooled = 0
+        self._pool_lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
         try:
             self._conn().executescript(SCHEMA)
             version = self.get_meta("schema_version")
@@ -148,15 +158,10 @@ class Catalog:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA cache_size=-65536")
+            conn = connect(self.path)
             self._local.conn = conn
+            with self._pool_lock:
+                self._all.append(conn)
         return conn
 
     @contextmanager
@@ -186,11 +191,33 @@ class Catalog:
         else:
             conn.execute("COMMIT")
 
+    def borrow(self) -> sqlite3.Connection:
+        """A connection for one reader, for as long as it lives (give it back with :meth:`give`)."""
+        try:
+            return self._pool.get_nowait()
+        except queue.Empty:
+            conn = connect(self.path)
+            with self._pool_lock:
+                self._all.append(conn)
+            return conn
+
+    def give(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+        with self._pool_lock:
+            if self._pool.qsize() < _POOL:
+                self._pool.put(conn)
+                return
+            self._all.remove(conn)
+        conn.close()
+
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        with self._pool_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
             conn.close()
-            self._local.conn = None
+        self._local = threading.local()
+        self._pool = queue.SimpleQueue()
 
     # -- meta ---------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:
@@ -253,8 +280,8 @@ class Catalog:
         )
         return (0, EMPTY_ROOT) if row is None else (int(row[0]), str(row[1]))
 
-    def ops_since(self, watermark: int) -> list[PublishOp]:
-        rows = self._conn().execute(
+    def ops_since(self, watermark: int, conn: sqlite3.Connection | None = None) -> list[PublishOp]:
+        rows = (conn or self._conn()).execute(
             "SELECT publish, chunk, op FROM publish_ops WHERE publish > ? ORDER BY publish, chunk",
             (watermark,),
         )
@@ -281,32 +308,30 @@ class Catalog:
             )
 
     # -- entities ----------------------------------------------------------------------
-    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
+    def content_hashes(
+        self, uids: Sequence[str], conn: sqlite3.Connection | None = None
+    ) -> dict[str, str]:
         out: dict[str, str] = {}
-        conn = self._conn()
+        db = conn or self._conn()
         for i in range(0, len(uids), _CHUNK_BATCH):
             part = list(uids[i : i + _CHUNK_BATCH])
-            marks = ",".join("?" * len(part))
-            for uid, h in conn.execute(
-                f"SELECT uid, content_hash FROM entities WHERE uid IN ({marks})", part
+            for uid, h in db.execute(
+                "SELECT uid, content_hash FROM entities"
+                " WHERE uid IN (SELECT value FROM json_each(?))",
+                (json.dumps(part, ensure_ascii=False),),
             ):
                 out[uid] = h
         return out
 
     def load_entity(self, conn: sqlite3.Connection, uid: str) -> Entity | None:
         """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
-        row = conn.execute(
-            "SELECT uid, type, title, body, source, status, created_at, updated_at, href,"
-            " attributes, acl_set FROM entities WHERE uid = ?",
-            (uid,),
-        ).fetchone()
+        entity_sql, acl_sql, edges_sql = statements.load_entity(SQLITE, uid)
+        row = conn.execute(*entity_sql).fetchone()
         if row is None:
             return None
+        acl = tuple(str(p) for (p,) in conn.execute(*acl_sql))
         edges = tuple(
-            Edge(uid, label, dst, position)
-            for label, dst, position in conn.execute(
-                "SELECT label, dst, position FROM edges WHERE src = ? ORDER BY label, dst", (uid,)
-            )
+            Edge(uid, str(lb), str(dst), pos) for lb, dst, pos in conn.execute(*edges_sql)
         )
         return Entity(
             uid=row[0],
@@ -320,11 +345,8 @@ class Catalog:
             href=row[8],
             attributes=json.loads(row[9]),
             edges=edges,
-            acl=self.acl_principals(conn, row[10]),
+            acl=acl,
         )
-
-    def acl_principals(self, conn: sqlite3.Connection, acl_set: int) -> tuple[str, ...]:
-        return self.acl_sets_principals(conn, [acl_set]).get(acl_set, ())
 
     def acl_sets_principals(
         self, conn: sqlite3.Connection, acl_sets: Iterable[int]
@@ -332,13 +354,12 @@ class Catalog:
         """The principals of each of ``acl_sets``, sorted (an empty set maps to nothing)."""
         out: dict[int, list[str]] = {}
         ids = sorted({int(a) for a in acl_sets})
-        for i in range(0, len(ids), _CHUNK_BATCH):
-            marks = ",".join(str(a) for a in ids[i : i + _CHUNK_BATCH])
-            for acl_set, principal in conn.execute(
-                "SELECT acl_set, principal FROM acl_set_principals"
-                f" WHERE acl_set IN ({marks}) ORDER BY acl_set, principal"
-            ):
-                out.setdefault(int(acl_set), []).append(str(principal))
+        for acl_set, principal in conn.execute(
+            "SELECT acl_set, principal FROM acl_set_principals"
+            " WHERE acl_set IN (SELECT value FROM json_each(?)) ORDER BY acl_set, principal",
+            (json.dumps(ids),),
+        ):
+            out.setdefault(int(acl_set), []).append(str(principal))
         return {a: tuple(p) for a, p in out.items()}
 
     def acl_set_id(self, conn: sqlite3.Connection, principals: Sequence[str]) -> int:
@@ -356,171 +377,159 @@ class Catalog:
         )
         return acl_set
 
-    def apply_publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        acl_only: Sequence[Entity] = (),
-    ) -> PublishResult:
-        """Write one publish atomically; what it did, counted inside its transaction.
+    def apply(self, conn: sqlite3.Connection, plan: PublishPlan, *, kind: str) -> None:
+        """Write ``plan`` inside the caller's write transaction (``conn``).
 
-        An upsert whose stored content hash already matches is left as it is
-        (``unchanged``). ``acl_only`` are entities whose ACL changed and nothing
-        else: they keep their chunks; their chunks are re-pointed (op ``acl``) for
-        the lexical index.
+        Upserted entities get new chunks (ids never reused) and edges; ACL-only
+        changes keep their chunks (op ``acl`` re-points their derived documents);
+        deletes remove chunks and outgoing edges. Every chunk change is logged in
+        ``publish_ops`` for the derived indexes.
         """
-        with self.write() as conn:
-            publish, parent = self.latest_publish(conn)
-            publish += 1
-            changes: dict[str, str | None] = {}
-            ops: list[tuple[int, int, str]] = []
-            added = updated = deleted = unchanged = 0
-            for prepared in upserts:
-                entity = prepared.entity
-                row = conn.execute(
-                    "SELECT id, content_hash FROM entities WHERE uid = ?", (entity.uid,)
-                ).fetchone()
-                if row is not None and row[1] == entity.content_hash:
-                    unchanged += 1
-                    continue
-                acl_set = self.acl_set_id(conn, entity.acl)
-                values = (
-                    entity.type,
-                    entity.title,
-                    entity.body,
-                    entity.source,
-                    entity.status,
-                    entity.created_at,
-                    entity.updated_at,
-                    entity.href,
-                    json.dumps(dict(entity.attributes), ensure_ascii=False, sort_keys=True),
-                    acl_set,
-                    entity.content_hash,
-                    publish,
-                )
-                if row is None:
-                    cur = conn.execute(
-                        "INSERT INTO entities(type, title, body, source, status, created_at,"
-                        " updated_at, href, attributes, acl_set, content_hash, publish, uid)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (*values, entity.uid),
-                    )
-                    entity_row = int(cur.lastrowid or 0)
-                    added += 1
-                else:
-                    entity_row = int(row[0])
-                    conn.execute(
-                        "UPDATE entities SET type=?, title=?, body=?, source=?, status=?,"
-                        " created_at=?, updated_at=?, href=?, attributes=?, acl_set=?,"
-                        " content_hash=?, publish=? WHERE uid=?",
-                        (*values, entity.uid),
-                    )
-                    ops.extend(self._drop_chunks(conn, publish, entity_row))
-                    conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
-                    updated += 1
-                for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
-                    cur = conn.execute(
-                        'INSERT INTO chunks(entity, ordinal, text, heading, start, "end",'
-                        " embedding) VALUES (?,?,?,?,?,?,?)",
-                        (
-                            entity_row,
-                            chunk.ordinal,
-                            chunk.text,
-                            json.dumps(list(chunk.heading), ensure_ascii=False),
-                            chunk.start,
-                            chunk.end,
-                            np.asarray(vector, dtype=np.float32).tobytes(),
-                        ),
-                    )
-                    ops.append((publish, int(cur.lastrowid or 0), "add"))
-                conn.executemany(
-                    "INSERT OR REPLACE INTO edges(src, label, dst, position) VALUES (?,?,?,?)",
-                    ((entity.uid, e.label, e.dst, e.position) for e in entity.edges),
-                )
-                changes[entity.uid] = entity.content_hash
-            for entity in acl_only:
-                acl_set = self.acl_set_id(conn, entity.acl)
-                row = conn.execute(
-                    "UPDATE entities SET acl_set = ?, content_hash = ?, publish = ?"
-                    " WHERE uid = ? RETURNING id",
-                    (acl_set, entity.content_hash, publish, entity.uid),
-                ).fetchone()
-                if row is None:
-                    continue
-                ops.extend(
-                    (publish, int(cid), "acl")
-                    for (cid,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (row[0],))
-                )
-                changes[entity.uid] = entity.content_hash
-                updated += 1
-            for uid in deletes:
-                row = conn.execute("SELECT id FROM entities WHERE uid = ?", (uid,)).fetchone()
-                if row is None:
-                    continue
-                ops.extend(self._drop_chunks(conn, publish, int(row[0])))
-                conn.execute("DELETE FROM edges WHERE src = ?", (uid,))
-                conn.execute("DELETE FROM entities WHERE id = ?", (row[0],))
-                changes[uid] = None
-                deleted += 1
-            if not changes:
-                return PublishResult(publish - 1, parent, unchanged=unchanged)
-            root = content_root_of(parent, changes)
-            conn.execute(
-                "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    publish,
-                    root,
-                    parent,
-                    kind,
-                    datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    added,
-                    updated,
-                    deleted,
-                ),
+        publish = plan.publish
+        ops: list[tuple[int, int, str]] = []
+        for uid in plan.deletes:
+            row = conn.execute("SELECT id FROM entities WHERE uid = ?", (uid,)).fetchone()
+            ops.extend(self._drop_chunks(conn, publish, int(row[0])))
+            conn.execute("DELETE FROM edges WHERE src = ?", (uid,))
+            conn.execute("DELETE FROM entities WHERE id = ?", (row[0],))
+        for prepared in plan.upserts:
+            entity = prepared.entity
+            values = (
+                entity.type,
+                entity.title,
+                entity.body,
+                entity.source,
+                entity.status,
+                entity.created_at,
+                entity.updated_at,
+                entity.href,
+                json.dumps(dict(entity.attributes), ensure_ascii=False, sort_keys=True),
+                self.acl_set_id(conn, entity.acl),
+                entity.content_hash,
+                publish,
+                entity.uid,
             )
-            conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
-            return PublishResult(publish, root, added, updated, deleted, unchanged)
+            row = conn.execute("SELECT id FROM entities WHERE uid = ?", (entity.uid,)).fetchone()
+            if row is None:
+                cur = conn.execute(
+                    "INSERT INTO entities(type, title, body, source, status, created_at,"
+                    " updated_at, href, attributes, acl_set, content_hash, publish, uid)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    values,
+                )
+                entity_row = int(cur.lastrowid or 0)
+            else:
+                entity_row = int(row[0])
+                conn.execute(
+                    "UPDATE entities SET type=?, title=?, body=?, source=?, status=?,"
+                    " created_at=?, updated_at=?, href=?, attributes=?, acl_set=?,"
+                    " content_hash=?, publish=? WHERE uid=?",
+                    values,
+                )
+                ops.extend(self._drop_chunks(conn, publish, entity_row))
+                conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
+            for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
+                cur = conn.execute(
+                    'INSERT INTO chunks(entity, ordinal, text, heading, start, "end",'
+                    " embedding) VALUES (?,?,?,?,?,?,?)",
+                    (
+                        entity_row,
+                        chunk.ordinal,
+                        chunk.text,
+                        json.dumps(list(chunk.heading), ensure_ascii=False),
+                        chunk.start,
+                        chunk.end,
+                        np.asarray(vector, dtype=np.float32).tobytes(),
+                    ),
+                )
+                ops.append((publish, int(cur.lastrowid or 0), "add"))
+            conn.executemany(
+                "INSERT OR REPLACE INTO edges(src, label, dst, position) VALUES (?,?,?,?)",
+                ((entity.uid, e.label, e.dst, e.position) for e in entity.edges),
+            )
+        for entity in plan.acl_only:
+            row = conn.execute(
+                "UPDATE entities SET acl_set = ?, content_hash = ?, publish = ?"
+                " WHERE uid = ? RETURNING id",
+                (self.acl_set_id(conn, entity.acl), entity.content_hash, publish, entity.uid),
+            ).fetchone()
+            ops.extend(
+                (publish, int(cid), "acl")
+                for (cid,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (row[0],))
+            )
+        conn.execute(
+            "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            (
+                publish,
+                plan.root,
+                plan.parent,
+                kind,
+                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                plan.added,
+                plan.updated,
+                plan.deleted,
+            ),
+        )
+        conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
+
+    def apply_publish(
+        self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
+    ) -> tuple[int, str]:
+        """Plan and write one publish to the catalog alone (the derived indexes catch up on
+        their next open or read) — for tools and tests that write a catalog directly."""
+        with self.write() as conn:
+            latest = self.latest_publish(conn)
+            uids = [p.entity.uid for p in upserts] + list(deletes)
+            plan = plan_publish(latest, self.content_hashes(uids, conn), upserts, deletes)
+            if plan.empty:
+                return latest
+            self.apply(conn, plan, kind=kind)
+            return plan.publish, plan.root
 
     def replace_embeddings(
-        self, ids: Sequence[int], vectors: Vector, meta: Mapping[str, str], *, base_root: str
+        self,
+        conn: sqlite3.Connection,
+        ids: Sequence[int],
+        vectors: Vector,
+        meta: Mapping[str, str],
+        *,
+        base_root: str,
     ) -> tuple[int, str]:
-        """Every chunk's embedding and the model ``meta``, as one publish.
+        """Every chunk's embedding and the model ``meta``, as one publish, in the caller's
+        write transaction ``conn``.
 
-        Each chunk is logged as re-added (op ``add``): the derived indexes catch
-        up as after any publish, HNSW replacing the vectors (and Tantivy, which
-        has one op kind for a changed chunk, re-indexing the same text).
+        Each chunk is logged as re-added (op ``add``): a derived index catching
+        up replays it as after any publish (HNSW replacing the vectors, Tantivy
+        re-indexing the same text).
         """
         matrix = np.asarray(vectors, dtype=np.float32)
-        with self.write() as conn:
-            publish, parent = self.latest_publish(conn)
-            (count,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
-            if parent != base_root or count != len(ids):
-                raise StoreError(
-                    "the store changed while it was being re-embedded; nothing was replaced —"
-                    " run it again (the vectors made so far are cached)"
-                )
-            publish += 1
-            conn.executemany(
-                "UPDATE chunks SET embedding = ? WHERE id = ?",
-                ((matrix[i].tobytes(), int(c)) for i, c in enumerate(ids)),
+        publish, parent = self.latest_publish(conn)
+        (count,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
+        if parent != base_root or count != len(ids):
+            raise StoreError(
+                "the store changed while it was being re-embedded; nothing was replaced —"
+                " run it again (the vectors made so far are cached)"
             )
-            for key, value in meta.items():
-                self.set_meta(key, value, conn)
-            root = content_root_of(parent, {})
-            at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            conn.execute(
-                "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (publish, root, parent, "reembed", at, 0, 0, 0),
-            )
-            conn.executemany(
-                "INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)",
-                ((publish, int(c), "add") for c in ids),
-            )
-            return publish, root
+        publish += 1
+        conn.executemany(
+            "UPDATE chunks SET embedding = ? WHERE id = ?",
+            ((matrix[i].tobytes(), int(c)) for i, c in enumerate(ids)),
+        )
+        for key, value in meta.items():
+            self.set_meta(key, value, conn)
+        root = content_root_of(parent, {})
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conn.execute(
+            "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            (publish, root, parent, "reembed", at, 0, 0, 0),
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)",
+            ((publish, int(c), "add") for c in ids),
+        )
+        return publish, root
 
     def chunk_contexts(
         self, conn: sqlite3.Connection, after: int, limit: int
@@ -543,72 +552,10 @@ class Catalog:
         conn.execute("DELETE FROM chunks WHERE entity = ?", (entity_row,))
         return [(publish, c, "del") for c in ids]
 
-    def with_acl(self, uid: str, change: str, principal: str) -> Entity | None:
-        """The entity as it would be after granting/revoking ``principal`` (None if missing)."""
-        with self.read() as conn:
-            entity = self.load_entity(conn, uid)
-        if entity is None:
-            return None
-        acl = set(entity.acl)
-        if change == "grant":
-            acl.add(principal)
-        else:
-            acl.discard(principal)
-        return replace(entity, acl=tuple(sorted(acl)))
-
-    # -- identity and visibility ----------------------------------------------------------
-    def held_principals(self, conn: sqlite3.Connection, principal: str) -> list[str]:
-        """What ``principal`` holds: itself, ``everyone`` and its groups — expanded live."""
-        return [
-            str(p)
-            for (p,) in conn.execute(
-                HELD_PRINCIPALS + "SELECT p FROM held ORDER BY p", {"principal": principal}
-            )
-        ]
-
-    def visible_chunk_ids(
-        self, conn: sqlite3.Connection, principal: str, filters: Filters
-    ) -> np.ndarray:
-        """Sorted ids of the chunks ``principal`` may read that pass ``filters``."""
-        where, params = filter_clause(filters)
-        rows = conn.execute(
-            HELD_PRINCIPALS + "SELECT c.id FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
-            f" WHERE {visible()} AND {where} ORDER BY c.id",
-            {"principal": principal, **params},
-        ).fetchall()
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-
-    def count_chunks(self, conn: sqlite3.Connection) -> int:
-        return int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
-
-    def checked_chunks(
-        self,
-        conn: sqlite3.Connection,
-        chunk_ids: Sequence[int],
-        principal: str | None,
-        filters: Filters,
-    ) -> dict[int, ChunkRow]:
-        """The final check: rows of ``chunk_ids`` that exist, pass filters and ``principal`` may read.
-
-        The identity is expanded again inside the statement, in the caller's
-        snapshot; ``principal=None`` skips the ACL (the derived indexes' own reads).
-        """
-        where, params = filter_clause(filters)
-        prefix, acl = ("", "1=1") if principal is None else (HELD_PRINCIPALS, visible(by_key=True))
-        # The ids go in as one JSON parameter: the statement's text stays the same from
-        # query to query, so it is prepared once (0.10 → 0.07 ms for 20 ids at 100k).
-        statement = (
-            prefix
-            + _CHUNK_SELECT
-            + f" WHERE c.id IN (SELECT value FROM json_each(:ids)) AND {acl} AND {where}"
-        )
-        ids = json.dumps([int(c) for c in chunk_ids])
-        rows = conn.execute(statement, {"principal": principal, "ids": ids, **params})
-        return {r[0]: _chunk_row(r) for r in rows}
-
+    # -- what the derived indexes read (no ACL check: they store the ACL's principals) ------
     def chunk_rows(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[ChunkRow]:
-        """Rows for the derived indexes (no ACL check: they store the ACL's principals)."""
-        return list(self.checked_chunks(conn, chunk_ids, None, Filters()).values())
+        ids = json.dumps([int(c) for c in chunk_ids])
+        return [_chunk_row(r) for r in conn.execute(_CHUNK_ROWS, {"ids": ids})]
 
     def chunk_vectors(
         self, conn: sqlite3.Connection, chunk_ids: Sequence[int], dimension: int | None = None
@@ -625,9 +572,11 @@ class Catalog:
         size = 4 * dimension
         all_ids = [int(c) for c in chunk_ids]
         for i in range(0, len(all_ids), _CHUNK_BATCH):
-            marks = ",".join(str(c) for c in all_ids[i : i + _CHUNK_BATCH])
+            part = json.dumps(all_ids[i : i + _CHUNK_BATCH])
             for cid, blob in conn.execute(
-                f"SELECT id, embedding FROM chunks WHERE id IN ({marks}) ORDER BY id"
+                "SELECT id, embedding FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+                " ORDER BY id",
+                (part,),
             ):
                 if isinstance(blob, bytes) and len(blob) == size:
                     ids.append(int(cid))
@@ -651,6 +600,9 @@ class Catalog:
         return [int(c) for (c,) in conn.execute("SELECT id FROM chunks ORDER BY id")]
 
     # -- stats ------------------------------------------------------------------------------
+    def count_chunks(self, conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+
     def counts(self, conn: sqlite3.Connection) -> tuple[int, int, dict[str, int]]:
         entities = int(conn.execute("SELECT count(*) FROM entities").fetchone()[0])
         chunks = self.count_chunks(conn)
@@ -687,6 +639,10 @@ class Catalog:
         return membership_path(
             start, goal, lambda members: {m: self.memberships_of(conn, m) for m in members}
         )
+
+    def held_principals(self, conn: sqlite3.Connection, principal: str) -> list[str]:
+        """What ``principal`` holds: itself, ``everyone`` and its groups (expanded now)."""
+        return [str(p) for (p,) in conn.execute(SQLITE.expand_identity(), {"principal": principal})]
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
         return self._conn().execute(sql, params).fetchall()

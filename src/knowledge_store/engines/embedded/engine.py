@@ -2,65 +2,61 @@
 
 The catalog is the source of truth. Tantivy and HNSW are derived: every
 publish logs what it did to chunks (``publish_ops``) and each derived index
-records the publish it has applied (its watermark), so a crash between the
-catalog commit and an index commit is caught up on the next open or query.
-One writer at a time (a file lock); readers never take it.
+records the publish it holds (its watermark). One writer at a time (a file
+lock); readers never take it.
+
+**A publish** plans its changes in the catalog's write transaction, applies
+them to Tantivy (committed, with the publish id inside the commit) and to the
+in-memory HNSW, then commits the catalog, then saves the HNSW file. Readers
+that opened before keep their pinned views; a crash before the catalog
+commit leaves Tantivy one publish ahead, which the next open rebuilds; a
+crash after it leaves the HNSW file behind, which the next open catches up.
+
+**A reader** (:meth:`EmbeddedEngine.reader`) opens a catalog read transaction
+— publish ``P`` — and pins the Tantivy searcher and the dense generation of
+exactly ``P``: a view is kept per publish and made again only when the
+catalog moves on. Derived indexes behind ``P`` are caught up first (another
+process published; or a writer died); ahead of ``P`` (a publish landed in
+between), the transaction is reopened. A bounded number of tries, then a
+clear ``StoreError``.
+
+**A derived index that fails** never blocks the catalog (the truth): a publish
+whose index update fails commits its catalog transaction anyway, the index stays
+behind and the reason is kept (``derived_error``, in ``stats``); a reader at a
+publish an index can't reach still answers everything the catalog answers (sql,
+aggregate, graph, query_graph, content), and the primitive of that index says
+why and names ``ks rebuild``. Every writer (and every open) first repairs what a
+killed writer left (temp files, uncommitted segments, old date forms).
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.progress import Progress
 
-from knowledge_store.engines.base import (
-    AclExplanation,
-    PreparedEntity,
-    PrincipalInfo,
-    PublishResult,
-    StoreStats,
-    Vector,
-)
-from knowledge_store.engines.embedded import fields
-from knowledge_store.engines.embedded import graph as graphs
+from knowledge_store.engines.base import PreparedEntity, Published, Vector
+from knowledge_store.engines.embedded.admin import EmbeddedAdmin
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
-from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
+from knowledge_store.engines.embedded.dense import DenseIndex, Generation, file_watermark
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
-from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
+from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, Pinned
+from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.writelock import WriteLock
-from knowledge_store.engines.shared import (
-    ChunkIds,
-    check_prepared,
-    check_vectors,
-    cycle_error,
-    explain_access,
-    principal_info,
-)
+from knowledge_store.engines.shared import check_prepared, check_vectors
+from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
-from knowledge_store.model import (
-    AggregateAnswer,
-    ChunkHit,
-    ChunkHits,
-    Filters,
-    GraphHits,
-    Identity,
-    QueryAnswer,
-    SqlHits,
-    VectorInfo,
-    check_k,
-    check_membership,
-    check_principal,
-)
-from knowledge_store.retrieval.aggregates import check_aggregate
-from knowledge_store.retrieval.filters import parse_order
+from knowledge_store.model import Entity, Filters, Identity, StoreStats
 
 __all__ = ["EmbeddedEngine"]
 
@@ -68,6 +64,31 @@ log = logging.getLogger(__name__)
 
 _DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
+#: How long a reader waits for the derived indexes to reach its snapshot (another
+#: process between its index commit and its catalog commit), in tries × backoff.
+_VIEW_TRIES = 60
+#: Dense pre-filter selections kept (one per publish, held principals and FILTERS).
+_ALLOWED_CACHE = 64
+
+
+@dataclass(frozen=True)
+class View:
+    """The derived indexes at one publish: what every reader of that publish pins."""
+
+    publish: int
+    lexical: Pinned
+    dense: Generation | None
+    #: Why an index could not reach ``publish`` (its primitive refuses; the catalog answers).
+    lexical_error: str | None = None
+    dense_error: str | None = None
+
+
+def behind(message: str) -> str:
+    """The error of a primitive whose derived index is behind the catalog."""
+    return (
+        f"{message}. The derived indexes are behind the catalog: sql, aggregate, graph,"
+        " query_graph and content still answer; `ks rebuild` rebuilds them"
+    )
 
 
 def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
@@ -79,10 +100,6 @@ def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
             store_model=recorded[0],
             model=model,
         )
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
 
 
 class EmbeddedEngine:
@@ -100,14 +117,25 @@ class EmbeddedEngine:
         self._write_lock = WriteLock(self.path)
         self.lexical_index = self._open_lexical()
         self._dense: DenseIndex | None = None
-        self._allowed_cache: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
-        self._refresh_lock = threading.Lock()
+        self._allowed: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
+        self._allowed_lock = threading.Lock()
+        self._view: View | None = None
+        self._view_lock = threading.Lock()
+        self._admin = EmbeddedAdmin(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
         with self._writer(wait=False) as acquired:
             if acquired:
                 self._recover()
+
+    @property
+    def writer(self) -> EmbeddedEngine:
+        return self
+
+    @property
+    def admin(self) -> EmbeddedAdmin:
+        return self._admin
 
     # -- opening the derived indexes --------------------------------------------------
     def _open_lexical(self) -> LexicalIndex:
@@ -126,10 +154,11 @@ class EmbeddedEngine:
         """The HNSW index of the store's model (reopened when a re-embedding changed the
         dimension: the file of the old one loads empty, and catching up rebuilds it)."""
         model = self.model()
-        if model is None:
-            return None
-        if self._dense is None or self._dense.dimension != model[1]:
-            self._dense = DenseIndex(self.path / _DENSE_FILE, model[1])
+        return None if model is None else self._dense_of(model[1])
+
+    def _dense_of(self, dimension: int) -> DenseIndex:
+        if self._dense is None or self._dense.dimension != dimension:
+            self._dense = DenseIndex(self.path / _DENSE_FILE, dimension)
         return self._dense
 
     # -- the single writer ----------------------------------------------------------------
@@ -139,7 +168,7 @@ class EmbeddedEngine:
         with self._write_lock.hold(wait=wait) as held:
             yield held
 
-    # -- derived index catch-up ---------------------------------------------------------------
+    # -- derived index catch-up (the write lock held) -------------------------------------------
     def _recover(self) -> None:
         """At open, holding the write lock: repair what a killed writer or an older
         version left, then catch the derived indexes up (a failure is logged, never
@@ -147,23 +176,37 @@ class EmbeddedEngine:
         remove_dense_leftovers(self.path / _DENSE_FILE)
         self.lexical_index.remove_leftovers()
         self.catalog.repair_timestamps()
+        try:  # the publish inside the last commit, not the sidecar's (a kill may split them)
+            self.lexical_index.reload()
+        except StoreError as exc:
+            self._derived_failed(exc)
         self._catch_up_or_log()
 
     def _catch_up(self, *, persist: bool = True) -> None:
-        """Apply every publish the derived indexes have not seen (idempotent).
+        """Bring the derived indexes to the catalog's latest publish (idempotent).
 
-        Behind means a writer died between its catalog commit and its index
-        commits: its leftovers go first (a delete file its Tantivy commit wrote
-        without recording it would collide with this commit's).
+        An index *ahead* of the catalog holds a publish that never committed (a
+        writer died between its index commit and its catalog commit): rebuilt.
+        Behind means a writer died, or its index update failed: a killed writer's
+        leftovers go first (a delete file its Tantivy commit wrote without recording
+        it would collide with this commit's).
         """
         latest, _ = self.catalog.latest_publish()
-        if self.lexical_index.watermark < latest:
+        if self.lexical_index.watermark > latest:
+            self._rebuild_lexical(latest)
+        elif self.lexical_index.watermark < latest:
             self.lexical_index.remove_leftovers()
-            self._apply_lexical(self.lexical_index.watermark, latest)
+            with self.catalog.read() as conn:
+                self._apply_lexical(conn, self.lexical_index.watermark, latest)
         dense = self.dense
+        if dense is not None and dense.watermark > latest:
+            dense.clear()
         if dense is not None and dense.watermark < latest:
             remove_dense_leftovers(self.path / _DENSE_FILE)
-            self._apply_dense(dense, dense.watermark, latest, persist=persist)
+            with self.catalog.read() as conn:
+                self._apply_dense(conn, dense, dense.watermark, latest)
+            if persist:
+                dense.save(latest)
         self.derived_error = None
 
     def _catch_up_or_log(self) -> None:
@@ -173,71 +216,147 @@ class EmbeddedEngine:
         try:
             self._catch_up()
         except StoreError as exc:
-            self.derived_error = exc.message
-            log.warning("derived indexes behind the catalog: %s", exc.message)
+            self._derived_failed(exc)
 
-    def _apply_lexical(self, since: int, latest: int) -> None:
-        ops = self.catalog.ops_since(since)
+    def _derived_failed(self, exc: StoreError) -> None:
+        self.derived_error = exc.message
+        log.warning("derived indexes behind the catalog: %s", exc.message)
+
+    def _apply_lexical(self, conn: sqlite3.Connection, since: int, latest: int) -> None:
+        ops = self.catalog.ops_since(since, conn)
         touched = sorted({op.chunk for op in ops})
         readd = sorted({op.chunk for op in ops if op.op != "del"})
         if touched:
             self.lexical_index.delete_chunks(touched)
-        with self.catalog.read() as conn:
-            docs = self._lexical_docs(conn, readd)
-        self.lexical_index.add(docs)
+        self.lexical_index.add(self._lexical_docs(conn, readd))
         self.lexical_index.commit(latest)
 
-    def _lexical_docs(self, conn: Any, chunk_ids: Sequence[int]) -> list[LexicalDoc]:
+    def _lexical_docs(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[LexicalDoc]:
         """The lexical index's documents for ``chunk_ids``, each with its ACL's principals."""
         rows = self.catalog.chunk_rows(conn, chunk_ids)
         acls = self.catalog.acl_sets_principals(conn, {r.acl_set for r in rows})
         return [_lexical_doc(r, acls.get(r.acl_set, ())) for r in rows]
 
-    def _apply_dense(self, dense: DenseIndex, since: int, latest: int, *, persist: bool) -> None:
-        ops = self.catalog.ops_since(since)
+    def _apply_dense(
+        self, conn: sqlite3.Connection, dense: DenseIndex, since: int, latest: int
+    ) -> None:
+        """Apply the chunk ops since ``since`` in memory and mark ``latest`` (no save)."""
+        ops = self.catalog.ops_since(since, conn)
         removed = sorted({op.chunk for op in ops if op.op == "del"})
         added = sorted({op.chunk for op in ops if op.op == "add"})
         if removed:
             dense.remove(removed)
-        with self.catalog.read() as conn:
-            ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
+        ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
         if len(ids):
             dense.add(ids, vectors)
-        if persist:
-            dense.save(latest)
-        else:
-            dense.mark(latest)
+        dense.mark(latest)
 
-    def _refresh(self) -> None:
-        """Before a read: notice publishes made by another process (or a crashed one)."""
-        latest, _ = self.catalog.latest_publish()
-        if self.lexical_index.watermark >= latest and (
-            self.dense is None or self.dense.watermark >= latest
-        ):
-            return
-        with self._refresh_lock:
+    def _rebuild_lexical(self, latest: int) -> None:
+        try:
+            self.lexical_index.clear()
+        except StoreError as exc:
+            log.warning("the lexical index can't be cleared (%s); recreating it", exc)
+            self.lexical_index.recreate()
+        with self.catalog.read() as conn:
+            ids = self.catalog.all_chunk_ids(conn)
+            for i in range(0, len(ids), _REBUILD_BATCH):
+                self.lexical_index.add(self._lexical_docs(conn, ids[i : i + _REBUILD_BATCH]))
+        self.lexical_index.commit(latest)
+
+    # -- readers --------------------------------------------------------------------------------
+    @contextmanager
+    def reader(self, identity: Identity) -> Iterator[EmbeddedReader]:
+        """A point-in-time reader for ``identity`` (see the module docstring)."""
+        conn = self.catalog.borrow()
+        try:
+            publish, root, view = self._open_snapshot(conn)
+            yield EmbeddedReader(self, conn, identity, publish, root, view)
+        finally:
+            self.catalog.give(conn)
+
+    def _open_snapshot(self, conn: sqlite3.Connection) -> tuple[int, str, View]:
+        """Begin a read transaction on ``conn`` whose publish the derived indexes are at."""
+        for attempt in range(_VIEW_TRIES):
             try:
+                conn.execute("BEGIN")
+                publish, root = self.catalog.latest_publish(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the catalog {self.catalog.path}: {exc}") from exc
+            view = self._view
+            if view is None or view.publish != publish:
+                view = self._view_at(publish)
+            if view is not None:
+                return publish, root, view
+            conn.execute("COMMIT")
+            time.sleep(min(0.001 * 2**attempt, 0.05))
+        raise StoreError(
+            f"the derived indexes of {self.path} did not reach publish {publish} in time"
+            " (a writer may be stuck); try again, or run `ks rebuild` if it lasts"
+        )
+
+    def _view_at(self, publish: int) -> View | None:
+        """The indexes pinned at ``publish``, caught up if behind; None if one is ahead."""
+        with self._view_lock:
+            if self._view is not None and self._view.publish == publish:
+                return self._view
+            lexical = self.lexical_index.pin()
+            if lexical.watermark != publish:
                 self.lexical_index.reload()
-                dense = self.dense
-                if dense is not None and dense.watermark < latest:
-                    dense.reload_if_newer()
-                if self.lexical_index.watermark < latest:
-                    with self._writer(wait=False) as acquired:
-                        if acquired:  # nobody is writing: a writer died before its commit
-                            self.lexical_index.remove_leftovers()
-                            self._apply_lexical(self.lexical_index.watermark, latest)
-                if dense is not None and dense.watermark < latest:
-                    # In memory only: the writer process saves the file.
-                    self._apply_dense(dense, dense.watermark, latest, persist=False)
-                if self.lexical_index.watermark >= latest:
-                    self.derived_error = None
-            except StoreError as exc:
-                self.derived_error = exc.message
-                raise StoreError(
-                    f"{exc.message}. The derived indexes are behind the catalog: sql, aggregate,"
-                    " graph, query_graph and content still answer; `ks rebuild` rebuilds them",
-                    **exc.details,
-                ) from exc
+                lexical = self.lexical_index.pin()
+            lexical_error = dense_error = None
+            if lexical.watermark != publish:
+                # Behind: another process published, a writer died, or its index update
+                # failed. Ahead with nobody writing: a writer died between its index
+                # commit and its catalog commit (``_catch_up`` rebuilds the index).
+                with self._writer(wait=False) as acquired:
+                    if acquired:
+                        try:
+                            self._catch_up(persist=False)
+                        except StoreError as exc:
+                            self._derived_failed(exc)
+                            lexical_error = behind(exc.message)
+                        lexical = self.lexical_index.pin()
+            dense = self.dense
+            if dense is not None and dense.watermark < publish:
+                dense.reload_if_newer()
+                if dense.watermark < publish:  # in memory only: the writing process saves
+                    try:
+                        with self.catalog.read() as conn:
+                            self._apply_dense(conn, dense, dense.watermark, publish)
+                    except StoreError as exc:
+                        self._derived_failed(exc)
+                        dense_error = behind(exc.message)
+            generation = None if dense is None else dense.generation()
+            if lexical.watermark != publish and lexical_error is None:
+                return None
+            if generation is not None and generation.watermark != publish and dense_error is None:
+                return None
+            if lexical.watermark == publish:
+                lexical_error = None
+            view = View(publish, lexical, generation, lexical_error, dense_error)
+            if self._view is None or self._view.publish < publish:
+                self._view = view
+            return view
+
+    def visible_chunks(self, reader: EmbeddedReader, filters: Filters) -> np.ndarray | None:
+        """Visible chunk ids for the dense pre-filter (None: everything is visible).
+
+        Cached per (publish, held principals, filters): entity ACLs change only
+        by a publish, and the held principals are the reader's own expansion, so
+        a membership change or a revocation gets a new key at once.
+        """
+        key = (reader.publish, reader.held, filters)
+        with self._allowed_lock:
+            if key in self._allowed:
+                self._allowed.move_to_end(key)
+                return self._allowed[key]
+        ids = reader.visible_chunk_ids(filters)
+        allowed = None if len(ids) == reader.count_chunks() else ids
+        with self._allowed_lock:
+            self._allowed[key] = allowed
+            while len(self._allowed) > _ALLOWED_CACHE:
+                self._allowed.popitem(last=False)
+        return allowed
 
     # -- model and content ----------------------------------------------------------------------
     def model(self) -> tuple[str, int] | None:
@@ -286,12 +405,37 @@ class EmbeddedEngine:
         spec: str,
         base_root: str,
     ) -> str:
+        """Every vector and the recorded model as one publish, like any publish: the
+        dense index is rebuilt from ``vectors`` and Tantivy's watermark moves (its
+        texts are unchanged) before the catalog transaction commits."""
         check_vectors("the re-embedding", vectors, len(ids), dimension)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        keys = np.asarray(ids, dtype=np.int64)
+        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self._writer():
             self._catch_up_or_log()
-            meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
-            _, root = self.catalog.replace_embeddings(ids, vectors, meta, base_root=base_root)
-            self._catch_up_or_log()
+            dense: DenseIndex | None = self._dense_of(dimension)
+            lexical_done = False
+            try:
+                with self.catalog.write() as conn:
+                    publish, root = self.catalog.replace_embeddings(
+                        conn, ids, matrix, meta, base_root=base_root
+                    )
+                    self.lexical_index.commit(publish)
+                    lexical_done = True
+                    if dense is not None:
+                        dense.clear()
+                        dense.add(keys, matrix)
+                        dense.mark(publish)
+            except BaseException:
+                if lexical_done:
+                    self._rebuild_lexical(self.catalog.latest_publish()[0])
+                self.lexical_index.rollback()
+                self._dense = None  # the recorded model's index reopens from its file
+                self._catch_up_or_log()
+                raise
+            if dense is not None:
+                dense.save(publish)
             return root
 
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
@@ -304,31 +448,84 @@ class EmbeddedEngine:
         if items:
             self.catalog.cache_embeddings(items)
 
+    # -- publishing -----------------------------------------------------------------------------
     def publish(
         self,
         upserts: Sequence[PreparedEntity],
         deletes: Sequence[str],
         *,
         kind: str,
+        acl_only: Sequence[Entity] = (),
         model: str | None = None,
-    ) -> PublishResult:
+    ) -> Published:
+        """One publish: planned and written in the catalog's write transaction, the derived
+        indexes updated before that transaction commits (see the module docstring).
+
+        With ``model``, refused (ModelMismatch) unless the store records that model.
+        Chunks and vectors a derived index could not take are refused before anything
+        is written (StoreError); a derived index that fails anyway is left behind (see
+        the module docstring) and the catalog commits.
+        """
         recorded = self.model()
         check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
             _check_model(self.model(), model)
             self._catch_up_or_log()
-            result = self.catalog.apply_publish(upserts, deletes, kind=kind)
-            self._catch_up_or_log()
-            return result
+            dense = self.dense
+            lexical_done = False
+            try:
+                with self.catalog.write() as conn:
+                    latest = self.catalog.latest_publish(conn)
+                    uids = [p.entity.uid for p in upserts] + list(deletes)
+                    uids += [e.uid for e in acl_only]
+                    existing = self.catalog.content_hashes(uids, conn)
+                    plan = plan_publish(latest, existing, upserts, deletes, acl_only)
+                    if plan.empty:
+                        return Published.of(plan)
+                    self.catalog.apply(conn, plan, kind=kind)
+                    self._follow(conn, dense, plan.publish)
+                    lexical_done = True
+            except BaseException:
+                # Nothing of this publish may survive in a derived index.
+                if lexical_done:
+                    self._rebuild_lexical(self.catalog.latest_publish()[0])
+                self.lexical_index.rollback()
+                if dense is not None:
+                    dense.reload()
+                    self._catch_up_or_log()
+                raise
+            if dense is None and self.dense is not None:  # the first publish set the model
+                self._catch_up_or_log()
+            if self.dense is not None and self.dense.watermark == plan.publish:
+                self.dense.save(plan.publish)
+            return Published.of(plan)
 
-    def delete(self, uids: Sequence[str]) -> str:
+    def _follow(self, conn: sqlite3.Connection, dense: DenseIndex | None, publish: int) -> None:
+        """Inside a publish's catalog transaction: bring the derived indexes to ``publish``.
+
+        An index that fails (StoreError) is rolled back to what it committed and left
+        behind, the reason kept: the catalog commits regardless.
+        """
+        try:
+            self._apply_lexical(conn, self.lexical_index.watermark, publish)
+        except StoreError as exc:
+            self.lexical_index.rollback()
+            self._derived_failed(exc)
+        if dense is not None:
+            try:
+                self._apply_dense(conn, dense, dense.watermark, publish)
+            except StoreError as exc:
+                dense.reload()
+                self._derived_failed(exc)
+
+    def delete(self, uids: Sequence[str]) -> Published:
         missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))
         if missing:
             raise NotFound(
                 f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
                 uids=missing,
             )
-        return self.publish([], list(uids), kind="delete").root
+        return self.publish([], list(uids), kind="delete")
 
     def is_empty(self) -> bool:
         return not self.catalog.has_chunks()
@@ -360,7 +557,9 @@ class EmbeddedEngine:
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
-            extra={"engine": self.name, "path": str(self.path), "indexes": indexes},
+            engine=self.name,
+            path=str(self.path),
+            indexes=indexes,
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
@@ -399,7 +598,10 @@ class EmbeddedEngine:
             self.lexical_index.commit(latest)
             if dense is not None:
                 dense.save(latest)
-            self._allowed_cache.clear()
+            with self._view_lock:
+                self._view = None
+            with self._allowed_lock:
+                self._allowed.clear()
             self.derived_error = None
 
     def close(self) -> None:
@@ -407,230 +609,6 @@ class EmbeddedEngine:
         if self._dense is not None:
             self._dense.close()
         self.catalog.close()
-
-    # -- primitives ---------------------------------------------------------------------------------
-    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits:
-        check_k(k)
-        self._refresh()
-        started = time.perf_counter()
-        with self.catalog.read() as conn:
-            _, root = self.catalog.latest_publish(conn)
-            held = self.catalog.held_principals(conn, identity.principal)
-            t_acl = time.perf_counter()
-            found = self.lexical_index.search(text, k + 10, principals=held, filters=filters)
-            t_index = time.perf_counter()
-            rows = self.catalog.checked_chunks(
-                conn, [c for c, _, _ in found], identity.principal, filters
-            )
-        hits = _hits(((c, s) for c, _, s in found), rows, k, self.chunk_ids)
-        explain = {
-            "identity": identity.principal,
-            "held_principals": len(held),
-            "index_hits": len(found),
-            "dropped_by_final_check": len(found) - len(rows),
-            "ms": {
-                "acl": _ms(t_acl - started),
-                "index": _ms(t_index - t_acl),
-                "final_check": _ms(time.perf_counter() - t_index),
-            },
-        }
-        return ChunkHits(content_root=root, hits=hits, explain=explain)
-
-    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits:
-        check_k(k)
-        self._refresh()
-        started = time.perf_counter()
-        dense = self.dense
-        with self.catalog.read() as conn:
-            publish, root = self.catalog.latest_publish(conn)
-            held = self.catalog.held_principals(conn, identity.principal)
-            if dense is None or len(dense) == 0:
-                return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
-            expected = self.model()
-            if expected is not None and vector.shape[-1] != expected[1]:
-                raise ModelMismatch(
-                    f"the query vector has {vector.shape[-1]} dimensions; this store's model"
-                    f" {expected[0]} has {expected[1]}",
-                )
-            allowed = self._allowed(conn, publish, identity.principal, held, filters)
-            t_acl = time.perf_counter()
-            ids, scores, info = dense.search(vector, k + 10, allowed=allowed)
-            t_index = time.perf_counter()
-            rows = self.catalog.checked_chunks(
-                conn, [int(i) for i in ids], identity.principal, filters
-            )
-        hits = _hits(
-            zip((int(i) for i in ids), (float(s) for s in scores), strict=True),
-            rows,
-            k,
-            self.chunk_ids,
-        )
-        explain = {
-            "identity": identity.principal,
-            "held_principals": len(held),
-            "visible_chunks": None if allowed is None else len(allowed),
-            "index_hits": len(ids),
-            "dropped_by_final_check": len(ids) - len(rows),
-            "ms": {
-                "acl": _ms(t_acl - started),
-                "index": _ms(t_index - t_acl),
-                "final_check": _ms(time.perf_counter() - t_index),
-            },
-        }
-        return ChunkHits(content_root=root, hits=hits, vector=info, explain=explain)
-
-    def _allowed(
-        self, conn: Any, publish: int, principal: str, held: Sequence[str], filters: Filters
-    ) -> np.ndarray | None:
-        """Visible chunk ids for the dense pre-filter (None: everything is visible).
-
-        Cached per (publish, held principals, filters). Entity ACLs change only by
-        a publish and the held principals are expanded live on every query, so a
-        membership change or a revocation gets a new key at once.
-        """
-        key = (publish, tuple(held), filters)
-        if key in self._allowed_cache:
-            self._allowed_cache.move_to_end(key)
-            return self._allowed_cache[key]
-        ids = self.catalog.visible_chunk_ids(conn, principal, filters)
-        allowed = None if len(ids) == self.catalog.count_chunks(conn) else ids
-        self._allowed_cache[key] = allowed
-        while len(self._allowed_cache) > 64:
-            self._allowed_cache.popitem(last=False)
-        return allowed
-
-    def sql(
-        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
-    ) -> SqlHits:
-        """Filter on the closed field list, ACL inside the statement (see ``fields``)."""
-        return fields.sql_hits(self.catalog, identity, filters, parse_order(order), k)
-
-    def aggregate(
-        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
-    ) -> AggregateAnswer:
-        """A catalog metric × dimension over the visible, filtered slice (see ``aggregates``)."""
-        spec = check_aggregate(metric, dimension)
-        return fields.aggregate(self.catalog, identity, spec, filters)
-
-    def successors(
-        self, identity: Identity, uids: Sequence[str], filters: Filters
-    ) -> dict[str, str]:
-        """Visible ``supersededBy`` successors of ``uids`` that pass ``filters``."""
-        return fields.visible_successors(self.catalog, identity, uids, filters)
-
-    def graph(
-        self,
-        identity: Identity,
-        starts: Sequence[str],
-        *,
-        depth: int = 1,
-        labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
-    ) -> GraphHits:
-        """Bounded breadth-first traversal through visible entities (see ``graph``)."""
-        return graphs.graph_hits(
-            self.catalog, identity, starts, depth=depth, labels=labels, direction=direction, k=k
-        )
-
-    def query_graph(
-        self,
-        identity: Identity,
-        text: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        lenient: bool = False,
-    ) -> QueryAnswer:
-        """query_graph: one bounded, read-only, parameterised statement (see ``graphquery``)."""
-        return graphs.run_query_graph(self.catalog, identity, text, params, lenient=lenient)
-
-    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
-        """One entity with its chunks and its edges to visible entities, or None
-        (alike for a missing uid and one the caller may not read; see ``fields``)."""
-        return fields.content(self.catalog, identity, uid, self.chunk_ids)
-
-    # -- ACL administration -------------------------------------------------------------------------
-    def grant(self, uid: str, principal: str) -> str:
-        return self._change_acl(uid, "grant", principal)
-
-    def revoke(self, uid: str, principal: str) -> str:
-        return self._change_acl(uid, "revoke", principal)
-
-    def _change_acl(self, uid: str, change: str, principal: str) -> str:
-        check_principal(principal)
-        with self._writer():
-            entity = self.catalog.with_acl(uid, change, principal)
-            if entity is None:
-                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-            if self.catalog.content_hashes([uid]).get(uid) == entity.content_hash:
-                return self.content_root()
-            self._catch_up_or_log()
-            root = self.catalog.apply_publish([], [], kind=change, acl_only=[entity]).root
-            self._catch_up_or_log()
-            return root
-
-    def acl_show(self, uid: str) -> tuple[str, ...]:
-        with self.catalog.read() as conn:
-            entity = self.catalog.load_entity(conn, uid)
-        if entity is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-        return entity.acl
-
-    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        check_principal(principal)
-        with self.catalog.read() as conn:
-            entity = self.catalog.load_entity(conn, uid)
-            if entity is None:
-                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-            held = self.catalog.held_principals(conn, principal)
-            return explain_access(
-                principal,
-                uid,
-                entity.acl,
-                held,
-                lambda entry: self.catalog.path_between(conn, principal, entry),
-            )
-
-    def add_member(self, group: str, member: str) -> None:
-        check_membership(group, member)
-        with self._writer(), self.catalog.write() as conn:
-            chain = self.catalog.path_between(conn, group, member)
-            if chain is not None:
-                raise cycle_error(group, member, chain, bulk=False)
-            conn.execute(
-                "INSERT OR IGNORE INTO memberships(grp, member) VALUES (?, ?)", (group, member)
-            )
-
-    def remove_member(self, group: str, member: str) -> None:
-        check_membership(group, member)
-        with self._writer(), self.catalog.write() as conn:
-            cur = conn.execute(
-                "DELETE FROM memberships WHERE grp = ? AND member = ?", (group, member)
-            )
-            if cur.rowcount == 0:
-                raise NotFound(f"{member} is not a direct member of {group}", group=group)
-
-    def principal_show(self, principal: str) -> PrincipalInfo:
-        check_principal(principal)
-        with self.catalog.read() as conn:
-            direct = self.catalog.memberships_of(conn, principal)
-            held = self.catalog.held_principals(conn, principal)
-            members = self.catalog.members_of(conn, principal)
-        return principal_info(principal, direct, held, members)
-
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
-        for group, member in pairs:
-            check_membership(group, member)
-        groups = sorted({g for g, _ in pairs})
-        with self._writer(), self.catalog.write() as conn:
-            conn.executemany("DELETE FROM memberships WHERE grp = ?", ((g,) for g in groups))
-            conn.executemany("INSERT OR IGNORE INTO memberships(grp, member) VALUES (?, ?)", pairs)
-            for group, member in pairs:
-                if member.startswith("group:"):
-                    chain = self.catalog.path_between(conn, group, member)
-                    if chain:
-                        raise cycle_error(group, member, chain, bulk=True)
-        return {"groups": len(groups), "memberships": len(set(pairs))}
 
 
 def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
@@ -647,34 +625,3 @@ def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
         heading=row.heading,
         text=row.text,
     )
-
-
-def _hits(
-    ranked: Iterator[tuple[int, float]] | Any,
-    rows: Mapping[int, ChunkRow],
-    k: int,
-    chunk_ids: ChunkIds,
-) -> list[ChunkHit]:
-    hits: list[ChunkHit] = []
-    for chunk_id, score in ranked:
-        row = rows.get(chunk_id)
-        if row is None:
-            continue  # the final check dropped it: a lagging index, a revoked ACL
-        hits.append(
-            ChunkHit(
-                uid=row.uid,
-                chunk_id=chunk_ids(row.uid, row.ordinal),
-                title=row.title,
-                type=row.type,
-                score=score,
-                rank=len(hits) + 1,
-                text=row.text,
-                heading=row.heading,
-                start=row.start,
-                end=row.end,
-                href=row.href,
-            )
-        )
-        if len(hits) == k:
-            break
-    return hits

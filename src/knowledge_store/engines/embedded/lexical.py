@@ -53,14 +53,16 @@ from typing import Any, TypeVar
 import tantivy
 
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Filters, compose_context, stored_timestamp
+from knowledge_store.model import FILTER_FIELDS, Filters, compose_context, stored_timestamp
 
-__all__ = ["Analyzers", "LexicalDoc", "LexicalIndex", "QueryTerms"]
+__all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", "QueryTerms"]
 
 log = logging.getLogger(__name__)
 
 #: Bumped whenever fields or analyzers change; an index of another version is rebuilt.
-SCHEMA_VERSION = 2  # 2: the ACL as principals, not an ACL-set id
+SCHEMA_VERSION = 3  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document
+#: The chunk id of the document that records, inside each commit, the publish it holds.
+WATERMARK_ID = -1
 SIDECAR = "ks-lexical.json"
 
 # Analyzer and scoring choices, measured with bench/tune_lexical.py on postgres-docs
@@ -99,6 +101,15 @@ _SEGMENT_FILE = re.compile(r"[0-9a-f]{32}\.(?:[a-z]+|[0-9]+\.del)")
 
 _WRITER_HEAP = 96_000_000
 _WRITER_THREADS = 1
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A Tantivy searcher (a point-in-time view) and the publish id it shows."""
+
+    searcher: tantivy.Searcher
+    watermark: int
+    marked: bool = False  # the commit holds the watermark document
 
 
 @dataclass(frozen=True)
@@ -205,10 +216,13 @@ def _schema() -> tantivy.Schema:
     builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
     builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("acl", tokenizer_name="raw", index_option="basic")
-    for name in ("type", "source", "status"):
-        builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
-    for name in ("created_at", "updated_at"):
-        builder.add_integer_field(name, indexed=True, fast=True)
+    for field in FILTER_FIELDS:
+        if field.name == "uid":  # the stored key of a hit, above
+            continue
+        if field.kind == "keyword":
+            builder.add_text_field(field.name, tokenizer_name="raw", index_option="basic")
+        else:
+            builder.add_integer_field(field.name, indexed=True, fast=True)
     builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
@@ -234,6 +248,7 @@ class LexicalIndex:
         self._schema = _schema()
         self._analyzers = Analyzers()
         self._watermark = 0
+        self._pinned: Pinned | None = None
         self._index = self._open()
         self._watermark = self._read_watermark()
 
@@ -396,16 +411,14 @@ class LexicalIndex:
     def _document(self, doc: LexicalDoc) -> tantivy.Document:
         out = tantivy.Document()
         out.add_integer("chunk_id", doc.chunk_id)
-        out.add_text("uid", doc.uid)
         for principal in doc.acl:
             out.add_text("acl", principal)
-        out.add_text("type", doc.type)
-        out.add_text("source", doc.source)
-        out.add_text("status", doc.status)
-        for name, stamp in (("created_at", doc.created_at), ("updated_at", doc.updated_at)):
-            seconds = None if stamp is None else _epoch(stamp)
-            if seconds is not None:
-                out.add_integer(name, seconds)
+        for field in FILTER_FIELDS:
+            value = getattr(doc, field.name)
+            if field.kind == "keyword":
+                out.add_text(field.name, value)
+            elif value and (seconds := _epoch(value)) is not None:
+                out.add_integer(field.name, seconds)
         full = compose_context(doc.title, doc.heading, doc.text)
         out.add_text("body", full)
         out.add_text("title", doc.title)
@@ -432,21 +445,28 @@ class LexicalIndex:
                 writer.delete_documents_by_term("chunk_id", int(chunk_id))
 
     def commit(self, watermark: int) -> None:
-        """Make staged changes durable and visible, then record ``watermark``.
+        """Make staged changes durable and visible as the index of publish ``watermark``.
 
-        The watermark is written (atomically) only after Tantivy's commit: after a
-        crash between the two, the catalog re-applies the publishes since the old
-        watermark, which is harmless (adds replace, deletes of absent docs are no-ops).
+        The publish id goes into the commit itself (a document under
+        :data:`WATERMARK_ID`), so a searcher always knows which publish it
+        shows (:meth:`pin`); the sidecar repeats it for a cheap look on open.
         """
+        with self._writing("recording the watermark") as writer:
+            writer.delete_documents_by_term("chunk_id", WATERMARK_ID)
+            mark = tantivy.Document()
+            mark.add_integer("chunk_id", WATERMARK_ID)
+            mark.add_text("uid", str(int(watermark)))
+            writer.add_document(mark)
         with self._lock:
-            writer, self._writer = self._writer, None
-            if writer is not None:
-                _translate("committing", writer.commit)
+            committing, self._writer = self._writer, None
+            if committing is not None:
+                _translate("committing", committing.commit)
                 # Finish merges and release Tantivy's directory lock for the next writer.
-                _translate("merging segments", writer.wait_merging_threads)
+                _translate("merging segments", committing.wait_merging_threads)
             self._write_sidecar(watermark)
             self._watermark = watermark
             _translate("reloading", self._index.reload)
+            self._pinned = None
 
     def clear(self) -> None:
         """Drop every document now (committed, watermark 0): the start of a rebuild.
@@ -472,7 +492,25 @@ class LexicalIndex:
         """Pick up commits (and the watermark) made by another process."""
         with self._lock:
             _translate("reloading", self._index.reload)
-            self._watermark = self._read_watermark()
+            self._pinned = None
+            self._watermark = self.pin().watermark
+
+    def pin(self) -> Pinned:
+        """A point-in-time searcher and the publish it shows (read from the commit itself)."""
+        with self._lock:
+            if self._pinned is None:
+                searcher = _translate("opening a searcher", self._index.searcher)
+                self._pinned = self._marked(searcher)
+            return self._pinned
+
+    def _marked(self, searcher: tantivy.Searcher) -> Pinned:
+        query = tantivy.Query.term_query(self._schema, "chunk_id", WATERMARK_ID)
+        hits = _translate("reading the watermark", lambda: searcher.search(query, 1).hits)
+        if not hits:
+            return Pinned(searcher, 0)
+        value = searcher.doc(hits[0][1]).get_first("uid")
+        mark = int(value) if isinstance(value, str) and value.isdigit() else 0
+        return Pinned(searcher, mark, marked=True)
 
     def _text_query(self, text: str) -> tantivy.Query | None:
         query = tantivy.Query
@@ -519,40 +557,27 @@ class LexicalIndex:
                 clauses.append((must, const(query.boolean_query(union))))
             else:
                 clauses.append((must, const(query.term_set_query(self._schema, "acl", held))))
-        for name, values in (
-            ("type", filters.types),
-            ("source", filters.sources),
-            ("status", filters.statuses),
-            ("uid", filters.uids),
-        ):
-            if values:
-                clauses.append(
-                    (must, const(query.term_set_query(self._schema, name, list(values))))
+        for field in FILTER_FIELDS:
+            if field.kind == "date":
+                lo, hi = filters.range(field.name)
+                if lo is None and hi is None:
+                    continue
+                bounds = query.range_query(
+                    self._schema,
+                    field.name,
+                    tantivy.FieldType.Integer,
+                    lower_bound=None if lo is None else _bound(lo),
+                    upper_bound=None if hi is None else _bound(hi),
                 )
-        if filters.not_types:
-            clauses.append(
-                (must_not, query.term_set_query(self._schema, "type", list(filters.not_types)))
-            )
-        for name, lo, hi in (
-            ("created_at", filters.created_from, filters.created_to),
-            ("updated_at", filters.updated_from, filters.updated_to),
-        ):
-            if lo is None and hi is None:
+                clauses.append((must, const(bounds)))
                 continue
-            clauses.append(
-                (
-                    must,
-                    const(
-                        query.range_query(
-                            self._schema,
-                            name,
-                            tantivy.FieldType.Integer,
-                            lower_bound=None if lo is None else _bound(lo),
-                            upper_bound=None if hi is None else _bound(hi),
-                        )
-                    ),
+            if values := filters.values(field.name):
+                terms = query.term_set_query(self._schema, field.name, list(values))
+                clauses.append((must, const(terms)))
+            if excluded := filters.excluded(field.name):
+                clauses.append(
+                    (must_not, query.term_set_query(self._schema, field.name, list(excluded)))
                 )
-            )
         return clauses
 
     def search(
@@ -562,6 +587,7 @@ class LexicalIndex:
         *,
         principals: Collection[str] | None,
         filters: Filters,
+        pinned: Pinned | None = None,
     ) -> list[tuple[int, str, float]]:
         """``(chunk_id, uid, bm25 score)`` of the best ``k`` chunks, best first.
 
@@ -577,7 +603,7 @@ class LexicalIndex:
         query = tantivy.Query.boolean_query(clauses) if len(clauses) > 1 else text_query
 
         def run() -> list[tuple[int, str, float]]:
-            searcher = self._index.searcher()
+            searcher = (pinned or self.pin()).searcher
             limit = min(k, searcher.num_docs)  # Tantivy sizes its top-k heap by the limit
             if limit <= 0:
                 return []
@@ -595,10 +621,12 @@ class LexicalIndex:
         return _translate("searching", run)
 
     def num_docs(self) -> int:
-        return int(_translate("counting documents", lambda: self._index.searcher().num_docs))
+        """Chunk documents in the index (the watermark document left out)."""
+        pinned = self.pin()
+        return int(pinned.searcher.num_docs) - (1 if pinned.marked else 0)
 
     def num_segments(self) -> int:
-        return int(_translate("counting segments", lambda: self._index.searcher().num_segments))
+        return int(self.pin().searcher.num_segments)
 
     def close(self) -> None:
         """Drop uncommitted changes and release the writer, if this process holds one."""

@@ -3,7 +3,7 @@
 ============  ===============================================================
 module        what
 ============  ===============================================================
-``engine``    ``PostgresEngine``: the Engine protocol
+``engine``    ``PostgresEngine``: opens readers; the writer and ACL administration
 ``schema``    the schema versions, the text functions, feature detection
 ``migrate``   opening a store: pgvector, the schema, migrations
 ``acl``       principals and memberships: expansion, chains, cycles, explain
@@ -11,8 +11,8 @@ module        what
 ``publish``   the write path: one publish = one transaction, BM25 statistics
 ``lexical``   BM25 in SQL (default), ts_rank_cd, pg_search / pg_textsearch
 ``vector``    the visible-share planner and the vector statements
-``fields``    sql, aggregates, successors, the content API
-``graph``     the graph primitive (one statement) and query_graph's dialect
+``reader``    the point-in-time reader (one REPEATABLE READ transaction)
+``graph``     query_graph's statement, values bound as PostgreSQL reads them
 ``server``    ``pg:DIR``: a local PostgreSQL + pgvector via pgserver
 ============  ===============================================================
 """

@@ -11,18 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from knowledge_store.engines.base import AclExplanation, PrincipalInfo
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.publish import load_entity
-from knowledge_store.engines.postgres.schema import held_principals_cte
 from knowledge_store.engines.shared import (
     cycle_error,
     explain_access,
     membership_path,
 )
 from knowledge_store.engines.shared import principal_info as shared_principal_info
+from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.errors import NotFound
-from knowledge_store.model import check_membership
+from knowledge_store.model import (
+    AclExplanation,
+    MembershipsLoaded,
+    PrincipalInfo,
+    check_membership,
+)
 
 __all__ = [
     "add_member",
@@ -43,13 +47,7 @@ _BUMP = (
 
 def held_principals(conn: Connection, principal: str) -> list[str]:
     """What ``principal`` holds: itself, ``everyone``, every group reached (sorted)."""
-    return [
-        str(p)
-        for (p,) in conn.execute(
-            "WITH RECURSIVE " + held_principals_cte() + " SELECT p FROM held ORDER BY p",
-            {"principal": principal},
-        )
-    ]
+    return [str(p) for (p,) in conn.execute(POSTGRES.expand_identity(), {"principal": principal})]
 
 
 def _groups_of(conn: Connection, members: Sequence[str]) -> dict[str, list[str]]:
@@ -107,7 +105,7 @@ def principal_info(conn: Connection, principal: str) -> PrincipalInfo:
     return shared_principal_info(principal, direct, held, members)
 
 
-def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
     """Replace the memberships of the groups ``pairs`` names; a cycle loads nothing."""
     groups = sorted({g for g, _ in pairs})
     unique = sorted(set(pairs))
@@ -123,4 +121,4 @@ def load_memberships(conn: Connection, pairs: Sequence[tuple[str, str]]) -> dict
             if chain:
                 raise cycle_error(group, member, chain, bulk=True)
     conn.execute(_BUMP)
-    return {"groups": len(groups), "memberships": len(unique)}
+    return MembershipsLoaded(groups=len(groups), memberships=len(unique))

@@ -32,6 +32,8 @@ Connection = psycopg.Connection[Any]
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: How long a publish waits for another one to finish before giving up.
 WRITE_LOCK_TIMEOUT_MS = 120_000
+#: Reader connections kept open for reuse.
+_POOL = 8
 
 
 def check_schema_name(name: str) -> str:
@@ -68,6 +70,7 @@ class Database:
         self.search_path = schema
         self._local = threading.local()
         self._all: list[Connection] = []
+        self._pool: list[Connection] = []
         self._all_lock = threading.Lock()
         self._vector_registered = False
 
@@ -100,8 +103,32 @@ class Database:
                 self._all.append(conn)
         return conn
 
+    def borrow(self) -> Connection:
+        """A connection for one reader, for as long as it lives (give it back with :meth:`give`)."""
+        with self._all_lock:
+            while self._pool:
+                conn = self._pool.pop()
+                if not conn.closed and not conn.broken:
+                    return conn
+        conn = self.connect()
+        with self._all_lock:
+            self._all = [c for c in self._all if not c.closed]
+            self._all.append(conn)
+        return conn
+
+    def give(self, conn: Connection) -> None:
+        """Take a reader's connection back: its transaction ends; kept for the next reader."""
+        _rollback(conn)
+        with self._all_lock:
+            if not conn.closed and not conn.broken and len(self._pool) < _POOL:
+                self._pool.append(conn)
+                return
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+
     def close(self) -> None:
         with self._all_lock:
+            self._pool = []
             conns, self._all = self._all, []
         for conn in conns:
             with contextlib.suppress(psycopg.Error):  # closing a dead connection

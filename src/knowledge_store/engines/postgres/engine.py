@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,24 +24,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from knowledge_store.engines.base import (
-    AclExplanation,
-    PreparedEntity,
-    PrincipalInfo,
-    PublishResult,
-    StoreStats,
-    Vector,
-)
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
-from knowledge_store.engines.embedded.graph import check_graph_request
+from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.postgres import acl
-from knowledge_store.engines.postgres import fields as field_sql
-from knowledge_store.engines.postgres import graph as graph_sql
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
-from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.db import Connection, Database, translate
 from knowledge_store.engines.postgres.migrate import open_schema
+from knowledge_store.engines.postgres.reader import PostgresReader
 from knowledge_store.engines.postgres.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -55,34 +44,24 @@ from knowledge_store.engines.shared import (
     check_prepared,
     check_vectors,
 )
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import (
-    BoundExceeded,
     InvalidRequest,
     ModelMismatch,
     NotFound,
-    QueryTimeout,
     StoreError,
 )
-from knowledge_store.graphquery.runner import TIME_LIMIT_S
-from knowledge_store.graphquery.traversal import FANOUT_CAP, MAX_STARTS
 from knowledge_store.model import (
     EVERYONE,
-    AggregateAnswer,
-    ChunkHit,
-    ChunkHits,
+    AclExplanation,
     Filters,
-    GraphHits,
     Identity,
-    QueryAnswer,
-    SqlHit,
-    SqlHits,
-    VectorInfo,
-    check_k,
+    MembershipsLoaded,
+    PrincipalInfo,
+    StoreStats,
     check_principal,
     compose_context,
 )
-from knowledge_store.retrieval.aggregates import check_aggregate, shape_rows
-from knowledge_store.retrieval.filters import parse_order
 
 __all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
 
@@ -122,22 +101,6 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
-def _chunk_hit(row: Sequence[Any], rank: int, chunk_ids: ChunkIds) -> ChunkHit:
-    return ChunkHit(
-        uid=str(row[1]),
-        chunk_id=chunk_ids(str(row[1]), int(row[0])),
-        title=str(row[2]),
-        type=str(row[3]),
-        href=row[4],
-        text=str(row[5]),
-        heading=tuple(row[6]),
-        start=int(row[7]),
-        end=int(row[8]),
-        score=float(row[9]),
-        rank=rank,
-    )
-
-
 class PostgresEngine:
     """The production engine. ``PostgresEngine(url)`` opens or creates the store."""
 
@@ -159,7 +122,7 @@ class PostgresEngine:
         ranker = lexical_ranker or os.environ.get(LEXICAL_ENV) or None
         self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
         if self.lexical_ranker not in lexical_sql.LEXICAL_RANKERS:
-            lexical_sql.lexical_statement(self.lexical_ranker, EVERYONE, "", 1, Filters())  # raises
+            lexical_sql.lexical_statement(self.lexical_ranker, [EVERYONE], "", 1, Filters())
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
@@ -187,6 +150,41 @@ class PostgresEngine:
             engine = cls(url, **kwargs)
         engine.path = text
         return engine
+
+    # -- the engine protocol ---------------------------------------------------------------------------
+    @contextmanager
+    def reader(self, identity: Identity) -> Iterator[PostgresReader]:
+        """A point-in-time reader: one REPEATABLE READ transaction on a connection of its own."""
+        conn = self.db.borrow()
+        try:
+            with translate("opening a reader"):
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                publish, root, _ = self._snapshot(conn)
+            yield PostgresReader(self, conn, identity, publish, root)
+        finally:
+            self.db.give(conn)
+
+    @property
+    def writer(self) -> PostgresEngine:
+        return self
+
+    @property
+    def admin(self) -> PostgresEngine:
+        return self
+
+    def visible_counts(self, key: tuple[Any, ...]) -> tuple[int, int] | None:
+        """Visible and total chunks of the vector planner, cached per (publish, held, FILTERS)."""
+        with self._plans_lock:
+            if key in self._plans:
+                self._plans.move_to_end(key)
+                return self._plans[key]
+        return None
+
+    def remember_counts(self, key: tuple[Any, ...], counts: tuple[int, int]) -> None:
+        with self._plans_lock:
+            self._plans[key] = counts
+            while len(self._plans) > _PLAN_CACHE:
+                self._plans.popitem(last=False)
 
     # -- opening ---------------------------------------------------------------------------------------
     def _open(self, migrations: Sequence[Migration]) -> Features:
@@ -363,7 +361,7 @@ class PostgresEngine:
         *,
         kind: str,
         model: str | None = None,
-    ) -> PublishResult:
+    ) -> Published:
         recorded_model = self.model()
         check_prepared(upserts, None if recorded_model is None else recorded_model[1])
         with self.db.write() as conn, translate("publishing"):
@@ -375,9 +373,9 @@ class PostgresEngine:
                     store_model=recorded,
                     model=model,
                 )
-            result = writes.apply_publish(conn, upserts, deletes, kind=kind)
+            plan = writes.apply_publish(conn, upserts, deletes, kind=kind)
         self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
-        return result
+        return Published.of(plan)
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""
@@ -390,14 +388,14 @@ class PostgresEngine:
                 "ANALYZE entities, chunks, edges, lexical_postings, lexical_terms, acl_set_principals"
             )
 
-    def delete(self, uids: Sequence[str]) -> str:
+    def delete(self, uids: Sequence[str]) -> Published:
         missing = sorted(set(uids) - set(self.content_hashes(list(uids))))
         if missing:
             raise NotFound(
                 f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
                 uids=missing,
             )
-        return self.publish([], list(uids), kind="delete").root
+        return self.publish([], list(uids), kind="delete")
 
     def is_empty(self) -> bool:
         with translate("reading"):
@@ -430,16 +428,14 @@ class PostgresEngine:
             model=model[0] if model else None,
             dimension=model[1] if model else None,
             is_empty=chunks == 0,
-            extra={
-                "engine": self.name,
-                "url": self._shown_location(),
-                "schema": self.db.schema,
-                "schema_version": SCHEMA_VERSION,
-                "server_version": None if server is None else str(server[0]),
-                "lexical_ranker": self.lexical_ranker,
-                "needs_rebuild": row[3] is not None,
-                **self.features.to_dict(),
-            },
+            engine=self.name,
+            url=self._shown_location(),
+            schema=self.db.schema,
+            schema_version=SCHEMA_VERSION,
+            server_version=None if server is None else str(server[0]),
+            lexical_ranker=self.lexical_ranker,
+            needs_rebuild=row[3] is not None,
+            **self.features.to_dict(),
         )
 
     def rebuild(self, *, progress: bool = False) -> None:
@@ -458,218 +454,6 @@ class PostgresEngine:
 
     def close(self) -> None:
         self.db.close()
-
-    # -- primitives ------------------------------------------------------------------------------------
-    def lexical(self, identity: Identity, text: str, k: int, filters: Filters) -> ChunkHits:
-        check_k(k)
-        statement = lexical_sql.lexical_statement(
-            self.lexical_ranker, identity.principal, text, k, filters
-        )
-        started = time.perf_counter()
-        with self.db.read() as conn, translate("lexical search"):
-            _, root, _ = self._snapshot(conn)
-            rows = conn.execute(statement.sql, statement.params).fetchall()
-        hits = [_chunk_hit(r, rank, self.chunk_ids) for rank, r in enumerate(rows, start=1)]
-        explain = {
-            "identity": identity.principal,
-            "ranker": self.lexical_ranker,
-            "statement": "one statement: held (recursive) → vis → ranked chunks",
-            "ms": {"statement": _ms(time.perf_counter() - started)},
-        }
-        return ChunkHits(content_root=root, hits=hits, explain=explain)
-
-    def _visible_counts(
-        self, conn: Connection, key: tuple[Any, ...], principal: str, filters: Filters
-    ) -> tuple[int, int]:
-        """Visible and total chunks, cached per (publish, memberships, principal, FILTERS)."""
-        with self._plans_lock:
-            if key in self._plans:
-                self._plans.move_to_end(key)
-                return self._plans[key]
-        statement, params = vector_sql.vector_count_statement(principal, filters)
-        row = conn.execute(statement, params).fetchone()
-        assert row is not None
-        counts = (int(row[0] or 0), int(row[1] or 0))
-        with self._plans_lock:
-            self._plans[key] = counts
-            while len(self._plans) > _PLAN_CACHE:
-                self._plans.popitem(last=False)
-        return counts
-
-    def vector(self, identity: Identity, vector: Vector, k: int, filters: Filters) -> ChunkHits:
-        check_k(k)
-        expected = self.model()
-        started = time.perf_counter()
-        with self.db.read() as conn, translate("vector search"):
-            publish_id, root, memberships = self._snapshot(conn)
-            if expected is None:
-                return ChunkHits(root, [], VectorInfo("exact", 0, True), {"ms": {}})
-            if vector.shape[-1] != expected[1]:
-                raise ModelMismatch(
-                    f"the query vector has {vector.shape[-1]} dimensions; this store's model"
-                    f" {expected[0]} has {expected[1]}",
-                )
-            key = (publish_id, memberships, identity.principal, filters)
-            visible, total = self._visible_counts(conn, key, identity.principal, filters)
-            plan = vector_sql.plan_vector(visible, total, k, self.features)
-            t_plan = time.perf_counter()
-            if plan.visible == 0:
-                rows: list[Any] = []
-            else:
-                for setting in vector_sql.settings(plan):
-                    conn.execute(setting)
-                statement, params = vector_sql.vector_statement(
-                    plan, identity.principal, vector, k, filters
-                )
-                rows = conn.execute(statement, params).fetchall()
-        hits = [_chunk_hit(r, rank, self.chunk_ids) for rank, r in enumerate(rows, start=1)]
-        scanned = (
-            plan.visible if plan.strategy == "exact" else int(rows[0][10]) if rows else plan.ef
-        )
-        info = VectorInfo(plan.strategy, scanned, plan.exhaustive)
-        explain = {
-            "identity": identity.principal,
-            "plan": plan.to_dict(),
-            "ms": {
-                "plan": _ms(t_plan - started),
-                "statement": _ms(time.perf_counter() - t_plan),
-            },
-        }
-        return ChunkHits(content_root=root, hits=hits, vector=info, explain=explain)
-
-    def sql(
-        self, identity: Identity, filters: Filters, *, order: str | None = None, k: int = 10
-    ) -> SqlHits:
-        check_k(k)
-        statement, params = field_sql.sql_statement(
-            identity.principal, filters, parse_order(order), k
-        )
-        with self.db.read() as conn, translate("the sql primitive"):
-            _, root, _ = self._snapshot(conn)
-            rows = conn.execute(statement, params).fetchall()
-        hits = [
-            SqlHit(
-                uid=r[0],
-                title=r[1],
-                type=r[2],
-                source=r[3],
-                status=r[4],
-                created_at=r[5],
-                updated_at=r[6],
-                rank=rank,
-                href=r[7],
-            )
-            for rank, r in enumerate(rows, start=1)
-        ]
-        return SqlHits(content_root=root, hits=hits)
-
-    def aggregate(
-        self, identity: Identity, metric: str, dimension: str | None, filters: Filters
-    ) -> AggregateAnswer:
-        spec = check_aggregate(metric, dimension)
-        statement, params = field_sql.aggregate_statement(identity.principal, spec, filters)
-        with self.db.read() as conn, translate("the aggregate"):
-            _, root, _ = self._snapshot(conn)
-            grouped = {
-                (None if bucket is None else str(bucket)): int(value)
-                for bucket, value in conn.execute(statement, params)
-            }
-        if spec.field is None and not grouped:
-            grouped = {None: 0}
-        rows = shape_rows(spec, grouped, filters)
-        return AggregateAnswer(
-            content_root=root, metric=spec.metric, dimension=spec.dimension, rows=rows
-        )
-
-    def successors(
-        self, identity: Identity, uids: Sequence[str], filters: Filters
-    ) -> dict[str, str]:
-        if not uids:
-            return {}
-        statement, params = field_sql.successors_statement(identity.principal, uids, filters)
-        out: dict[str, str] = {}
-        with self.db.read() as conn, translate("looking up successors"):
-            for src, dst in conn.execute(statement, params):
-                out.setdefault(str(src), str(dst))
-        return out
-
-    def graph(
-        self,
-        identity: Identity,
-        starts: Sequence[str],
-        *,
-        depth: int = 1,
-        labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
-    ) -> GraphHits:
-        """Bounded breadth-first traversal through visible entities, as one statement."""
-        unique, label_set = check_graph_request(starts, depth, labels, direction, k)
-        if len(unique) > MAX_STARTS:
-            raise BoundExceeded(
-                f"{len(unique)} start uids exceed the maximum of {MAX_STARTS}",
-                field="starts",
-                maximum=MAX_STARTS,
-            )
-        statement, params = graph_sql.graph_statement(
-            identity.principal,
-            unique,
-            depth=depth,
-            labels=label_set,
-            direction=direction,
-            k=k,
-            fanout=FANOUT_CAP,
-        )
-        with self.db.read() as conn, translate("the graph primitive"):
-            _, root, _ = self._snapshot(conn)
-            rows = conn.execute(statement, params).fetchall()
-        hits, capped = graph_sql.graph_hits_from_rows(rows)
-        return GraphHits(content_root=root, hits=hits, capped=capped)
-
-    def query_graph(
-        self,
-        identity: Identity,
-        text: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        lenient: bool = False,
-    ) -> QueryAnswer:
-        """query_graph: one bounded, read-only statement under ``statement_timeout``."""
-        compiled = graph_sql.prepare_query_graph(
-            text, dict(params or {}), identity.principal, lenient=lenient
-        )
-        limit_ms = graph_sql.statement_timeout_ms(TIME_LIMIT_S)
-        started = time.perf_counter()
-        try:
-            with self.db.read() as conn, translate("query_graph"):
-                _, root, _ = self._snapshot(conn)
-                conn.execute(f"SET LOCAL statement_timeout = {int(limit_ms)}")
-                raw = conn.execute(compiled.sql, compiled.params).fetchmany(compiled.limit + 1)
-        except QueryTimeout as exc:
-            raise QueryTimeout(
-                f"the query ran past the {limit_ms} ms bound and was cancelled; anchor a node"
-                " with a parameter (e.g. (a {uid: $uid})), lower the depth of *1..d, name fewer"
-                " labels, or add WHERE conditions",
-                limit_ms=limit_ms,
-                elapsed_ms=round((time.perf_counter() - started) * 1000),
-            ) from exc
-        truncated = len(raw) > compiled.limit
-        return QueryAnswer(
-            content_root=root,
-            columns=[c.name for c in compiled.columns],
-            rows=[compiled.shape(tuple(r)) for r in raw[: compiled.limit]],
-            truncated=truncated,
-        )
-
-    def content(self, identity: Identity, uid: str) -> dict[str, Any] | None:
-        """One entity with its chunks and its edges to visible entities, or None.
-
-        None both when ``uid`` does not exist and when ``identity`` may not read it.
-        """
-        with self.db.read() as conn, translate(f"reading entity {uid!r}"):
-            _, root, _ = self._snapshot(conn)
-            found = field_sql.content(conn, identity.principal, uid, self.chunk_ids)
-        return None if found is None else {"content_root": root, **found}
 
     # -- ACL administration ----------------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -692,8 +476,8 @@ class PostgresEngine:
             changed = replace(entity, acl=tuple(sorted(acl)))
             if changed.content_hash == entity.content_hash:
                 return writes.latest_publish(conn)[1]
-            result = writes.apply_publish(conn, [], [], kind=change, acl_only=[changed])
-        return result.root
+            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=[changed])
+        return Published.of(plan).root
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         with self.db.read() as conn, translate("reading the ACL"):
@@ -722,7 +506,7 @@ class PostgresEngine:
         with self.db.read() as conn, translate("reading a principal"):
             return acl.principal_info(conn, principal)
 
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> dict[str, int]:
+    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
         for group, member in pairs:
             acl.check_membership(group, member)
         with self.db.write() as conn, translate("loading memberships"):

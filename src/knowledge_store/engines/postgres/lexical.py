@@ -19,25 +19,24 @@ Rankers (a small registry; ``LEXICAL_RANKERS``):
     A BM25 extension's index and score, used when the extension is installed
     (detected on open, reported by ``stats``).
 
-Every statement starts with identity expansion (recursive CTE) and the
-visible ACL sets; candidates outside them, or outside FILTERS, are never
-scored. Corpus statistics (df, avgdl) are global: a known side channel,
-described in docs/security.md.
+Every statement starts with the dialect's ACL CTEs — the principals the
+reader's identity holds, expanded once when the reader opened and bound
+here, and the ACL sets they reach; candidates outside them, or outside
+FILTERS, are never scored. A statement ranks chunk ids (with their entity's
+uid and the score); the reader hydrates what the answer returns. Corpus
+statistics (df, avgdl) are global: a known side channel, described in
+docs/security.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_store.engines.postgres.schema import (
-    FIELD_BODY,
-    FIELD_IDENT,
-    FIELD_TITLE,
-    held_principals_cte,
-)
-from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Filters
 
@@ -62,10 +61,8 @@ MAX_QUERY_TERMS = 256
 #: ts_rank_cd normalisation: 1 divides by 1 + log(document length).
 TS_RANK_NORMALIZATION = 1
 
-#: The chunk columns every ranker returns, then the score.
-#: A hit's columns: the chunk's ordinal (its public id is a keyed hash of uid + ordinal,
-#: see ``engines.shared.ChunkIds``), its entity's fields, its text and place.
-_ROW = 'c.ordinal, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+#: What every ranker returns: the chunk id, its entity's uid, then the score.
+_ROW = "c.id, e.uid"
 
 
 @dataclass(frozen=True)
@@ -74,14 +71,14 @@ class LexicalStatement:
     params: dict[str, Any]
 
 
-def _prefix(principal: str, filters: Filters) -> tuple[str, str, dict[str, Any]]:
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
-    params["principal"] = principal
-    return "WITH RECURSIVE " + held_principals_cte(), where, params
+def _prefix(held: Sequence[str], filters: Filters) -> tuple[str, str, dict[str, Any]]:
+    where, params = filter_clause(filters, POSTGRES, alias="e")
+    params.update(POSTGRES.held_params(held))
+    return POSTGRES.with_acl().rstrip("\n"), where, params
 
 
-def _bm25(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
-    head, where, params = _prefix(principal, filters)
+def _bm25(held: Sequence[str], text: str, k: int, filters: Filters) -> LexicalStatement:
+    head, where, params = _prefix(held, filters)
     sql = f"""{head},
 q(field, term, boost) AS (
     (SELECT {FIELD_BODY}::smallint, w.term, 1.0::float8 FROM ks_words(%(text)s) AS w
@@ -103,7 +100,7 @@ w AS MATERIALIZED (
     WHERE q.boost > 0
 ),
 visible AS MATERIALIZED (
-    SELECT e.id FROM entities AS e WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+    SELECT e.id FROM entities AS e WHERE {POSTGRES.visible("e")} AND {where}
 ),
 scored AS (
     SELECT p.chunk,
@@ -130,48 +127,48 @@ ORDER BY s.score DESC, c.id"""
     return LexicalStatement(sql, params)
 
 
-def _ts_rank_cd(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
-    head, where, params = _prefix(principal, filters)
+def _ts_rank_cd(held: Sequence[str], text: str, k: int, filters: Filters) -> LexicalStatement:
+    head, where, params = _prefix(held, filters)
     sql = f"""{head},
 q AS MATERIALIZED (SELECT ks_or_query(%(text)s) AS query)
 SELECT {_ROW}, ts_rank_cd(c.tsv, (SELECT query FROM q), {TS_RANK_NORMALIZATION})::float8 AS score
 FROM chunks AS c JOIN entities AS e ON e.id = c.entity
 WHERE c.tsv @@ (SELECT query FROM q)
-  AND e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+  AND {POSTGRES.visible("e")} AND {where}
 ORDER BY score DESC, c.id
 LIMIT %(k)s"""
     params.update(text=text, k=k)
     return LexicalStatement(sql, params)
 
 
-def _pg_search(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
+def _pg_search(held: Sequence[str], text: str, k: int, filters: Filters) -> LexicalStatement:
     """ParadeDB pg_search: a match query (tokenised by the index, never parsed as query syntax)."""
-    head, where, params = _prefix(principal, filters)
+    head, where, params = _prefix(held, filters)
     sql = f"""{head}
 SELECT {_ROW}, paradedb.score(c.id)::float8 AS score
 FROM chunks AS c JOIN entities AS e ON e.id = c.entity
 WHERE c.id @@@ paradedb.match('text', %(text)s)
-  AND e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+  AND {POSTGRES.visible("e")} AND {where}
 ORDER BY score DESC, c.id
 LIMIT %(k)s"""
     params.update(text=text, k=k)
     return LexicalStatement(sql, params)
 
 
-def _pg_textsearch(principal: str, text: str, k: int, filters: Filters) -> LexicalStatement:
+def _pg_textsearch(held: Sequence[str], text: str, k: int, filters: Filters) -> LexicalStatement:
     """Timescale pg_textsearch: ``<@>`` is the negated BM25 score (lower is better)."""
-    head, where, params = _prefix(principal, filters)
+    head, where, params = _prefix(held, filters)
     sql = f"""{head}
 SELECT {_ROW}, -(c.text <@> to_bm25query(%(text)s, 'chunks_bm25'))::float8 AS score
 FROM chunks AS c JOIN entities AS e ON e.id = c.entity
-WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}
+WHERE {POSTGRES.visible("e")} AND {where}
 ORDER BY c.text <@> to_bm25query(%(text)s, 'chunks_bm25'), c.id
 LIMIT %(k)s"""
     params.update(text=text, k=k)
     return LexicalStatement(sql, params)
 
 
-Builder = Callable[[str, str, int, Filters], LexicalStatement]
+Builder = Callable[[Sequence[str], str, int, Filters], LexicalStatement]
 
 #: name → statement builder. ``bm25`` wins on postgres-docs (see docs/scaling.md figures).
 LEXICAL_RANKERS: dict[str, Builder] = {
@@ -192,7 +189,7 @@ EXTENSION_INDEX: dict[str, str] = {
 
 
 def lexical_statement(
-    ranker: str, principal: str, text: str, k: int, filters: Filters
+    ranker: str, held: Sequence[str], text: str, k: int, filters: Filters
 ) -> LexicalStatement:
     """The one statement of a lexical query with ``ranker``; an unknown name lists the valid ones."""
     try:
@@ -203,4 +200,4 @@ def lexical_statement(
             field="ranker",
             allowed=list(LEXICAL_RANKERS),
         ) from None
-    return build(principal, text.replace("\x00", " "), k, filters)
+    return build(held, text.replace("\x00", " "), k, filters)

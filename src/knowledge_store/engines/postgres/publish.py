@@ -3,9 +3,9 @@
 A publish replaces the chunks and outgoing edges of every upserted entity,
 removes deleted ones, re-points ACL-only changes to another ACL set, keeps
 the BM25 statistics (postings, document frequencies, field lengths) exact,
-and appends a ``publishes`` row whose root is
-:func:`~knowledge_store.engines.embedded.catalog.content_root_of` — the same
-computation as the embedded engine, so the same changes give the same roots.
+and appends a ``publishes`` row — planned by the pure planner both engines
+share (:mod:`knowledge_store.engines.sql.publish`), so the same changes give
+the same counts and the same roots.
 
 Bulk work is set-based: entities go in as one ``INSERT … SELECT FROM unnest``,
 chunks through binary ``COPY`` into a session temp table and one
@@ -22,16 +22,22 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from knowledge_store.engines.base import PreparedEntity, PublishResult
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
+from knowledge_store.engines.base import PreparedEntity, Published
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.publish import (
+    EMPTY_ROOT,
+    PublishPlan,
+    content_root_of,
+    plan_publish,
+)
 from knowledge_store.errors import StoreError
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
 __all__ = [
     "REBUILD_LEXICAL",
-    "PublishResult",
     "acl_set_id",
     "acl_set_key",
     "apply_publish",
@@ -183,21 +189,12 @@ def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
 
 def load_entity(conn: Connection, uid: str) -> Entity | None:
     """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
-    row = conn.execute(
-        "SELECT e.uid, e.type, e.title, b.body, e.source, e.status, e.created_at, e.updated_at,"
-        " e.href, b.attributes, ARRAY(SELECT a.principal FROM acl_set_principals AS a"
-        " WHERE a.acl_set = e.acl_set ORDER BY a.principal)"
-        " FROM entities AS e JOIN entity_bodies AS b ON b.entity = e.id WHERE e.uid = %s",
-        (uid,),
-    ).fetchone()
+    entity_sql, acl_sql, edges_sql = statements.load_entity(POSTGRES, uid)
+    row = conn.execute(*entity_sql).fetchone()
     if row is None:
         return None
-    edges = tuple(
-        Edge(uid, str(label), str(dst), position)
-        for label, dst, position in conn.execute(
-            "SELECT label, dst, position FROM edges WHERE src = %s ORDER BY label, dst", (uid,)
-        )
-    )
+    acl = tuple(str(p) for (p,) in conn.execute(*acl_sql))
+    edges = tuple(Edge(uid, str(lb), str(dst), pos) for lb, dst, pos in conn.execute(*edges_sql))
     return Entity(
         uid=row[0],
         type=row[1],
@@ -210,7 +207,7 @@ def load_entity(conn: Connection, uid: str) -> Entity | None:
         href=row[8],
         attributes=row[9],
         edges=edges,
-        acl=tuple(row[10]),
+        acl=acl,
     )
 
 
@@ -242,14 +239,6 @@ def _drop_chunks(conn: Connection, entity_ids: Sequence[int]) -> None:
     )
     conn.execute("DELETE FROM lexical_postings WHERE chunk = ANY(%(ids)s)", {"ids": gone})
     conn.execute("DELETE FROM chunks WHERE id = ANY(%(ids)s)", {"ids": gone})
-
-
-def _unique_last(upserts: Sequence[PreparedEntity]) -> list[PreparedEntity]:
-    by_uid: dict[str, PreparedEntity] = {}
-    for prepared in upserts:
-        by_uid.pop(prepared.entity.uid, None)
-        by_uid[prepared.entity.uid] = prepared
-    return list(by_uid.values())
 
 
 def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -> dict[str, int]:
@@ -355,86 +344,60 @@ def apply_publish(
     *,
     kind: str,
     acl_only: Sequence[Entity] = (),
-) -> PublishResult:
-    """Write one publish inside the caller's write transaction (which holds the lock).
+) -> PublishPlan:
+    """Plan (:func:`~knowledge_store.engines.sql.publish.plan_publish`) and write one publish
+    inside the caller's write transaction (which holds the lock).
 
     ``acl_only`` are entities whose ACL changed and nothing else: they keep their
     chunks and postings; only their ACL set (and content hash) changes — the ACL
     is a join in every statement, so nothing else needs touching.
     """
-    publish, parent = latest_publish(conn)
-    publish += 1
-    delete_uids = list(dict.fromkeys(deletes))
-    doomed = set(delete_uids)  # an entity upserted and deleted in one publish ends deleted
-    unique = [p for p in _unique_last(upserts) if p.entity.uid not in doomed]
-    upsert_uids = [p.entity.uid for p in unique]
-    stored = {
-        str(uid): (int(row_id), str(content_hash))
-        for uid, row_id, content_hash in conn.execute(
-            "SELECT uid, id, content_hash FROM entities WHERE uid = ANY(%s::text[])",
-            (upsert_uids + delete_uids,),
-        )
-    }
-    # Counted here, under the lock: an upsert another writer already published as it is
-    # stays unchanged (and is not rewritten).
-    same = {
-        p.entity.uid
-        for p in unique
-        if stored.get(p.entity.uid, (0, ""))[1] == p.entity.content_hash
-    }
-    unique = [p for p in unique if p.entity.uid not in same]
-    upsert_uids = [p.entity.uid for p in unique]
-    existing = {uid: row_id for uid, (row_id, _) in stored.items()}
-    changes: dict[str, str | None] = {}
-    replaced = [existing[u] for u in upsert_uids if u in existing]
-    removed = [u for u in delete_uids if u in existing]
-    _drop_chunks(conn, replaced + [existing[u] for u in removed])
-    stale_edges = [u for u in upsert_uids if u in existing] + removed
+    latest = latest_publish(conn)
+    uids = [p.entity.uid for p in upserts] + list(deletes) + [e.uid for e in acl_only]
+    existing: dict[str, int] = {}  # uid → row id
+    hashes: dict[str, str] = {}  # uid → content hash, read under the lock
+    for uid, row_id, content_hash in conn.execute(
+        "SELECT uid, id, content_hash FROM entities WHERE uid = ANY(%s::text[])", (uids,)
+    ):
+        existing[str(uid)] = int(row_id)
+        hashes[str(uid)] = str(content_hash)
+    plan = plan_publish(latest, hashes, upserts, deletes, acl_only)
+    if plan.empty:
+        return plan
+    replaced = [existing[u] for u in plan.replaced]
+    _drop_chunks(conn, replaced + [existing[u] for u in plan.deletes])
+    stale_edges = [*plan.replaced, *plan.deletes]
     if stale_edges:
         conn.execute("DELETE FROM edges WHERE src = ANY(%s::text[])", (stale_edges,))
-    if removed:
+    if plan.deletes:
         conn.execute(
-            "DELETE FROM entities WHERE id = ANY(%s::bigint[])", ([existing[u] for u in removed],)
+            "DELETE FROM entities WHERE id = ANY(%s::bigint[])",
+            ([existing[u] for u in plan.deletes],),
         )
-    if unique:
-        entity_ids = _upsert(conn, publish, unique)
-        _insert_chunks(conn, unique, entity_ids)
-        _insert_edges(conn, unique)
-    for prepared in unique:
-        changes[prepared.entity.uid] = prepared.entity.content_hash
-    for uid in removed:
-        changes[uid] = None
-    updated = len(replaced)
-    for entity in acl_only:
-        acl = acl_set_id(conn, entity.acl)
-        row = conn.execute(
-            "UPDATE entities SET acl_set = %s, content_hash = %s, publish = %s"
-            " WHERE uid = %s RETURNING id",
-            (acl, entity.content_hash, publish, entity.uid),
-        ).fetchone()
-        if row is None:
-            continue
-        changes[entity.uid] = entity.content_hash
-        updated += 1
-    if not changes:
-        return PublishResult(publish - 1, parent, unchanged=len(same))
-    root = content_root_of(parent, changes)
-    added = len(unique) - len(replaced)
+    if plan.upserts:
+        entity_ids = _upsert(conn, plan.publish, plan.upserts)
+        _insert_chunks(conn, plan.upserts, entity_ids)
+        _insert_edges(conn, plan.upserts)
+    for entity in plan.acl_only:
+        conn.execute(
+            "UPDATE entities SET acl_set = %s, content_hash = %s, publish = %s WHERE uid = %s",
+            (acl_set_id(conn, entity.acl), entity.content_hash, plan.publish, entity.uid),
+        )
     conn.execute(
         "INSERT INTO publishes (id, root, parent, kind, at, added, updated, deleted)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
         (
-            publish,
-            root,
-            parent,
+            plan.publish,
+            plan.root,
+            plan.parent,
             kind,
             datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            added,
-            updated,
-            len(removed),
+            plan.added,
+            plan.updated,
+            plan.deleted,
         ),
     )
-    return PublishResult(publish, root, added, updated, len(removed), len(same))
+    return plan
 
 
 def replace_embeddings(
@@ -444,7 +407,7 @@ def replace_embeddings(
     meta: Mapping[str, str],
     *,
     base_root: str,
-) -> PublishResult:
+) -> Published:
     """Every chunk's embedding and the model ``meta``, as one publish (kind ``reembed``).
 
     Inside the caller's write transaction; refused if the store moved on from
@@ -483,4 +446,4 @@ def replace_embeddings(
         " VALUES (%s, %s, %s, 'reembed', %s, 0, 0, 0)",
         (publish, root, parent, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
     )
-    return PublishResult(publish, root, 0, 0, 0)
+    return Published(publish, root)

@@ -32,12 +32,9 @@ __all__ = [
     "FIELD_TITLE",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "VIS_CTE",
     "Features",
     "Migration",
     "detect_features",
-    "held_cte",
-    "held_principals_cte",
     "parse_version",
     "vector_ddl",
 ]
@@ -315,30 +312,6 @@ def vector_ddl(dimension: int) -> list[str]:
         "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks"
         " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
     ]
-
-
-def held_cte(placeholder: str = "%(principal)s") -> str:
-    """Identity expansion ``held(p)`` (a CTE definition, no ``WITH``).
-
-    The bound principal, ``everyone``, and every group reached over memberships
-    (``UNION`` stops on revisits). Expanded live in every statement, never cached.
-    """
-    return (
-        f"held(p) AS (VALUES ({placeholder}::text COLLATE \"C\"), ('everyone')"
-        " UNION SELECT m.grp FROM memberships AS m JOIN held ON m.member = held.p)"
-    )
-
-
-#: The ACL sets holding one of the ``held`` principals.
-VIS_CTE = (
-    "vis(acl_set) AS (SELECT DISTINCT a.acl_set FROM acl_set_principals AS a"
-    " JOIN held ON a.principal = held.p)"
-)
-
-
-def held_principals_cte(placeholder: str = "%(principal)s") -> str:
-    """``held`` and ``vis``: what every read statement starts with (after ``WITH RECURSIVE``)."""
-    return f"{held_cte(placeholder)}, {VIS_CTE}"
 
 
 # -- feature detection ------------------------------------------------------------------------------

@@ -25,13 +25,15 @@ for ``exact``, the index candidates otherwise.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from knowledge_store.engines.postgres.schema import Features, held_principals_cte
-from knowledge_store.engines.sqlfilters import filter_clause, pyformat
+from knowledge_store.engines.postgres.schema import Features
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.model import Filters
 
 __all__ = [
@@ -61,9 +63,7 @@ EXACT_SHARE = 0.05
 OVERSAMPLE = 2.0
 
 Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
-#: A hit's columns: the chunk's ordinal (its public id is a keyed hash of uid + ordinal,
-#: see ``engines.shared.ChunkIds``), its entity's fields, its text and place.
-_ROW = 'c.ordinal, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end"'
+_ROW = "c.id, e.uid"
 
 
 @dataclass(frozen=True)
@@ -108,14 +108,14 @@ def plan_vector(visible: int, total: int, k: int, features: Features) -> VectorP
     return VectorPlan("hnsw-filtered", visible, total, ef, False)
 
 
-def vector_count_statement(principal: str, filters: Filters) -> tuple[str, dict[str, Any]]:
-    """``(visible chunks, total chunks)`` for the planner, the ACL join inside."""
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
-    params["principal"] = principal
+def vector_count_statement(held: Sequence[str], filters: Filters) -> tuple[str, dict[str, Any]]:
+    """``(visible chunks, total chunks)`` for the planner, the ACL inside."""
+    where, params = filter_clause(filters, POSTGRES, alias="e")
+    params.update(POSTGRES.held_params(held))
     sql = (
-        "WITH RECURSIVE " + held_principals_cte() + " SELECT"
+        POSTGRES.with_acl() + "SELECT"
         " (SELECT coalesce(sum(e.chunk_count), 0) FROM entities AS e"
-        f"  WHERE e.acl_set IN (SELECT acl_set FROM vis) AND {where}),"
+        f"  WHERE {POSTGRES.visible('e')} AND {where}),"
         " (SELECT docs FROM lexical_fields WHERE field = 0)"
     )
     return sql, params
@@ -132,26 +132,25 @@ def settings(plan: VectorPlan) -> list[str]:
 
 
 def vector_statement(
-    plan: VectorPlan, principal: str, query: np.ndarray, k: int, filters: Filters
+    plan: VectorPlan, held: Sequence[str], query: np.ndarray, k: int, filters: Filters
 ) -> tuple[str, dict[str, Any]]:
-    """The one statement of a vector query under ``plan``: rows, then score, then scanned."""
-    where, params = filter_clause(filters, alias="e", placeholder=pyformat)
-    params.update(principal=principal, q=np.asarray(query, dtype=np.float32), k=k)
-    head = "WITH RECURSIVE " + held_principals_cte()
-    visible = f"e.acl_set IN (SELECT acl_set FROM vis) AND {where}"
+    """The one statement of a vector query under ``plan``: chunk id, uid, score, scanned."""
+    where, params = filter_clause(filters, POSTGRES, alias="e")
+    params.update(POSTGRES.held_params(held))
+    params.update(q=np.asarray(query, dtype=np.float32), k=k)
+    head = POSTGRES.with_acl().rstrip("\n")
+    visible = f"{POSTGRES.visible('e')} AND {where}"
     if plan.strategy == "exact":
         # Drive from the visible entities (few, by the plan) into their chunks: the
         # LATERAL subquery with OFFSET 0 keeps the planner from flattening it into a
         # scan of every chunk, and "+ 0" keeps the HNSW index out — the scan is exact.
         sql = (
             f"{head},\nvisible AS MATERIALIZED ("
-            "\n  SELECT e.id, e.uid, e.title, e.type, e.href FROM entities AS e"
+            "\n  SELECT e.id, e.uid FROM entities AS e"
             f"\n  WHERE {visible})"
-            f"\nSELECT {_ROW},"
-            " 1.0 - c.distance AS score, %(scanned)s AS scanned"
+            "\nSELECT c.id, e.uid, 1.0 - c.distance AS score, %(scanned)s AS scanned"
             "\nFROM visible AS e CROSS JOIN LATERAL ("
-            '\n  SELECT c.id, c.ordinal, c.text, c.heading, c.start, c."end",'
-            " (c.embedding <=> %(q)s) + 0 AS distance"
+            "\n  SELECT c.id, (c.embedding <=> %(q)s) + 0 AS distance"
             "\n  FROM chunks AS c WHERE c.entity = e.id OFFSET 0) AS c"
             "\nORDER BY c.distance, c.id\nLIMIT %(k)s"
         )

@@ -81,7 +81,7 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
     """
     if format == "web":
         raise InvalidRequest(
-            f"--format web reads web sites: give an http:// or https:// URL, not {str(path)!r}",
+            f"the format 'web' reads web sites: give an http:// or https:// URL, not {str(path)!r}",
             path=str(path),
         )
     if not os.path.lexists(path):
@@ -90,8 +90,9 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
         name = format or _FORMAT_OF.get(path.suffix.lower())
         if name is None:
             raise InvalidRequest(
-                f"can't tell the format of {str(path)!r} from its extension;"
-                f" pass --format ({', '.join(FORMATS)})",
+                f"can't tell what kind of records {str(path)!r} holds from its extension;"
+                f" name its format: one of {', '.join(FORMATS)}",
+                field="format",
                 path=str(path),
             )
         return [(name, path, path.parent)]
@@ -203,7 +204,7 @@ def load_paths(
     urls = [str(path) for path in paths if _is_url(path)]
     if urls and format not in (None, "web"):
         raise InvalidRequest(
-            f"{urls[0]!r} is a web site; read it with --format web, not {format}",
+            f"{urls[0]!r} is a web site; read it with the format 'web', not {format}",
             path=urls[0],
         )
     plans = [(Path(path), _plan(Path(path), format)) for path in paths if not _is_url(path)]

@@ -1,20 +1,10 @@
-"""The closed aggregate catalog (DESIGN §2): metric × dimension — pure functions.
+"""Aggregate rows shaped for the answer (DESIGN §2) — pure functions, shared by both engines.
 
-======================  ===============================================
-metric                  value of a bucket
-======================  ===============================================
-``count``               number of visible entities
-``count_distinct:source``  number of distinct sources among them
-``count_distinct:type``    number of distinct types among them
-======================  ===============================================
-
-Dimensions: none (one total row, key ``None``), ``type``, ``source``,
-``status``, and trends ``created_at:day|week|month``,
-``updated_at:day|week|month``.
-
-The engine computes the grouped values in its database over the ACL-visible,
-filtered slice (the bucket key expression is the engine's); this module names
-the catalog, validates a request, and shapes the rows:
+The catalog (metrics × dimensions) is declared in :mod:`knowledge_store.model`
+and validated into an :class:`~knowledge_store.model.AggregateSpec` at the
+store boundary. The engine computes the grouped values in its database over
+the ACL-visible, filtered slice (the bucket key expression is the dialect's);
+this module shapes those rows:
 
 * bucket keys: day ``2024-05-01``, ISO week ``2024-W05`` (the ISO year, which
   differs from the calendar year around New Year), month ``2024-05``;
@@ -32,95 +22,14 @@ the catalog, validates a request, and shapes the rows:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import Literal
 
-from knowledge_store.errors import BoundExceeded, UnknownField
-from knowledge_store.model import Filters
+from knowledge_store.errors import BoundExceeded
+from knowledge_store.model import MAX_BUCKETS, AggregateRow, AggregateSpec, Filters, Granularity
 
-__all__ = [
-    "DIMENSIONS",
-    "GRANULARITIES",
-    "MAX_BUCKETS",
-    "METRICS",
-    "AggregateSpec",
-    "bucket_key",
-    "bucket_keys",
-    "check_aggregate",
-    "shape_rows",
-]
+__all__ = ["answer_rows", "bucket_key", "bucket_keys", "shape_rows"]
 
-METRICS: tuple[str, ...] = ("count", "count_distinct:source", "count_distinct:type")
-GRANULARITIES: tuple[str, ...] = ("day", "week", "month")
-_CATEGORIES: tuple[str, ...] = ("type", "source", "status")
-_DATE_FIELDS: tuple[str, ...] = ("created_at", "updated_at")
-DIMENSIONS: tuple[str, ...] = _CATEGORIES + tuple(
-    f"{field}:{g}" for field in _DATE_FIELDS for g in GRANULARITIES
-)
-#: A trend over more buckets than this is refused (ask for a coarser granularity).
-MAX_BUCKETS = 10_000
-
-Granularity = Literal["day", "week", "month"]
 Row = tuple[str | None, int]
-
-
-@dataclass(frozen=True)
-class AggregateSpec:
-    """A validated catalog entry: the metric, and the dimension split into field/granularity."""
-
-    metric: str
-    dimension: str | None
-    field: str | None  # type | source | status | created_at | updated_at | None
-    granularity: Granularity | None  # set for trends
-
-    @property
-    def is_trend(self) -> bool:
-        return self.granularity is not None
-
-    @property
-    def distinct_of(self) -> str | None:
-        """The column a ``count_distinct:…`` metric counts (None for ``count``)."""
-        return self.metric.partition(":")[2] or None
-
-
-def _catalog() -> str:
-    return (
-        f"metrics: {', '.join(METRICS)}; dimensions: {', '.join(DIMENSIONS)}"
-        " (or none, for a single total)"
-    )
-
-
-def check_aggregate(metric: str, dimension: str | None) -> AggregateSpec:
-    """Validate ``metric`` × ``dimension`` against the catalog; ``UnknownField`` lists it."""
-    if metric not in METRICS:
-        raise UnknownField(
-            f"unknown metric {metric!r}; {_catalog()}",
-            field="metric",
-            value=metric,
-            metrics=list(METRICS),
-            dimensions=list(DIMENSIONS),
-        )
-    if dimension is None or dimension == "":
-        return AggregateSpec(metric, None, None, None)
-    if dimension not in DIMENSIONS:
-        hint = ""
-        if dimension in _DATE_FIELDS:
-            hint = f" (a trend needs a granularity: {dimension}:day, :week or :month)"
-        raise UnknownField(
-            f"unknown dimension {dimension!r}{hint}; {_catalog()}",
-            field="dimension",
-            value=dimension,
-            metrics=list(METRICS),
-            dimensions=list(DIMENSIONS),
-        )
-    field, _, granularity = dimension.partition(":")
-    if not granularity:
-        return AggregateSpec(metric, dimension, field, None)
-    gran: Granularity = (
-        "day" if granularity == "day" else "week" if granularity == "week" else "month"
-    )
-    return AggregateSpec(metric, dimension, field, gran)
 
 
 def bucket_key(timestamp: str, granularity: Granularity) -> str:
@@ -169,10 +78,11 @@ def _bucket_count(first: str, last: str, granularity: Granularity) -> int:
     return (end.year - start.year) * 12 + end.month - start.month + 1
 
 
-def _range(filters: Filters, field: str) -> tuple[str | None, str | None]:
-    if field == "created_at":
-        return filters.created_from, filters.created_to
-    return filters.updated_from, filters.updated_to
+def answer_rows(
+    spec: AggregateSpec, grouped: Mapping[str | None, int], filters: Filters
+) -> list[AggregateRow]:
+    """:func:`shape_rows` as the answer's rows."""
+    return [AggregateRow(key=key, value=value) for key, value in shape_rows(spec, grouped, filters)]
 
 
 def shape_rows(
@@ -192,7 +102,7 @@ def shape_rows(
         )
     gran = spec.granularity
     dated = {key: int(v) for key, v in grouped.items() if key is not None}
-    low, high = _range(filters, spec.field)
+    low, high = filters.range(spec.field)
     first = bucket_key(low, gran) if low is not None else min(dated, default=None)
     last = bucket_key(high, gran) if high is not None else max(dated, default=None)
     rows: list[Row] = []

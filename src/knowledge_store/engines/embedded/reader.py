@@ -1,0 +1,394 @@
+"""The embedded engine's point-in-time reader: one catalog snapshot, one searcher, one dense generation.
+
+A reader owns a catalog connection for its lifetime and holds one SQLite read
+transaction on it (one WAL snapshot, publish ``P``), the Tantivy searcher and
+the dense generation of that same publish (the engine guarantees it: see
+:meth:`EmbeddedEngine.reader`), and the principals its identity holds,
+expanded once when it opened. Every primitive reads that view:
+
+* ``lexical`` / ``vector`` rank chunk ids in the derived index with the ACL as
+  a pre-filter, then probe those ids against the catalog's visibility (the
+  final check: ids only, no text);
+* ``chunks`` / ``entities`` hydrate what an answer returns, once;
+* sql, aggregates, successors, content, the graph walk and query_graph run
+  the shared statements of :mod:`knowledge_store.engines.sql` on the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks, Vector
+from knowledge_store.engines.shared import content_answer
+from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.aggregate import answer_rows
+from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
+from knowledge_store.engines.sql.traversal import traverse
+from knowledge_store.errors import InvalidRequest, ModelMismatch, QueryTimeout, StoreError
+from knowledge_store.graphquery.compiler import compile_query
+from knowledge_store.graphquery.nodes import Query
+from knowledge_store.model import (
+    QUERY_GRAPH_TIME_LIMIT_S,
+    AggregateAnswer,
+    AggregateSpec,
+    Content,
+    Filters,
+    GraphHit,
+    GraphHits,
+    GraphQuery,
+    Identity,
+    Order,
+    QueryAnswer,
+    SqlHit,
+    SqlHits,
+    VectorInfo,
+)
+
+if TYPE_CHECKING:
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine, View
+
+__all__ = ["EmbeddedReader"]
+
+_PROGRESS_EVERY = 1000  # SQLite VM instructions between two clock checks (query_graph)
+_READ_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+#: Candidates fetched beyond k, so that a final check that drops a few still fills k.
+_SLACK = 10
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def _read_only(action: int, table: str | None, *_: Any) -> int:
+    """Let a query_graph statement read, and nothing else.
+
+    The one exception is the check SQLite makes when a table-valued function
+    (``json_each``) declares its columns, reported as an UPDATE of sqlite_master;
+    that table cannot be written anyway (``writable_schema`` is off).
+    """
+    if action in _READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_UPDATE and table == "sqlite_master":
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+class EmbeddedReader:
+    """See the module docstring. Made by :meth:`EmbeddedEngine.reader`, never directly."""
+
+    def __init__(
+        self,
+        engine: EmbeddedEngine,
+        conn: sqlite3.Connection,
+        identity: Identity,
+        publish: int,
+        root: str,
+        view: View,
+    ) -> None:
+        self._engine = engine
+        self._conn = conn
+        self._identity = identity
+        self._publish = publish
+        self._root = root
+        self._lexical = view.lexical
+        self._dense = view.dense
+        self._view = view
+        self._statements: dict[str, int] = {}
+        self._held_once: tuple[str, ...] | None = None
+        self._expand_ms = 0.0
+
+    # -- what the reader is ---------------------------------------------------------------
+    @property
+    def content_root(self) -> str:
+        return self._root
+
+    @property
+    def publish(self) -> int:
+        return self._publish
+
+    @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The principals the identity holds, expanded once (on first use) in this snapshot."""
+        if self._held_once is None:
+            started = time.perf_counter()
+            expansion = SQLITE.expand_identity()
+            rows = self._run(expansion, {"principal": self._identity.principal})
+            self._held_once = tuple(str(p) for (p,) in rows)
+            self._expand_ms = _ms(time.perf_counter() - started)
+        return self._held_once
+
+    @property
+    def _held(self) -> tuple[str, ...]:
+        return self.held
+
+    def explain(self) -> dict[str, Any]:
+        return {
+            "engine": "embedded",
+            "snapshot": {
+                "publish": self._publish,
+                "content_root": self._root,
+                "lexical_watermark": self._lexical.watermark,
+                "dense_watermark": None if self._dense is None else self._dense.watermark,
+            },
+            "identity": self._identity.principal,
+            "identity_expansions": 0 if self._held_once is None else 1,
+            "held_principals": len(self._held_once or ()),
+            "expand_ms": self._expand_ms,
+            "statements": [{"sql": sql, "runs": n} for sql, n in self._statements.items()],
+        }
+
+    def _run(self, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+        self._statements[sql] = self._statements.get(sql, 0) + 1
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"reading the catalog failed: {exc}") from exc
+
+    def _acl(self) -> dict[str, Any]:
+        return SQLITE.held_params(self._held)
+
+    # -- ranking ids -----------------------------------------------------------------------
+    def _checked(self, ids: Sequence[int], filters: Filters) -> dict[int, str]:
+        """The final check: which ids exist in this snapshot, pass filters, and are visible
+        (with their entity's uid)."""
+        if not ids:
+            return {}
+        found = self._run(*statements.probe_chunks(SQLITE, self._held, ids, filters))
+        return {int(r[0]): str(r[1]) for r in found}
+
+    def _ranked(
+        self,
+        found: Sequence[tuple[int, float]],
+        k: int,
+        filters: Filters,
+        details: dict[str, Any],
+        vector: VectorInfo | None = None,
+    ) -> RankedChunks:
+        started = time.perf_counter()
+        visible = self._checked([c for c, _ in found], filters)
+        kept = [(c, s) for c, s in found if c in visible][:k]
+        details["index_hits"] = len(found)
+        details["dropped_by_final_check"] = len(found) - len(visible)
+        details.setdefault("ms", {})["final_check"] = _ms(time.perf_counter() - started)
+        return RankedChunks(
+            [c for c, _ in kept],
+            [visible[c] for c, _ in kept],
+            [s for _, s in kept],
+            vector,
+            details,
+        )
+
+    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+        if self._view.lexical_error is not None:
+            raise StoreError(self._view.lexical_error)
+        started = time.perf_counter()
+        found = self._engine.lexical_index.search(
+            text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
+        )
+        details: dict[str, Any] = {"ms": {"index": _ms(time.perf_counter() - started)}}
+        return self._ranked([(c, s) for c, _, s in found], k, filters, details)
+
+    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+        if self._view.dense_error is not None:
+            raise StoreError(self._view.dense_error)
+        dense = self._dense
+        if dense is None or len(dense) == 0:
+            empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
+            return RankedChunks([], [], [], empty, {"ms": {}})
+        if vector.shape[-1] != dense.owner.dimension:
+            model = self._engine.model()
+            raise ModelMismatch(
+                f"the query vector has {vector.shape[-1]} dimensions; this store's model"
+                f" {model[0] if model else '?'} has {dense.owner.dimension}",
+            )
+        started = time.perf_counter()
+        allowed = self._engine.visible_chunks(self, filters)
+        t_acl = time.perf_counter()
+        ids, scores, info = dense.search(vector, k + _SLACK, allowed=allowed)
+        details: dict[str, Any] = {
+            "visible_chunks": None if allowed is None else len(allowed),
+            "ms": {"acl": _ms(t_acl - started), "index": _ms(time.perf_counter() - t_acl)},
+        }
+        found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
+        return self._ranked(found, k, filters, details, info)
+
+    def visible_chunk_ids(self, filters: Filters) -> np.ndarray:
+        """Sorted ids of the chunks this reader may see that pass ``filters`` (dense pre-filter)."""
+        rows = self._run(*statements.visible_chunk_ids(SQLITE, self._held, filters))
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def count_chunks(self) -> int:
+        return int(self._run("SELECT count(*) FROM chunks", ())[0][0])
+
+    # -- hydrating ---------------------------------------------------------------------------
+    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
+        if not chunk_ids:
+            return {}
+        public = self._engine.chunk_ids
+        return {
+            int(r[0]): ChunkRecord(
+                chunk_id=int(r[0]),
+                public_id=public(r[1], int(r[9])),
+                uid=r[1],
+                title=r[2],
+                type=r[3],
+                href=r[4],
+                text=r[5],
+                heading=tuple(json.loads(r[6])),
+                start=int(r[7]),
+                end=int(r[8]),
+            )
+            for r in self._run(*statements.chunk_cards(SQLITE, chunk_ids))
+        }
+
+    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]:
+        if not uids:
+            return {}
+        return {
+            str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
+            for r in self._run(*statements.entity_cards(SQLITE, self._held, uids))
+        }
+
+    # -- entities by field --------------------------------------------------------------------
+    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits:
+        rows = self._run(*statements.sql_hits(SQLITE, self._held, filters, order, k))
+        hits = [
+            SqlHit(
+                uid=r[0],
+                title=r[1],
+                type=r[2],
+                source=r[3],
+                status=r[4],
+                created_at=r[5],
+                updated_at=r[6],
+                rank=rank,
+                href=r[7],
+            )
+            for rank, r in enumerate(rows, start=1)
+        ]
+        return SqlHits(content_root=self._root, hits=hits)
+
+    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer:
+        grouped = {
+            (None if bucket is None else str(bucket)): int(value)
+            for bucket, value in self._run(*statements.aggregate(SQLITE, self._held, spec, filters))
+        }
+        if spec.field is None and not grouped:
+            grouped = {None: 0}
+        return AggregateAnswer(
+            content_root=self._root,
+            metric=spec.metric,
+            dimension=spec.dimension,
+            rows=answer_rows(spec, grouped, filters),
+        )
+
+    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]:
+        if not uids:
+            return {}
+        out: dict[str, str] = {}
+        for src, dst in self._run(*statements.successors(SQLITE, self._held, uids, filters)):
+            out.setdefault(str(src), str(dst))
+        return out
+
+    def content(self, uid: str) -> Content | None:
+        rows = self._run(*statements.content_entity(SQLITE, self._held, uid))
+        if not rows:
+            return None
+        row = rows[0]
+        chunks = [
+            (*c[:3], json.loads(c[3]), *c[4:])
+            for c in self._run(*statements.content_chunks(SQLITE, int(row[0])))
+        ]
+        edges = {
+            direction: self._run(*statements.content_edges(SQLITE, self._held, uid, near, far))
+            for direction, near, far in EDGE_DIRECTIONS
+        }
+        entity = (*row[1:10], json.loads(row[10]))
+        return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
+
+    # -- the graph ------------------------------------------------------------------------------
+    def graph(self, query: GraphQuery) -> GraphHits:
+        try:
+            walk = traverse(self._conn, SQLITE, self._held, query)
+        except sqlite3.Error as exc:
+            raise StoreError(f"the graph walk failed: {exc}") from exc
+        for sql in walk.statements:
+            self._statements[sql] = self._statements.get(sql, 0) + 1
+        hits = [
+            GraphHit(
+                uid=r.uid,
+                title=r.title,
+                type=r.type,
+                rank=rank,
+                hops=r.hops,
+                paths=r.paths,
+                path=r.path,
+                href=r.href,
+                updated_at=r.updated_at,
+            )
+            for rank, r in enumerate(walk.reached[: query.k], start=1)
+        ]
+        return GraphHits(content_root=self._root, hits=hits, capped=walk.capped)
+
+    def query_graph(
+        self,
+        query: Query,
+        params: Mapping[str, Any],
+        *,
+        time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S,
+    ) -> QueryAnswer:
+        """One compiled statement, read-only (an authorizer), cancelled past the time bound."""
+        compiled = compile_query(query, params, self._held, dialect=SQLITE)
+        self._statements[compiled.sql] = self._statements.get(compiled.sql, 0) + 1
+        started = time.perf_counter()
+        deadline = started + time_limit_s
+
+        def past_deadline() -> int:
+            return 1 if time.perf_counter() > deadline else 0
+
+        conn = self._conn
+        conn.set_progress_handler(past_deadline, _PROGRESS_EVERY)
+        conn.set_authorizer(_read_only)
+        cursor: sqlite3.Cursor | None = None
+        try:
+            cursor = conn.execute(compiled.sql, compiled.params)
+            raw = cursor.fetchmany(compiled.limit + 1)
+        except sqlite3.OperationalError as exc:
+            if "interrupt" in str(exc).lower():
+                raise QueryTimeout(
+                    f"the query ran past the {round(time_limit_s * 1000)} ms bound and was"
+                    " cancelled; anchor a node with a parameter (e.g. (a {uid: $uid})), lower"
+                    " the depth of *1..d, name fewer labels, or add WHERE conditions",
+                    limit_ms=round(time_limit_s * 1000),
+                    elapsed_ms=round((time.perf_counter() - started) * 1000),
+                ) from exc
+            raise StoreError(f"query_graph failed in the catalog: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"query_graph failed in the catalog: {exc}") from exc
+        except (UnicodeEncodeError, OverflowError) as exc:  # a value SQLite cannot bind
+            raise InvalidRequest(f"a parameter value cannot be used: {exc}") from exc
+        finally:
+            if cursor is not None:
+                cursor.close()
+            conn.set_progress_handler(None, 0)
+            conn.set_authorizer(None)
+        truncated = len(raw) > compiled.limit
+        return QueryAnswer(
+            content_root=self._root,
+            columns=[c.name for c in compiled.columns],
+            rows=[compiled.shape(tuple(r)) for r in raw[: compiled.limit]],
+            truncated=truncated,
+        )

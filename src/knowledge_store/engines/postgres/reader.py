@@ -1,0 +1,341 @@
+"""The PostgreSQL engine's point-in-time reader: one ``REPEATABLE READ`` transaction.
+
+A reader owns a connection for its lifetime and reads everything in one
+``REPEATABLE READ READ ONLY`` transaction — one snapshot for every statement,
+so every list of an answer comes from one publish. The identity is expanded
+once (one statement) and the principals it holds are bound into every later
+statement; the ACL CTEs and the visibility condition come only from the
+dialect (:mod:`knowledge_store.engines.sql.dialect`). Statement-local
+settings (the vector plan's ``hnsw.*``, query_graph's ``statement_timeout``)
+live in a savepoint, so neither a setting nor a cancelled statement outlives
+its one read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks, Vector
+from knowledge_store.engines.postgres import lexical as lexical_sql
+from knowledge_store.engines.postgres import vector as vector_sql
+from knowledge_store.engines.postgres.db import Connection, translate
+from knowledge_store.engines.postgres.graph import prepare_query_graph, statement_timeout_ms
+from knowledge_store.engines.shared import content_answer
+from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.aggregate import answer_rows
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
+from knowledge_store.engines.sql.traversal import traverse
+from knowledge_store.errors import ModelMismatch, QueryTimeout, StoreError
+from knowledge_store.graphquery.nodes import Query
+from knowledge_store.model import (
+    QUERY_GRAPH_TIME_LIMIT_S,
+    AggregateAnswer,
+    AggregateSpec,
+    Content,
+    Filters,
+    GraphHit,
+    GraphHits,
+    GraphQuery,
+    Identity,
+    Order,
+    QueryAnswer,
+    SqlHit,
+    SqlHits,
+    VectorInfo,
+)
+
+if TYPE_CHECKING:
+    from knowledge_store.engines.postgres.engine import PostgresEngine
+
+__all__ = ["PostgresReader"]
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class PostgresReader:
+    """See the module docstring. Made by :meth:`PostgresEngine.reader`, never directly."""
+
+    def __init__(
+        self, engine: PostgresEngine, conn: Connection, identity: Identity, publish: int, root: str
+    ) -> None:
+        self._engine = engine
+        self._conn = conn
+        self._identity = identity
+        self._publish = publish
+        self._root = root
+        self._statements: dict[str, int] = {}
+        self._held_once: tuple[str, ...] | None = None
+        self._expand_ms = 0.0
+
+    # -- what the reader is ---------------------------------------------------------------
+    @property
+    def content_root(self) -> str:
+        return self._root
+
+    @property
+    def publish(self) -> int:
+        return self._publish
+
+    @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The principals the identity holds, expanded once (on first use) in this snapshot."""
+        if self._held_once is None:
+            started = time.perf_counter()
+            rows = self._run(POSTGRES.expand_identity(), {"principal": self._identity.principal})
+            self._held_once = tuple(str(p) for (p,) in rows)
+            self._expand_ms = _ms(time.perf_counter() - started)
+        return self._held_once
+
+    def explain(self) -> dict[str, Any]:
+        return {
+            "engine": "postgres",
+            "snapshot": {
+                "publish": self._publish,
+                "content_root": self._root,
+                "isolation": "repeatable read",
+            },
+            "identity": self._identity.principal,
+            "identity_expansions": 0 if self._held_once is None else 1,
+            "held_principals": len(self._held_once or ()),
+            "expand_ms": self._expand_ms,
+            "statements": [{"sql": sql, "runs": n} for sql, n in self._statements.items()],
+        }
+
+    def _run(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        self._statements[sql] = self._statements.get(sql, 0) + 1
+        with translate("reading"):
+            return self._conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _local(self, action: str) -> Iterator[None]:
+        """A savepoint around statement-local settings, rolled back after the read."""
+        with translate(action):
+            self._conn.execute("SAVEPOINT ks_local")
+        try:
+            yield
+        finally:
+            with translate(action):
+                self._conn.execute("ROLLBACK TO SAVEPOINT ks_local")
+                self._conn.execute("RELEASE SAVEPOINT ks_local")
+
+    # -- ranking ids -----------------------------------------------------------------------
+    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+        started = time.perf_counter()
+        ranker = self._engine.lexical_ranker
+        statement = lexical_sql.lexical_statement(ranker, self.held, text, k, filters)
+        rows = self._run(statement.sql, statement.params)
+        return RankedChunks(
+            [int(r[0]) for r in rows],
+            [str(r[1]) for r in rows],
+            [float(r[2]) for r in rows],
+            None,
+            {"ranker": ranker, "ms": {"statement": _ms(time.perf_counter() - started)}},
+        )
+
+    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+        expected = self._engine.model()
+        if expected is None:
+            empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
+            return RankedChunks([], [], [], empty, {"ms": {}})
+        if vector.shape[-1] != expected[1]:
+            raise ModelMismatch(
+                f"the query vector has {vector.shape[-1]} dimensions; this store's model"
+                f" {expected[0]} has {expected[1]}",
+            )
+        started = time.perf_counter()
+        key = (self._publish, self.held, filters)
+        counts = self._engine.visible_counts(key)
+        if counts is None:
+            sql, params = vector_sql.vector_count_statement(self.held, filters)
+            row = self._run(sql, params)[0]
+            counts = (int(row[0] or 0), int(row[1] or 0))
+            self._engine.remember_counts(key, counts)
+        plan = vector_sql.plan_vector(counts[0], counts[1], k, self._engine.features)
+        t_plan = time.perf_counter()
+        rows: list[Any] = []
+        if plan.visible:
+            sql, params = vector_sql.vector_statement(plan, self.held, vector, k, filters)
+            with self._local("vector search"):
+                for setting in vector_sql.settings(plan):
+                    self._conn.execute(setting)
+                rows = self._run(sql, params)
+        scanned = plan.visible if plan.strategy == "exact" else int(rows[0][3]) if rows else plan.ef
+        info = VectorInfo(strategy=plan.strategy, scanned=scanned, exhaustive=plan.exhaustive)
+        details = {
+            "plan": plan.to_dict(),
+            "ms": {"plan": _ms(t_plan - started), "statement": _ms(time.perf_counter() - t_plan)},
+        }
+        return RankedChunks(
+            [int(r[0]) for r in rows],
+            [str(r[1]) for r in rows],
+            [float(r[2]) for r in rows],
+            info,
+            details,
+        )
+
+    # -- hydrating ---------------------------------------------------------------------------
+    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
+        if not chunk_ids:
+            return {}
+        public = self._engine.chunk_ids
+        return {
+            int(r[0]): ChunkRecord(
+                chunk_id=int(r[0]),
+                public_id=public(r[1], int(r[9])),
+                uid=r[1],
+                title=r[2],
+                type=r[3],
+                href=r[4],
+                text=r[5],
+                heading=tuple(r[6]),
+                start=int(r[7]),
+                end=int(r[8]),
+            )
+            for r in self._run(*statements.chunk_cards(POSTGRES, chunk_ids))
+        }
+
+    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]:
+        if not uids:
+            return {}
+        return {
+            str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
+            for r in self._run(*statements.entity_cards(POSTGRES, self.held, uids))
+        }
+
+    # -- entities by field --------------------------------------------------------------------
+    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits:
+        rows = self._run(*statements.sql_hits(POSTGRES, self.held, filters, order, k))
+        hits = [
+            SqlHit(
+                uid=r[0],
+                title=r[1],
+                type=r[2],
+                source=r[3],
+                status=r[4],
+                created_at=r[5],
+                updated_at=r[6],
+                rank=rank,
+                href=r[7],
+            )
+            for rank, r in enumerate(rows, start=1)
+        ]
+        return SqlHits(content_root=self._root, hits=hits)
+
+    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer:
+        grouped = {
+            (None if bucket is None else str(bucket)): int(value)
+            for bucket, value in self._run(
+                *statements.aggregate(POSTGRES, self.held, spec, filters)
+            )
+        }
+        if spec.field is None and not grouped:
+            grouped = {None: 0}
+        return AggregateAnswer(
+            content_root=self._root,
+            metric=spec.metric,
+            dimension=spec.dimension,
+            rows=answer_rows(spec, grouped, filters),
+        )
+
+    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]:
+        if not uids:
+            return {}
+        out: dict[str, str] = {}
+        for src, dst in self._run(*statements.successors(POSTGRES, self.held, uids, filters)):
+            out.setdefault(str(src), str(dst))
+        return out
+
+    def content(self, uid: str) -> Content | None:
+        rows = self._run(*statements.content_entity(POSTGRES, self.held, uid))
+        if not rows:
+            return None
+        row = rows[0]
+        chunks = self._run(*statements.content_chunks(POSTGRES, int(row[0])))
+        edges = {
+            direction: self._run(*statements.content_edges(POSTGRES, self.held, uid, near, far))
+            for direction, near, far in EDGE_DIRECTIONS
+        }
+        return content_answer(self._root, row[1:], chunks, edges, self._engine.chunk_ids)
+
+    # -- the graph ------------------------------------------------------------------------------
+    def graph(self, query: GraphQuery) -> GraphHits:
+        with translate("the graph walk"):
+            walk = traverse(self._conn, POSTGRES, self.held, query)
+        for sql in walk.statements:
+            self._statements[sql] = self._statements.get(sql, 0) + 1
+        hits = [
+            GraphHit(
+                uid=r.uid,
+                title=r.title,
+                type=r.type,
+                rank=rank,
+                hops=r.hops,
+                paths=r.paths,
+                path=r.path,
+                href=r.href,
+                updated_at=r.updated_at,
+            )
+            for rank, r in enumerate(walk.reached[: query.k], start=1)
+        ]
+        return GraphHits(content_root=self._root, hits=hits, capped=walk.capped)
+
+    def query_graph(
+        self,
+        query: Query,
+        params: Mapping[str, Any],
+        *,
+        time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S,
+    ) -> QueryAnswer:
+        """One compiled statement under ``statement_timeout`` (in a savepoint), read-only."""
+        compiled = prepare_query_graph(query, params, self.held)
+        limit_ms = statement_timeout_ms(time_limit_s)
+        self._statements[compiled.sql] = self._statements.get(compiled.sql, 0) + 1
+        started = time.perf_counter()
+        conn = self._conn
+        with translate("query_graph"):
+            conn.execute("SAVEPOINT ks_query")
+        try:
+            conn.execute(f"SET LOCAL statement_timeout = {int(limit_ms)}")
+            raw = conn.execute(compiled.sql, compiled.params).fetchmany(compiled.limit + 1)
+        except pg_errors.QueryCanceled as exc:
+            self._restore("ks_query")
+            raise QueryTimeout(
+                f"the query ran past the {limit_ms} ms bound and was cancelled; anchor a node"
+                " with a parameter (e.g. (a {uid: $uid})), lower the depth of *1..d, name fewer"
+                " labels, or add WHERE conditions",
+                limit_ms=limit_ms,
+                elapsed_ms=round((time.perf_counter() - started) * 1000),
+            ) from exc
+        except psycopg.Error as exc:
+            self._restore("ks_query")
+            with translate("query_graph"):
+                raise exc
+        self._restore("ks_query")
+        truncated = len(raw) > compiled.limit
+        return QueryAnswer(
+            content_root=self._root,
+            columns=[c.name for c in compiled.columns],
+            rows=[compiled.shape(tuple(r)) for r in raw[: compiled.limit]],
+            truncated=truncated,
+        )
+
+    def _restore(self, savepoint: str) -> None:
+        """Back to ``savepoint`` (its settings undone, a failed statement forgotten)."""
+        try:
+            self._conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+            self._conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+        except psycopg.Error as exc:
+            raise StoreError(f"the reader's snapshot could not be restored: {exc}") from exc

@@ -1,0 +1,46 @@
+"""FILTERS as a parameterised SQL fragment, composed in one place for both engines.
+
+Generic over :data:`~knowledge_store.model.FILTER_FIELDS`: a keyword field is
+"any of" / "none of" a list bound as **one** parameter (linear, whatever its
+length: no statement text grows with the list), a date field an inclusive
+range. Values are always bound; only the closed column names ever appear in
+the SQL text. The fragment narrows what the ACL already allows: it is AND-ed
+with the visibility condition, never OR-ed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from knowledge_store.engines.sql.dialect import SqlDialect
+from knowledge_store.model import FILTER_FIELDS, Filters
+
+__all__ = ["filter_clause"]
+
+
+def filter_clause(
+    filters: Filters, dialect: SqlDialect, *, alias: str = "e", prefix: str = "f"
+) -> tuple[str, dict[str, Any]]:
+    """``(sql, params)`` for FILTERS on the entity table ``alias``; ``"1=1"`` when empty."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+
+    def bind(value: Any) -> str:
+        name = f"{prefix}{len(params)}"
+        params[name] = value
+        return name
+
+    for field in FILTER_FIELDS:
+        column = f"{alias}.{field.column}"
+        if field.kind == "date":
+            low, high = filters.range(field.name)
+            if low is not None:
+                parts.append(f"{column} >= {dialect.param(bind(low))}")
+            if high is not None:
+                parts.append(f"{column} <= {dialect.param(bind(high))}")
+            continue
+        if values := filters.values(field.name):
+            parts.append(dialect.in_array(column, bind(dialect.bind_array(values))))
+        if excluded := filters.excluded(field.name):
+            parts.append(dialect.in_array(column, bind(dialect.bind_array(excluded)), negate=True))
+    return (" AND ".join(parts) if parts else "1=1"), params

@@ -1,0 +1,156 @@
+"""The one bounded graph walk, for both engines: breadth-first, one statement per hop.
+
+Every hop follows :func:`~knowledge_store.graphquery.steps.step_joins` — the
+one definition of "follow a visible edge" that query_graph's variable-length
+patterns compile too — on a DB-API connection inside the reader's snapshot,
+with the principals the reader holds bound into each statement. Per hop: a
+fan-out cap (the first :data:`~knowledge_store.model.FANOUT_CAP` edges to
+entities not yet reached, in the order of the frontier's ranking, then the
+target's recency, uid, orientation and label; ``capped`` says when more
+were found), hop distance, the number of distinct shortest paths and one
+path per entity (the first edge in that order).
+
+Ranking: hop distance, then number of distinct shortest paths (more first),
+then recency (``updated_at`` newest first), then uid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from knowledge_store.engines.sql.dialect import SqlDialect
+from knowledge_store.graphquery.steps import step_joins
+from knowledge_store.model import GraphQuery, PathStep
+
+__all__ = ["Reached", "Traversal", "traverse"]
+
+
+@dataclass(frozen=True)
+class Reached:
+    """An entity the traversal reached: how far, by how many shortest paths, and one path."""
+
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    updated_at: str | None
+    hops: int
+    paths: int
+    path: tuple[PathStep, ...]
+    position: int | None  # the ``position`` of the last edge of ``path``
+
+
+@dataclass(frozen=True)
+class Traversal:
+    reached: list[Reached]  # ranked; starts excluded
+    capped: bool
+    starts: tuple[str, ...]  # the start uids the identity can read, in the order given
+    statements: tuple[str, ...] = ()  # what ran, for --explain
+
+
+def _rank(items: list[Reached]) -> list[Reached]:
+    out = sorted(items, key=lambda r: r.uid)
+    out.sort(key=lambda r: (r.updated_at is not None, r.updated_at or ""), reverse=True)
+    out.sort(key=lambda r: (r.hops, -r.paths))
+    return out
+
+
+def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str]:
+    """The two statements of a walk: the visible starts, and one hop."""
+    seeds_sql = d.with_acl(f"starts(pos, uid) AS ({d.indexed_array_rows('starts')})") + (
+        f"SELECT e.uid FROM starts AS s JOIN entities AS e ON e.uid = s.uid"
+        f" AND {d.visible('e', 'walk')} ORDER BY s.pos"
+    )
+    steps = step_joins(query.direction, query.labels, source="f.value", dialect=d)
+    selects = [
+        f"SELECT f.pos, f.value, g.label, g.position, t.uid, t.title, t.type, t.href,"
+        f" t.updated_at, {s.orientation} AS o FROM frontier AS f {s.join}"
+        f" WHERE t.uid NOT IN (SELECT value FROM seen)"
+        for s in steps
+    ]
+    step_sql = d.with_acl(
+        f"frontier(pos, value) AS ({d.indexed_array_rows('frontier')})",
+        f"seen(value) AS ({d.array_rows('seen')})",
+    ) + (
+        " UNION ALL ".join(selects)
+        + f" ORDER BY 1, 9 DESC NULLS LAST, 5, 10, 3 LIMIT {d.param('cap')}"
+    )
+    return seeds_sql, step_sql
+
+
+def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -> Traversal:
+    """Breadth-first from ``query.starts`` up to ``query.depth`` hops, through visible entities.
+
+    ``conn`` is a DB-API connection inside the reader's snapshot; ``query`` was
+    validated at the store boundary. Starts that are missing or unreadable
+    contribute nothing.
+    """
+    seeds_sql, step_sql = statements(d, query)
+    acl = d.held_params(held)
+    visible_starts = [
+        str(r[0])
+        for r in conn.execute(
+            seeds_sql, {**acl, "starts": d.bind_array(list(dict.fromkeys(query.starts)))}
+        ).fetchall()
+    ]
+    paths: dict[str, int] = {uid: 1 for uid in visible_starts}
+    path_of: dict[str, tuple[PathStep, ...]] = {
+        uid: (PathStep(uid=uid, label=None),) for uid in visible_starts
+    }
+    reached: list[Reached] = []
+    frontier = list(visible_starts)
+    capped = False
+    for hop in range(1, query.depth + 1):
+        if not frontier:
+            break
+        rows = conn.execute(
+            step_sql,
+            {
+                **acl,
+                "frontier": d.bind_array(frontier),
+                "seen": d.bind_array(list(paths)),
+                "cap": query.fanout + 1,
+            },
+        ).fetchall()
+        if len(rows) > query.fanout:
+            capped = True
+            rows = rows[: query.fanout]
+        layer: dict[str, dict[str, Any]] = {}
+        for _pos, src, label, position, uid, title, typ, href, updated, _o in rows:
+            found = layer.get(uid)
+            if found is None:
+                layer[uid] = {
+                    "paths": paths[src],
+                    "path": (*path_of[src], PathStep(uid=uid, label=label)),
+                    "position": position,
+                    "title": title,
+                    "type": typ,
+                    "href": href,
+                    "updated_at": updated,
+                }
+            else:
+                found["paths"] += paths[src]
+        ranked = _rank(
+            [
+                Reached(
+                    uid=uid,
+                    title=str(v["title"]),
+                    type=str(v["type"]),
+                    href=v["href"],
+                    updated_at=v["updated_at"],
+                    hops=hop,
+                    paths=int(v["paths"]),
+                    path=v["path"],
+                    position=v["position"],
+                )
+                for uid, v in layer.items()
+            ]
+        )
+        for r in ranked:
+            paths[r.uid] = r.paths
+            path_of[r.uid] = r.path
+        reached.extend(ranked)
+        frontier = [r.uid for r in ranked]
+    return Traversal(_rank(reached), capped, tuple(visible_starts), (seeds_sql, step_sql))

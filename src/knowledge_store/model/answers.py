@@ -1,0 +1,332 @@
+"""The answers: frozen pydantic models whose ``model_dump()`` is the ``--json`` shape (DESIGN §6).
+
+Every surface serialises these — the CLI's ``--json``, REST bodies, GraphQL
+types, MCP ``structuredContent`` — so one answer has one shape everywhere, and
+its JSON schema (``model_json_schema(mode="serialization")``) describes it.
+Fields that the library keeps for its own use but the JSON shape leaves out
+(``href`` of a chunk hit, ``updated_at`` of a graph hit) are excluded from
+the dump; optional parts (``vector`` of a lexical answer, ``explain``) appear
+only when set. ``to_dict()`` is ``model_dump(mode="json")``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from knowledge_store.errors import Rejection
+from knowledge_store.model.vocabulary import LIST_NAMES
+
+__all__ = [
+    "AclChange",
+    "AclExplanation",
+    "AggregateAnswer",
+    "AggregateRow",
+    "Answer",
+    "ChunkHit",
+    "ChunkHits",
+    "Content",
+    "ContentChunk",
+    "ContentEdge",
+    "ContentEdges",
+    "ContentEntity",
+    "DeleteReport",
+    "Evidence",
+    "GraphHit",
+    "GraphHits",
+    "IngestReport",
+    "MembershipsLoaded",
+    "PathStep",
+    "PrincipalInfo",
+    "QueryAnswer",
+    "Result",
+    "SearchAnswer",
+    "SkippedPath",
+    "SqlHit",
+    "SqlHits",
+    "StoreStats",
+    "Strategy",
+    "VectorInfo",
+]
+
+Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
+class Answer(BaseModel):
+    """Base of every answer: frozen, unknown fields refused, ``to_dict()`` for JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class VectorInfo(Answer):
+    """How a vector answer was computed — honest completeness."""
+
+    strategy: Strategy
+    scanned: int
+    exhaustive: bool
+
+
+class ChunkHit(Answer):
+    """One ranked chunk from ``lexical`` or ``vector``."""
+
+    uid: str
+    chunk_id: int
+    title: str
+    type: str
+    score: float
+    rank: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+    href: str | None = Field(None, exclude=True)
+
+
+class ChunkHits(Answer):
+    """The answer of ``lexical`` / ``vector`` (``vector`` only for the vector primitive)."""
+
+    content_root: str
+    hits: list[ChunkHit]
+    vector: VectorInfo | None = Field(None, exclude_if=_absent)
+    explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+
+
+class Evidence(Answer):
+    """A chunk kept with a fused result, for context packing and citation."""
+
+    chunk_id: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+
+
+class Result(Answer):
+    """One fused entity with its rank in every list (null where absent)."""
+
+    uid: str
+    title: str
+    type: str
+    href: str | None
+    score: float
+    ranks: dict[str, int | None]
+    superseded_by: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+
+    @field_validator("ranks", mode="before")
+    @classmethod
+    def _every_list(cls, ranks: Any) -> Any:
+        """The four lists always (null where absent), then any plug-in retriever's."""
+        return {**dict.fromkeys(LIST_NAMES), **ranks} if isinstance(ranks, dict) else ranks
+
+
+class SearchAnswer(Answer):
+    """The answer of fused ``search``."""
+
+    content_root: str
+    mode: str
+    results: list[Result]
+    vector: VectorInfo | None
+    explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+
+
+class SkippedPath(Answer):
+    """A path a load did not read, and why (it leads out of the folder, or is no regular file)."""
+
+    path: str
+    reason: str
+
+
+class IngestReport(Answer):
+    """What an ingest batch did; ``skipped`` lists the paths a load would not read."""
+
+    content_root: str
+    added: int
+    updated: int
+    unchanged: int
+    deleted: int
+    rejected: list[Rejection] = Field(default_factory=list)
+    skipped: list[SkippedPath] = Field(default_factory=list)
+
+
+class DeleteReport(Answer):
+    """What a delete did: the publish's root and how many entities it removed."""
+
+    content_root: str
+    deleted: int
+
+
+class PathStep(Answer):
+    """One step of a graph path: the entity reached and the label that reached it."""
+
+    uid: str
+    label: str | None  # None for the start entity
+
+
+class GraphHit(Answer):
+    uid: str
+    title: str
+    type: str
+    rank: int
+    hops: int
+    paths: int
+    path: tuple[PathStep, ...]
+    href: str | None = Field(None, exclude=True)
+    updated_at: str | None = Field(None, exclude=True)
+
+
+class GraphHits(Answer):
+    content_root: str
+    hits: list[GraphHit]
+    capped: bool
+
+
+class SqlHit(Answer):
+    uid: str
+    title: str
+    type: str
+    source: str
+    status: str
+    created_at: str | None
+    updated_at: str | None
+    rank: int
+    href: str | None = Field(None, exclude=True)
+
+
+class SqlHits(Answer):
+    content_root: str
+    hits: list[SqlHit]
+
+
+class AggregateRow(Answer):
+    key: str | None
+    value: int
+
+
+class AggregateAnswer(Answer):
+    content_root: str
+    metric: str
+    dimension: str | None
+    rows: list[AggregateRow]
+
+    def pairs(self) -> list[tuple[str | None, int]]:
+        """The rows as ``(key, value)`` pairs."""
+        return [(row.key, row.value) for row in self.rows]
+
+
+class QueryAnswer(Answer):
+    """The answer of ``query_graph`` (rows are untyped: their columns come from the query)."""
+
+    content_root: str
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool
+
+
+class ContentEntity(Answer):
+    uid: str
+    type: str
+    title: str
+    body: str
+    source: str
+    status: str
+    created_at: str | None
+    updated_at: str | None
+    href: str | None
+    attributes: dict[str, Any]
+
+
+class ContentChunk(Answer):
+    chunk_id: int
+    ordinal: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+
+
+class ContentEdge(Answer):
+    """An edge to a visible entity: its label, the entity at the other end, its position."""
+
+    label: str
+    uid: str
+    position: int | None
+    title: str
+    type: str
+    href: str | None
+
+
+class ContentEdges(Answer):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_by_name=True, serialize_by_alias=True
+    )
+
+    out: list[ContentEdge]
+    in_: list[ContentEdge] = Field(alias="in")
+
+
+class Content(Answer):
+    """The content API: one entity, its chunks and its edges to entities the caller can read."""
+
+    content_root: str
+    entity: ContentEntity
+    chunks: list[ContentChunk]
+    edges: ContentEdges
+
+
+class StoreStats(Answer):
+    """``stats``: global figures; engines add their own keys (engine, path, features …)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    content_root: str
+    entities: int
+    chunks: int
+    edges: dict[str, int]
+    segments: int
+    model: str | None
+    dimension: int | None
+    is_empty: bool
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The engine's own keys (engine, path, indexes …)."""
+        return dict(self.model_extra or {})
+
+
+class PrincipalInfo(Answer):
+    principal: str
+    direct_groups: tuple[str, ...]
+    inherited_groups: tuple[str, ...]
+    members: tuple[str, ...]
+
+
+class AclExplanation(Answer):
+    principal: str
+    uid: str
+    allowed: bool
+    chain: tuple[str, ...]  # principal → group → … → the ACL entry that grants
+    reason: str
+
+
+class AclChange(Answer):
+    """A grant or revoke: the publish's root and the entity's ACL after it."""
+
+    content_root: str
+    uid: str
+    acl: tuple[str, ...]
+
+
+class MembershipsLoaded(Answer):
+    """``principals load``: the groups whose memberships were replaced, and how many now."""
+
+    groups: int
+    memberships: int

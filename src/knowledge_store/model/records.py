@@ -1,0 +1,138 @@
+"""The data model (DESIGN §1): entities, their chunks and edges, and who is asking.
+
+Frozen dataclasses: values, with no behaviour beyond the content hash the
+publish root is built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from knowledge_store.model.text import check_principal
+from knowledge_store.model.vocabulary import EVERYONE
+
+__all__ = ["ENTITY_FIELDS", "Chunk", "Edge", "Entity", "Identity", "compose_context"]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``src --label--> dst`` with an optional sibling ``position``."""
+
+    src: str
+    label: str
+    dst: str
+    position: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "label": self.label, "dst": self.dst, "position": self.position}
+
+
+#: An entity's own fields, in record order (without its edges and ACL).
+ENTITY_FIELDS: tuple[str, ...] = (
+    "uid",
+    "type",
+    "title",
+    "body",
+    "source",
+    "status",
+    "created_at",
+    "updated_at",
+    "href",
+    "attributes",
+)
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A node of the estate. ``acl`` is the sorted, deduplicated principal set."""
+
+    uid: str
+    type: str
+    title: str
+    body: str
+    source: str = ""
+    status: str = ""
+    created_at: str | None = None
+    updated_at: str | None = None
+    href: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    edges: tuple[Edge, ...] = ()
+    acl: tuple[str, ...] = ()
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 over every field, the edges and the ACL (the publish root is built from it)."""
+        canonical = json.dumps(
+            {
+                "uid": self.uid,
+                "type": self.type,
+                "title": self.title,
+                "body": self.body,
+                "source": self.source,
+                "status": self.status,
+                "created_at": self.created_at,
+                "updated_at": self.updated_at,
+                "href": self.href,
+                "attributes": self.attributes,
+                "edges": sorted(
+                    (e.label, e.dst, -1 if e.position is None else e.position) for e in self.edges
+                ),
+                "acl": sorted(self.acl),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def to_record(self) -> dict[str, Any]:
+        """The canonical JSON Lines record of this entity."""
+        return {
+            "uid": self.uid,
+            "type": self.type,
+            "title": self.title,
+            "body": self.body,
+            "source": self.source,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "href": self.href,
+            "attributes": dict(self.attributes),
+            "edges": [{"label": e.label, "to": e.dst, "position": e.position} for e in self.edges],
+            "acl": list(self.acl),
+        }
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A slice ``body[start:end]`` of an entity, with the heading path it sits under."""
+
+    ordinal: int
+    text: str
+    heading: tuple[str, ...]
+    start: int
+    end: int
+
+    def context_text(self, title: str) -> str:
+        """What is embedded and indexed: the entity title, the heading path, the text."""
+        return compose_context(title, self.heading, self.text)
+
+
+def compose_context(title: str, heading: Sequence[str], text: str) -> str:
+    path = " > ".join(h for h in heading if h and h != title)
+    return f"{title}\n{path}\n{text}" if path else f"{title}\n{text}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is asking. Expanded by the store over memberships; always holds ``everyone``."""
+
+    principal: str = EVERYONE
+
+    def __post_init__(self) -> None:
+        check_principal(self.principal)

@@ -1,0 +1,337 @@
+"""``StoreReader``: every read of one request, on one point-in-time view.
+
+``with store.reader(identity) as r:`` opens one engine reader — one catalog
+snapshot, the derived indexes at that snapshot, the identity expanded once —
+and every primitive, fused search, docs tool and content call made on ``r``
+answers from it, with its one content root. Each method takes its request
+model or the keyword arguments that build it (validated once, here), turns
+the engine's ranked ids into the answer, and hydrates only what the answer
+returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from knowledge_store.engines.base import Reader, Vector
+from knowledge_store.errors import NotFound
+from knowledge_store.graphquery.check import checked_query
+from knowledge_store.ingest.embedding import Embedder
+from knowledge_store.model import (
+    AggregateAnswer,
+    ChunkHit,
+    ChunkHits,
+    Content,
+    GraphHits,
+    Identity,
+    QueryAnswer,
+    SearchAnswer,
+    SqlHits,
+)
+from knowledge_store.requests import (
+    AggregateRequest,
+    ContentRequest,
+    DocsSearchRequest,
+    FacetsRequest,
+    GraphRequest,
+    KnowledgeRequest,
+    LearningPathRequest,
+    LexicalRequest,
+    QueryGraphRequest,
+    RelatedRequest,
+    Request,
+    SearchRequest,
+    SqlRequest,
+    VectorRequest,
+    XrefRequest,
+)
+from knowledge_store.retrieval import docs_tools, knowledge
+from knowledge_store.retrieval import search as planner
+from knowledge_store.retrieval.retrievers import Retriever
+
+__all__ = ["StoreReader", "request_of"]
+
+R = TypeVar("R", bound=Request)
+
+
+def request_of(model: type[R], given: object, **fields: Any) -> R:
+    """``given`` if it is already the request, else the request built from ``fields``.
+
+    A field passed as None takes the model's default.
+    """
+    if isinstance(given, model):
+        return given
+    return model.parse({k: v for k, v in fields.items() if v is not None})
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class StoreReader:
+    """One request's reads (see the module docstring). Made by ``KnowledgeStore.reader``."""
+
+    def __init__(self, reader: Reader, embedder: Callable[[], Embedder]) -> None:
+        self.engine = reader
+        self._embedder = embedder
+
+    @property
+    def content_root(self) -> str:
+        return self.engine.content_root
+
+    @property
+    def identity(self) -> Identity:
+        return self.engine.identity
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        return self.engine.held
+
+    def embed(self, text: str) -> Vector:
+        return self._embedder().embed_query(text)
+
+    def explain(self) -> dict[str, Any]:
+        """The snapshot, the identity's one expansion, the statements run so far."""
+        return self.engine.explain()
+
+    # -- primitives ---------------------------------------------------------------------------
+    def _chunk_hits(
+        self, ids: Sequence[int], scores: Sequence[float], explain: dict[str, Any] | None
+    ) -> list[ChunkHit]:
+        records = self.engine.chunks(ids)
+        hits: list[ChunkHit] = []
+        for chunk_id, score in zip(ids, scores, strict=True):
+            c = records.get(chunk_id)
+            if c is None:
+                continue
+            hits.append(
+                ChunkHit(
+                    uid=c.uid,
+                    chunk_id=c.public_id,
+                    title=c.title,
+                    type=c.type,
+                    score=score,
+                    rank=len(hits) + 1,
+                    text=c.text,
+                    heading=c.heading,
+                    start=c.start,
+                    end=c.end,
+                    href=c.href,
+                )
+            )
+        return hits
+
+    def lexical(
+        self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False
+    ) -> ChunkHits:
+        """BM25 over chunks (exact terms, identifiers, codes)."""
+        request = request_of(
+            LexicalRequest, text, query=text, k=k, filters=filters, explain=explain
+        )
+        started = time.perf_counter()
+        ranked = self.engine.lexical(request.query, request.k, request.filters.value)
+        t_rank = time.perf_counter()
+        hits = self._chunk_hits(ranked.ids, ranked.scores, None)
+        details = None
+        if request.explain:
+            details = self._explained(ranked.details, started, t_rank)
+        return ChunkHits(content_root=self.content_root, hits=hits, explain=details)
+
+    def vector(
+        self,
+        query: str | np.ndarray | VectorRequest,
+        *,
+        k: int = 10,
+        filters: Any = None,
+        explain: bool = False,
+    ) -> ChunkHits:
+        """Dense nearest chunks by meaning; ``query`` is a text, a vector, or the request."""
+        if isinstance(query, np.ndarray):
+            request = VectorRequest.parse(
+                vector=np.asarray(query, dtype=np.float32).reshape(-1).tolist(),
+                k=k,
+                explain=explain,
+                **({} if filters is None else {"filters": filters}),
+            )
+        else:
+            request = request_of(
+                VectorRequest, query, query=query, k=k, filters=filters, explain=explain
+            )
+        started = time.perf_counter()
+        if request.vector is not None:
+            vec = np.asarray(request.vector, dtype=np.float32)
+        else:
+            vec = self.embed(request.query)
+        t_embed = time.perf_counter()
+        ranked = self.engine.vector(vec, request.k, request.filters.value)
+        t_rank = time.perf_counter()
+        hits = self._chunk_hits(ranked.ids, ranked.scores, None)
+        details = None
+        if request.explain:
+            details = self._explained(ranked.details, t_embed, t_rank)
+            details["ms"]["embed"] = _ms(t_embed - started)
+        return ChunkHits(
+            content_root=self.content_root, hits=hits, vector=ranked.vector, explain=details
+        )
+
+    def _explained(
+        self, details: Mapping[str, Any], started: float, ranked: float
+    ) -> dict[str, Any]:
+        ms = {**details.get("ms", {}), "hydrate": _ms(time.perf_counter() - ranked)}
+        ms["total"] = _ms(time.perf_counter() - started)
+        return {
+            "identity": self.identity.principal,
+            "held_principals": len(self.held),
+            **{k: v for k, v in details.items() if k != "ms"},
+            "ms": ms,
+            "reader": self.explain(),
+        }
+
+    def sql(self, filters: Any = None, *, order: str | None = None, k: int = 10) -> SqlHits:
+        """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
+        request = request_of(SqlRequest, filters, filters=filters, order=order, k=k)
+        return self.engine.sql(request.filters.value, request.order_value, request.k)
+
+    def aggregate(
+        self, metric: str | AggregateRequest, dimension: str | None = None, *, filters: Any = None
+    ) -> AggregateAnswer:
+        """A catalog metric by a dimension over the visible slice (DESIGN §2)."""
+        request = request_of(
+            AggregateRequest, metric, metric=metric, dimension=dimension, filters=filters
+        )
+        return self.engine.aggregate(request.spec, request.filters.value)
+
+    def graph(
+        self,
+        starts: Sequence[str] | GraphRequest,
+        *,
+        depth: int = 1,
+        labels: Sequence[str] = (),
+        direction: str = "both",
+        k: int = 10,
+    ) -> GraphHits:
+        """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
+        request = request_of(
+            GraphRequest,
+            starts,
+            starts=starts,
+            depth=depth,
+            labels=labels,
+            direction=direction,
+            k=k,
+        )
+        return self.engine.graph(request.value)
+
+    def query_graph(
+        self,
+        text: str | QueryGraphRequest,
+        params: Mapping[str, Any] | None = None,
+        *,
+        lenient: bool = False,
+    ) -> QueryAnswer:
+        """Run a bounded, read-only openCypher query (docs/query_graph.md)."""
+        request = request_of(QueryGraphRequest, text, query=text, params=params, lenient=lenient)
+        query = checked_query(request.query, request.params, lenient=request.lenient)
+        return self.engine.query_graph(query, request.params)
+
+    def content(self, uid: str | ContentRequest) -> Content:
+        """The entity ``uid`` with its chunks and its edges to entities the caller can read.
+
+        Raises ``NotFound`` alike for a missing uid and for one the caller may not read.
+        """
+        request = request_of(ContentRequest, uid, uid=uid)
+        found = self.engine.content(request.uid)
+        if found is None:
+            raise NotFound(f"no entity with uid {request.uid!r}", uid=request.uid)
+        return found
+
+    # -- fused search --------------------------------------------------------------------------
+    def search(
+        self,
+        text: str | SearchRequest | None = None,
+        *,
+        k: int = 10,
+        filters: Any = None,
+        mode: str | None = None,
+        weights: Mapping[str, float] | None = None,
+        explain: bool = False,
+        retrievers: Sequence[str | Retriever] | None = None,
+        after_each: planner.Hook | None = None,
+    ) -> SearchAnswer:
+        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        request = request_of(
+            SearchRequest,
+            text,
+            query=text,
+            k=k,
+            filters=filters,
+            mode=mode,
+            weights=weights,
+            explain=explain,
+        )
+        plan = planner.plan(
+            request.query,
+            k=request.k,
+            filters=request.filters.value,
+            mode=request.mode,
+            weights=request.weights,
+            explain=request.explain,
+            retrievers=retrievers,
+        )
+        return planner.search(self, plan, after_each=after_each)
+
+    # -- docs tools ------------------------------------------------------------------------------
+    def docs_search(
+        self, text: str | DocsSearchRequest | None = None, *, k: int = 10, filters: Any = None
+    ) -> SearchAnswer:
+        """Fused search over every type but ``codeSample``."""
+        request = request_of(DocsSearchRequest, text, query=text, k=k, filters=filters)
+        return knowledge.docs_search(self, request)
+
+    def code_sample_search(
+        self, text: str | DocsSearchRequest | None = None, *, k: int = 10, filters: Any = None
+    ) -> knowledge.CodeSamples:
+        """Fused search over ``codeSample`` entities: each with its code, language and page."""
+        request = request_of(DocsSearchRequest, text, query=text, k=k, filters=filters)
+        return knowledge.code_sample_search(self, request)
+
+    def search_knowledge(
+        self, text: str | KnowledgeRequest, *, k: int = 5, filters: Any = None
+    ) -> knowledge.Knowledge:
+        """Fused search as cited passages and one context block, for a chat model."""
+        request = request_of(KnowledgeRequest, text, query=text, k=k, filters=filters)
+        return knowledge.search_knowledge(self, request)
+
+    def get_related(
+        self,
+        uid: str | RelatedRequest,
+        *,
+        labels: Sequence[str] = (),
+        depth: int = 1,
+        direction: str = "both",
+        k: int = 10,
+    ) -> docs_tools.Related:
+        """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
+        request = request_of(
+            RelatedRequest, uid, uid=uid, labels=labels, depth=depth, direction=direction, k=k
+        )
+        return docs_tools.related(self, request)
+
+    def get_learning_path(self, uid: str | LearningPathRequest) -> docs_tools.LearningPath:
+        """The ordered path or module ``uid`` belongs to, with ``uid``'s place in it."""
+        request = request_of(LearningPathRequest, uid, uid=uid)
+        return docs_tools.learning_path(self, request.uid)
+
+    def resolve_xref(self, ref: str | XrefRequest) -> docs_tools.XrefResolution:
+        """A uid, an href (with or without ``#anchor``) or an exact title → the entity."""
+        request = request_of(XrefRequest, ref, ref=ref.strip() if isinstance(ref, str) else ref)
+        return docs_tools.xref(self, request.ref)
+
+    def graph_facets(self, uids: Sequence[str] | FacetsRequest) -> docs_tools.GraphFacets:
+        """Visible neighbours of a result set, counted by edge label and entity type."""
+        request = request_of(FacetsRequest, uids, uids=uids)
+        return docs_tools.facets(self, request.uids)

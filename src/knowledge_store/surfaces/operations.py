@@ -1,0 +1,601 @@
+"""The operation table: every operation of every surface, declared once.
+
+An :class:`Operation` is a name, its request model (:mod:`knowledge_store.requests`,
+carrying every bound), what it runs on the store, its answer model, a summary,
+a description written for models (when to use it, what it returns), whether it
+needs the admin scope — and how each surface spells it: the REST route, the
+GraphQL field, the MCP tool and the CLI command. :mod:`.rest`, :mod:`.graphql`,
+:mod:`.tools` (MCP) and :mod:`.cli` generate themselves from :data:`OPERATIONS`;
+none of them declares a request, a bound or an answer of its own. A test walks
+the table and checks that every surface exposes what it says, with the same
+limits.
+
+A surface spells an operation's *fields* its own way — a CLI flag
+(``--created-from``), a GraphQL argument (``createdFrom``), a JSON field path
+(``filters.created_from``, REST and MCP) — and translates the field names in
+the store's error messages the same way (:mod:`.spelling`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from knowledge_store.model import (
+    DIMENSIONS,
+    FILTER_NAMES,
+    LABELS,
+    METRICS,
+    ORDER_FIELDS,
+    AclChange,
+    AclExplanation,
+    AggregateAnswer,
+    Answer,
+    ChunkHits,
+    Content,
+    DeleteReport,
+    GraphHits,
+    IngestReport,
+    MembershipsLoaded,
+    PrincipalInfo,
+    QueryAnswer,
+    SearchAnswer,
+    SqlHits,
+    StoreStats,
+)
+from knowledge_store.requests import (
+    AclExplainRequest,
+    AclRequest,
+    AclShowRequest,
+    AggregateRequest,
+    ContentRequest,
+    DeleteRequest,
+    DocsSearchRequest,
+    FacetsRequest,
+    GraphRequest,
+    IngestRequest,
+    KnowledgeRequest,
+    LearningPathRequest,
+    LexicalRequest,
+    MemberRequest,
+    MembershipsRequest,
+    PrincipalRequest,
+    QueryGraphRequest,
+    RelatedRequest,
+    Request,
+    SearchRequest,
+    SqlRequest,
+    StatsRequest,
+    VectorRequest,
+    XrefRequest,
+)
+from knowledge_store.retrieval.docs_tools import GraphFacets, LearningPath, Related, XrefResolution
+from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
+from knowledge_store.surfaces import shapes as runners
+from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.shapes import (
+    AclShown,
+    FetchContentRequest,
+    FetchedContent,
+    ReaderStats,
+)
+
+if TYPE_CHECKING:
+    from knowledge_store.store import KnowledgeStore
+
+__all__ = [
+    "OPERATIONS",
+    "Cli",
+    "Operation",
+    "Rest",
+    "operation",
+]
+
+#: What an operation runs: the store, the caller (identity, admin scope), the validated request.
+Runner = Callable[["KnowledgeStore", Caller, Any], Answer]
+
+
+@dataclass(frozen=True)
+class Rest:
+    """A REST route under ``/v1``: ``{name}`` in the path is a request field.
+
+    ``params`` maps a path parameter to its request field where the names
+    differ (a list field takes the one value). A ``POST`` sends the request
+    model as its JSON body; with ``body="records"`` the body is the records
+    (JSON Lines, a JSON list or ``{"records": [...]}``) and the other fields
+    are query parameters.
+    """
+
+    method: Literal["GET", "POST", "DELETE"]
+    path: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    body: Literal["json", "records"] = "json"
+
+
+@dataclass(frozen=True)
+class Cli:
+    """A ``ks`` command: which fields are positional, and how flags and placeholders read.
+
+    Every other field of the request is an option ``--<field-with-dashes>``
+    (``flags`` renames one), FILTERS expand to the shared filter options, and
+    ``hidden`` fields are not offered on the command line.
+    """
+
+    command: str
+    arguments: tuple[str, ...] = ()
+    flags: Mapping[str, str] = field(default_factory=dict)
+    metavars: Mapping[str, str] = field(default_factory=dict)
+    hidden: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation, and how every surface spells it."""
+
+    name: str
+    request: type[Request]
+    run: Runner
+    answers: tuple[type[Answer], ...]
+    summary: str
+    description: str
+    admin: bool = False
+    #: Runs in the heavy worker lane whatever its arguments (``workers.is_heavy``).
+    heavy: bool = False
+    rest: tuple[Rest, ...] = ()
+    graphql: str | None = None
+    #: The MCP tool, and the value of its ``mode`` argument where operations share a tool.
+    mcp: str | None = None
+    mcp_mode: str | None = None
+    cli: Cli | None = None
+
+    @property
+    def answer(self) -> type[Answer]:
+        """The answer model (the first, where a caller's scope chooses between two)."""
+        return self.answers[0]
+
+
+# -- what runs ------------------------------------------------------------------------------------
+def _read(method: str) -> Runner:
+    """A read: the store method ``method``, with the request, as the caller."""
+
+    def run(store: KnowledgeStore, caller: Caller, request: Any) -> Answer:
+        answer: Answer = getattr(store, method)(request, identity=caller.identity)
+        return answer
+
+    run.__name__ = method
+    return run
+
+
+def _call(method: str) -> Runner:
+    """An administration call: the store method ``method`` with the request."""
+
+    def run(store: KnowledgeStore, caller: Caller, request: Any) -> Answer:
+        answer: Answer = getattr(store, method)(request)
+        return answer
+
+    run.__name__ = method
+    return run
+
+
+# -- what a model reads ------------------------------------------------------------------------------
+_FILTERS = (
+    f" Filters (optional): {', '.join(FILTER_NAMES)} — lists mean any of; date ranges are"
+    " inclusive ISO 8601 dates."
+)
+_UNREADABLE = " An entity you may not read answers exactly like one that does not exist."
+_SEARCH = (
+    "Find the passages and documents that answer a question or mention a term. Use it first"
+    " for any information need stated in words — a question, a topic, an error message, an"
+    " identifier. It ranks by meaning and by exact words at once and fuses the two (plus the"
+    " entities linked to the best hits), returning up to k entities, best first: uid, title,"
+    " type, href, score, the rank each retriever gave it, superseded_by (a newer entity"
+    " replaces it: prefer that one), and evidence chunks (text with heading path) to quote."
+)
+_SQL = (
+    "Select entities by their typed fields — never by words: list the entities matching the"
+    f" filters, ordered by {' / '.join(ORDER_FIELDS)} (e.g. 'the 5 most recently updated open"
+    " tickets'). Returns uid, title, type, source, status and dates, in order."
+)
+_AGGREGATE = (
+    f"Count entities by their typed fields: a metric ({', '.join(METRICS)}) in total or by a"
+    f" dimension ({', '.join(DIMENSIONS)}), e.g. 'how many pages per source', 'tickets"
+    " created per week'; date trends list every bucket in the range, zeros included. Counts"
+    " cover only what you may read."
+)
+_GRAPH = (
+    "Follow the links between entities you already know (uids from search or sql): what a"
+    " page is part of, what it links to (xref), what supersedes it, its code samples"
+    f" (implementedBy), prerequisites (dependsOn). Labels: {', '.join(LABELS)}. Returns the"
+    " linked entities ranked by hop distance, then number of distinct paths, then recency,"
+    " each with its hop count and one path (uids and labels). Use it to explore around a"
+    " result, not to search by words."
+)
+_QUERY_GRAPH = (
+    "Run a bounded, read-only openCypher query over the entity graph when search, graph and"
+    " get_related can't express the question (multi-hop patterns, counts, OPTIONAL MATCH)."
+    " Node labels are entity types; properties: uid, type, title, source, status, href,"
+    f" created_at, updated_at; relationships: {', '.join(LABELS)}, variable length *1..4 at"
+    " most. Every value must be a $parameter passed in params (no literals). LIMIT defaults"
+    " to 100 (max 1000), ~250 ms time bound. Returns columns, rows and truncated. Errors say"
+    " what to change. Example: MATCH (p {uid: $uid})<-[:partOf]-(c) RETURN c.uid, c.title"
+    " ORDER BY c.title with params {uid: '…'}."
+)
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "search",
+        SearchRequest,
+        _read("search"),
+        (SearchAnswer,),
+        "Fused search: vector + lexical (sql without text), graph from the top results, fused",
+        _SEARCH + _FILTERS,
+        rest=(Rest("POST", "/search"),),
+        graphql="search",
+        mcp="search",
+        cli=Cli("search", ("query",), metavars={"query": "TEXT", "weights": "LIST=W,…"}),
+    ),
+    Operation(
+        "docs_search",
+        DocsSearchRequest,
+        _read("docs_search"),
+        (SearchAnswer,),
+        "Fused search over every type but codeSample",
+        "Search the documentation pages only (every type except codeSample): the same fused"
+        " ranking as search (meaning + exact words + linked entities), returning entities"
+        " with uid, title, type, href, score, the rank each list gave it, superseded_by and"
+        " evidence chunks with heading paths. Use it for conceptual questions and"
+        " explanations; use code_sample_search when you need code." + _FILTERS,
+        rest=(Rest("POST", "/docs_search"),),
+        graphql="docsSearch",
+        mcp="docs_search",
+    ),
+    Operation(
+        "code_sample_search",
+        DocsSearchRequest,
+        _read("code_sample_search"),
+        (CodeSamples,),
+        "Fused search over codeSample entities: code, language and page",
+        "Find code examples (codeSample entities only) for a task, an API, a command or an"
+        " error. Each result gives the code itself, its language (null when the source does"
+        " not say), the heading it sits under, the page it belongs to (uid, title, href — open"
+        " it with fetch_content for the surrounding explanation) and superseded_by." + _FILTERS,
+        rest=(Rest("POST", "/code_sample_search"),),
+        graphql="codeSampleSearch",
+        mcp="code_sample_search",
+    ),
+    Operation(
+        "search_knowledge",
+        KnowledgeRequest,
+        _read("search_knowledge"),
+        (Knowledge,),
+        "Fused search as cited passages for context packing",
+        "Answer a user's question from the knowledge base: use it in a chat before you answer"
+        " anything the documents may cover. Returns up to k sources, best first, each with n"
+        " (its citation number), uid, title, type, href, superseded_by (a newer source"
+        " replaces it — prefer and cite that one) and passages: the text to quote, each with"
+        " its heading path and a ready-made citation 'Title › Heading (href)'. 'context' packs"
+        " every passage as '[n] citation' + text, ready to paste into your context; cite"
+        " sources as [n]." + _FILTERS,
+        rest=(Rest("POST", "/search_knowledge"),),
+        graphql="searchKnowledge",
+        mcp="search_knowledge",
+    ),
+    Operation(
+        "lexical",
+        LexicalRequest,
+        _read("lexical"),
+        (ChunkHits,),
+        "BM25 over chunks: exact terms, identifiers, codes, names",
+        "Rank chunks by BM25 over their words: exact terms, identifiers, error codes, names."
+        " Returns up to k chunks, best first, each with its entity (uid, title, type), score,"
+        " rank, text, heading path and offsets into the entity's body." + _FILTERS,
+        rest=(Rest("POST", "/lexical"),),
+        graphql="lexical",
+        cli=Cli("lexical", ("query",), metavars={"query": "TEXT"}),
+    ),
+    Operation(
+        "vector",
+        VectorRequest,
+        _read("vector"),
+        (ChunkHits,),
+        "Dense nearest chunks by meaning (HNSW; exact when few are visible)",
+        "Rank chunks by meaning: the nearest chunks to a text (or a query vector) by the"
+        " store's embedding model. Returns up to k chunks like lexical, and how the search was"
+        " done (strategy, rows scanned, whether it was exhaustive)." + _FILTERS,
+        rest=(Rest("POST", "/vector"),),
+        graphql="vector",
+        cli=Cli("vector", ("query",), metavars={"query": "TEXT"}, hidden=frozenset({"vector"})),
+    ),
+    Operation(
+        "graph",
+        GraphRequest,
+        _read("graph"),
+        (GraphHits,),
+        "Entities linked to start uids: ranked by hops, then paths, then recency, one path each",
+        _GRAPH,
+        rest=(Rest("POST", "/graph"),),
+        graphql="graph",
+        mcp="graph",
+        cli=Cli(
+            "graph",
+            ("starts",),
+            flags={"labels": "--label"},
+            metavars={"starts": "UID", "labels": "L", "direction": "out|in|both"},
+        ),
+    ),
+    Operation(
+        "sql",
+        SqlRequest,
+        _read("sql"),
+        (SqlHits,),
+        "Entities by their typed fields (closed list), ordered",
+        _SQL + _FILTERS,
+        rest=(Rest("POST", "/sql"),),
+        graphql="sql",
+        mcp="sql",
+        mcp_mode="filter",
+        cli=Cli("sql", metavars={"order": "FIELD[:asc|:desc]"}),
+    ),
+    Operation(
+        "aggregate",
+        AggregateRequest,
+        _read("aggregate"),
+        (AggregateAnswer,),
+        "Count entities you can read, in total or by a dimension (trends list every bucket)",
+        _AGGREGATE + _FILTERS,
+        rest=(Rest("POST", "/aggregate"),),
+        graphql="aggregate",
+        mcp="sql",
+        mcp_mode="aggregate",
+        cli=Cli(
+            "aggregate",
+            ("metric",),
+            flags={"dimension": "--by"},
+            metavars={"metric": "METRIC"},
+        ),
+    ),
+    Operation(
+        "query_graph",
+        QueryGraphRequest,
+        _read("query_graph"),
+        (QueryAnswer,),
+        "query_graph: a bounded, read-only openCypher subset; values only as $parameters",
+        _QUERY_GRAPH,
+        heavy=True,
+        rest=(Rest("POST", "/query_graph"),),
+        graphql="queryGraph",
+        mcp="query_graph",
+        cli=Cli(
+            "query",
+            ("query",),
+            flags={"params": "--param"},
+            metavars={"query": "CYPHER", "params": "NAME=VALUE"},
+            hidden=frozenset({"lenient"}),
+        ),
+    ),
+    Operation(
+        "content",
+        ContentRequest,
+        _read("content"),
+        (Content,),
+        "One entity: fields, chunks, edges to visible entities",
+        "Read one entity by uid: its fields, its whole body, its chunks (heading path and"
+        " offsets) and its edges to the entities you can read (out and in)." + _UNREADABLE,
+        rest=(Rest("GET", "/content/{uid}"),),
+        graphql="content",
+    ),
+    Operation(
+        "fetch_content",
+        FetchContentRequest,
+        runners.fetch_content,
+        (FetchedContent,),
+        "One entity for a model: its body cut at max_chars, a code sample's code",
+        "Read one entity in full by uid: its fields (type, title, source, status, dates, href,"
+        " attributes), its body (Markdown; cut at max_chars with body_truncated), its edges to"
+        " entities you can read (out and in, with label, uid, title), for a code sample its"
+        " code and language, and optionally its chunks. Use it after a search to read a whole"
+        " page." + _UNREADABLE,
+        mcp="fetch_content",
+    ),
+    Operation(
+        "get_related",
+        RelatedRequest,
+        _read("get_related"),
+        (Related,),
+        "Neighbours of an entity (get_related)",
+        "List the entities linked to one entity (by uid): what it is part of, its parts, its"
+        " cross-references, prerequisites, successors, code samples. Ranked by hop distance,"
+        " then number of paths; each with hops and one path of uids and labels. Use it to"
+        " explore around a search result." + _UNREADABLE,
+        rest=(Rest("POST", "/related"),),
+        graphql="related",
+        mcp="get_related",
+    ),
+    Operation(
+        "get_learning_path",
+        LearningPathRequest,
+        _read("get_learning_path"),
+        (LearningPath,),
+        "The ordered path an entity belongs to",
+        "Show the ordered learning path (module, chapter, book) an entity belongs to: the"
+        " root, then every unit depth-first in reading order (partOf positions), and the"
+        " entity's index in that list. Use it to say what to read before and after a page, or"
+        " to outline a whole path from its root uid." + _UNREADABLE,
+        rest=(Rest("POST", "/learning_path"),),
+        graphql="learningPath",
+        mcp="get_learning_path",
+    ),
+    Operation(
+        "resolve_xref",
+        XrefRequest,
+        _read("resolve_xref"),
+        (XrefResolution,),
+        "A uid, href or exact title → the entity (or the candidates)",
+        "Resolve a reference found in a text — a uid, a link/href (with or without #anchor) or"
+        " an exact title — to the entity it names. Returns the entity (uid, title, type, href)"
+        " or, when ambiguous, the candidates; fails with not_found when nothing matches."
+        + _UNREADABLE,
+        rest=(Rest("POST", "/resolve_xref"),),
+        graphql="resolveXref",
+        mcp="resolve_xref",
+    ),
+    Operation(
+        "graph_facets",
+        FacetsRequest,
+        _read("graph_facets"),
+        (GraphFacets,),
+        "Neighbours of a result set, counted by label and type",
+        "Count the visible neighbours of a set of entities (a page of results) by edge label"
+        " and by entity type: what the results link to, as facets to narrow by.",
+        rest=(Rest("POST", "/graph_facets"),),
+        graphql="graphFacets",
+    ),
+    Operation(
+        "stats",
+        StatsRequest,
+        runners.stats,
+        (StoreStats, ReaderStats),
+        "Counts, content root, model and whether the store is empty",
+        "Store figures: the content root, counts of entities, chunks, edges by label and index"
+        " segments, the embedding model and whether the store is empty — global with the admin"
+        " scope; without it, the entities the caller can read.",
+        rest=(Rest("GET", "/stats"),),
+        graphql="stats",
+        cli=Cli("stats"),
+    ),
+    # -- administration ---------------------------------------------------------------------------
+    Operation(
+        "ingest",
+        IngestRequest,
+        runners.ingest,
+        (IngestReport,),
+        "Publish records as one atomic batch",
+        "Administration: publish canonical records as one atomic batch (a bad record rejects"
+        " the batch unless skip_invalid). Every record needs an ACL (its own 'acl' or the"
+        " default 'acl' argument). Returns added, updated, unchanged, deleted and the rejected"
+        " records with the reason.",
+        admin=True,
+        heavy=True,
+        rest=(Rest("POST", "/admin/ingest", body="records"),),
+        mcp="ingest_records",
+    ),
+    Operation(
+        "delete",
+        DeleteRequest,
+        _call("delete"),
+        (DeleteReport,),
+        "Delete entities, their chunks and outgoing edges (one publish)",
+        "Administration: delete entities by uid (their chunks and outgoing edges) as one"
+        " publish; an unknown uid deletes nothing and says which. Returns the new content root"
+        " and the number deleted.",
+        admin=True,
+        heavy=True,
+        rest=(
+            Rest("POST", "/admin/delete"),
+            Rest("DELETE", "/admin/entities/{uid}", {"uid": "uids"}),
+        ),
+        mcp="delete_entities",
+        cli=Cli("delete", ("uids",), metavars={"uids": "UID"}),
+    ),
+    Operation(
+        "acl_grant",
+        AclRequest,
+        _call("grant"),
+        (AclChange,),
+        "Let PRINCIPAL read UID (one publish; only that entity's index documents change)",
+        "Administration: let a principal read an entity. Returns the publish's content root"
+        " and the entity's ACL after it.",
+        admin=True,
+        rest=(Rest("POST", "/admin/acl/grant"),),
+        cli=Cli("acl grant", ("uid", "principal")),
+    ),
+    Operation(
+        "acl_revoke",
+        AclRequest,
+        _call("revoke"),
+        (AclChange,),
+        "Stop PRINCIPAL reading UID through its ACL; holds from the next query",
+        "Administration: stop a principal reading an entity through its ACL (it may still"
+        " read it through a group). Returns the publish's content root and the ACL after it.",
+        admin=True,
+        rest=(Rest("POST", "/admin/acl/revoke"),),
+        cli=Cli("acl revoke", ("uid", "principal")),
+    ),
+    Operation(
+        "acl_show",
+        AclShowRequest,
+        runners.acl_show,
+        (AclShown,),
+        "The principals in UID's ACL",
+        "Administration: the principals in an entity's ACL.",
+        admin=True,
+        rest=(Rest("GET", "/admin/acl/{uid}"),),
+        cli=Cli("acl show", ("uid",)),
+    ),
+    Operation(
+        "acl_explain",
+        AclExplainRequest,
+        runners.acl_explain,
+        (AclExplanation,),
+        "Whether PRINCIPAL can read UID, and through which membership chain (or why not)",
+        "Administration: whether a principal can read an entity, the membership chain that"
+        " grants it (principal → group → … → the ACL entry), or why not.",
+        admin=True,
+        rest=(Rest("POST", "/admin/acl/explain"),),
+        cli=Cli("acl explain", ("principal", "uid")),
+    ),
+    Operation(
+        "principals_add_member",
+        MemberRequest,
+        _call("add_member"),
+        (PrincipalInfo,),
+        "Make MEMBER (a user or a group) a member of GROUP; cycles are rejected",
+        "Administration: make a user or a group a member of a group (a cycle is refused)."
+        " Returns the member's groups after it.",
+        admin=True,
+        rest=(Rest("POST", "/admin/principals/add-member"),),
+        cli=Cli("principals add-member", ("group", "member")),
+    ),
+    Operation(
+        "principals_remove_member",
+        MemberRequest,
+        _call("remove_member"),
+        (PrincipalInfo,),
+        "Remove MEMBER from GROUP; visible to the very next query",
+        "Administration: remove a member from a group. Returns the member's groups after it.",
+        admin=True,
+        rest=(Rest("POST", "/admin/principals/remove-member"),),
+        cli=Cli("principals remove-member", ("group", "member")),
+    ),
+    Operation(
+        "principals_show",
+        PrincipalRequest,
+        _call("principal_show"),
+        (PrincipalInfo,),
+        "PRINCIPAL's direct and inherited groups (and a group's members)",
+        "Administration: a principal's direct and inherited groups, and a group's members.",
+        admin=True,
+        rest=(Rest("GET", "/admin/principals/{principal}"),),
+        cli=Cli("principals show", ("principal",)),
+    ),
+    Operation(
+        "principals_load",
+        MembershipsRequest,
+        runners.load_memberships,
+        (MembershipsLoaded,),
+        'Load {"group", "member"} lines; replaces the memberships of the groups the file names',
+        "Administration: replace the memberships of every group named by the pairs with"
+        " those pairs. Returns how many groups and memberships were loaded.",
+        admin=True,
+        rest=(Rest("POST", "/admin/principals/load"),),
+        cli=Cli("principals load", ("memberships",), metavars={"memberships": "FILE.jsonl"}),
+    ),
+)
+
+_BY_NAME = {op.name: op for op in OPERATIONS}
+
+
+def operation(name: str) -> Operation:
+    """The operation called ``name``."""
+    return _BY_NAME[name]
