@@ -40,7 +40,7 @@ from knowledge_store.retrieval.search import fuse_stages
 from knowledge_store.store import KnowledgeStore
 
 Run = dict[str, dict[str, float]]
-FILTERS = Filters(not_types=("codeSample",))
+FILTERS = Filters.build(not_type=("codeSample",))
 GRAPH = 0.05
 
 

@@ -182,12 +182,14 @@ def lexical_lists(store: KnowledgeStore, base: Collected, lex: Lex) -> Collected
     engine: Any = store.engine
     saved = engine.lexical_index
     engine.lexical_index = variant_index(store, lex)
+    engine._view = None  # readers pin the indexes of a publish once: make them pin this one
     try:
         mine = collect(store, base.queries, filters=FILTERS, retrievers=["lexical"])
     finally:
         if engine.lexical_index is not saved:
             engine.lexical_index.close()
         engine.lexical_index = saved
+        engine._view = None
     lists = {
         qid: [mine.lists[qid][0] if lst.name == "lexical" else lst for lst in base.lists[qid]]
         for qid, _ in base.queries
@@ -207,14 +209,19 @@ def folds() -> dict[str, Callable[[list[float]], float]]:
     }
 
 
+def _uids_scores(ranked: Any) -> tuple[list[str], list[float]]:
+    return ranked.uids, ranked.scores
+
+
 def fold_lists(store: KnowledgeStore, base: Collected) -> dict[str, Collected]:
     """``base`` with its lexical list folded from 400 chunk hits in each way of :func:`folds`."""
     from knowledge_store.model import Identity
 
-    hits = {
-        qid: [(h.uid, h.score) for h in store.engine.lexical(Identity(), text, 400, FILTERS).hits]
-        for qid, text in base.queries
-    }
+    with store.engine.reader(Identity()) as reader:
+        hits = {
+            qid: list(zip(*_uids_scores(reader.lexical(text, 400, FILTERS)), strict=True))
+            for qid, text in base.queries
+        }
     out = {}
     for name, fold in folds().items():
         lists = {}
