@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     set_torch_threads(1)
     eval_set = SETS[args.set]
-    filters = Filters(not_types=("codeSample",))
+    filters = Filters.build(not_type=("codeSample",))
     configs = [(fetch, mode) for fetch in (1, 4) for mode in ("rrf", "adaptive")]
     samples: dict[tuple[int, str], list[float]] = {c: [] for c in configs}
     with KnowledgeStore.open(eval_set.store) as store:

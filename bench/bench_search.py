@@ -12,6 +12,8 @@ run as everyone with the docs filter (``--not-type codeSample``) and without.
     # noise (σ=0.015 per dimension, renormalised — never random vectors)
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_search.py --store .ks/pg15 \
         --replicate-to .ks/pg15-100k --chunks 100000
+    # fusion modes side by side (each query in every mode, back to back)
+    ... --only-replicated --modes rrf adaptive
 """
 
 from __future__ import annotations
@@ -118,32 +120,46 @@ def replicate(source: Path, target: Path, chunks_wanted: int, *, batch: int = 50
     src.close()
 
 
-def bench(store_path: str, n: int, filters: Filters, label: str) -> dict[str, dict[str, float]]:
+def bench(
+    store_path: str,
+    n: int,
+    filters: Filters,
+    label: str,
+    modes: tuple[str | None, ...] = (None,),
+) -> dict[str, dict[str, float]]:
+    """Per-stage p50/p95 of ``n`` queries; with several ``modes`` (fusion modes), each query
+    runs in every mode back to back, so a loaded machine slows all modes alike."""
     queries = [t for _, t in read_queries(EVAL / "queries.jsonl")][:n]
-    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    stages = {m: {s: [] for s in STAGES} for m in modes}
     with KnowledgeStore.open(store_path) as store:
         stats = store.stats()
         store.search("warm up the model and the caches", filters=filters)
         for text in queries[:20]:  # warm the page cache
             store.search(text, filters=filters)
         for text in queries:
-            answer = store.search(text, filters=filters, explain=True)
-            assert answer.explain is not None
-            ms = answer.explain["ms"]
-            for stage in STAGES:
-                stages[stage].append(float(ms.get(stage, 0.0)))
+            for mode in modes:
+                answer = store.search(text, filters=filters, mode=mode, explain=True)
+                assert answer.explain is not None
+                ms = answer.explain["ms"]
+                for stage in STAGES:
+                    stages[mode][stage].append(float(ms.get(stage, 0.0)))
     out = {}
     print(f"\n{label}: {stats.chunks} chunks, {stats.entities} entities, {len(queries)} queries")
-    print(f"  {'stage':<20} {'p50 ms':>8} {'p95 ms':>8} {'mean':>8}")
-    for stage, values in stages.items():
-        p50 = float(np.percentile(values, 50))
-        p95 = float(np.percentile(values, 95))
-        out[stage] = {
-            "p50": round(p50, 2),
-            "p95": round(p95, 2),
-            "mean": round(statistics.fmean(values), 2),
-        }
-        print(f"  {stage:<20} {p50:8.2f} {p95:8.2f} {statistics.fmean(values):8.2f}")
+    for mode in modes:
+        name = mode or "default"
+        if len(modes) > 1:
+            print(f"  mode {name}")
+        print(f"  {'stage':<20} {'p50 ms':>8} {'p95 ms':>8} {'mean':>8}")
+        for stage, values in stages[mode].items():
+            p50 = float(np.percentile(values, 50))
+            p95 = float(np.percentile(values, 95))
+            key = stage if len(modes) == 1 else f"{name}.{stage}"
+            out[key] = {
+                "p50": round(p50, 2),
+                "p95": round(p95, 2),
+                "mean": round(statistics.fmean(values), 2),
+            }
+            print(f"  {stage:<20} {p50:8.2f} {p95:8.2f} {statistics.fmean(values):8.2f}")
     return out
 
 
@@ -156,6 +172,9 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--only-replicated", action="store_true", help="skip the eval-size store")
     parser.add_argument(
+        "--modes", nargs="*", help="fusion modes to interleave per query (e.g. rrf adaptive)"
+    )
+    parser.add_argument(
         "--torch-threads",
         type=int,
         default=1,
@@ -166,20 +185,35 @@ def main() -> None:
 
     torch.set_num_threads(args.torch_threads)
     docs = Filters.build(not_type=("codeSample",))
+    modes: tuple[str | None, ...] = tuple(args.modes) if args.modes else (None,)
     results: dict[str, Any] = {}
     if not args.only_replicated:
-        results["eval"] = bench(args.store, args.queries, Filters(), f"{args.store}, no filter")
+        results["eval"] = bench(
+            args.store, args.queries, Filters(), f"{args.store}, no filter", modes
+        )
         results["eval_docs"] = bench(
-            args.store, args.queries, docs, f"{args.store}, --not-type codeSample"
+            args.store,
+            args.queries,
+            docs,
+            f"{args.store}, --not-type codeSample",
+            modes,
         )
     if args.replicate_to:
         if not Path(args.replicate_to).exists():
             replicate(Path(args.store), Path(args.replicate_to), args.chunks)
         results["replicated"] = bench(
-            args.replicate_to, args.queries, Filters(), f"{args.replicate_to}, no filter"
+            args.replicate_to,
+            args.queries,
+            Filters(),
+            f"{args.replicate_to}, no filter",
+            modes,
         )
         results["replicated_docs"] = bench(
-            args.replicate_to, args.queries, docs, f"{args.replicate_to}, --not-type codeSample"
+            args.replicate_to,
+            args.queries,
+            docs,
+            f"{args.replicate_to}, --not-type codeSample",
+            modes,
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -107,5 +107,6 @@ VARIANTS: dict[str, tuple[Callable[[Record], list[Unit]], bool]] = {
     "ours-title": (chunk_units(200, 32, "title"), False),
     "ours-none": (chunk_units(200, 32, "none"), False),
     "ours-128": (chunk_units(128, 16, "path"), False),
+    "ours-256": (chunk_units(256, 32, "path"), False),
     "entity": (entity_units, False),
 }

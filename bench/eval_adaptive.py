@@ -40,7 +40,7 @@ from knowledge_store.retrieval.search import fuse_stages
 from knowledge_store.store import KnowledgeStore
 
 Run = dict[str, dict[str, float]]
-FILTERS = Filters(not_types=("codeSample",))
+FILTERS = Filters.build(not_type=("codeSample",))
 GRAPH = 0.05
 
 
@@ -133,7 +133,7 @@ def variants() -> dict[str, Chooser | str]:
 
 def collected_lists(eval_set: EvalSet, store: KnowledgeStore) -> Collected:
     """The query-stage lists of every query, cached per store content root."""
-    cache = CACHE / f"lists-{eval_set.name}.pickle"
+    cache = CACHE / f"lists-{store.engine.path.name}.pickle"  # type: ignore[attr-defined]
     key = f"{store.content_root()}:{len(eval_set.queries)}:{FILTERS}:{CHUNKS_PER_ENTITY}"
     saved = None
     if cache.exists():
@@ -167,9 +167,12 @@ def main() -> None:
     parser.add_argument("--sets", nargs="*")
     parser.add_argument("--reference", default="rrf 1/1 (seed default)")
     parser.add_argument("--json")
+    parser.add_argument(
+        "--spec", default="onnx:int8", help="the stores' embedder (as bench/eval_dense.py)"
+    )
     args = parser.parse_args()
     set_torch_threads(1)
-    cache = VectorCache()
+    cache = VectorCache(args.spec)
     names = list(variants())
     scores: dict[str, dict[str, dict[str, dict[str, float]]]] = {}  # set → variant → measure → qid
     groups: dict[str, dict[str, str]] = {}

@@ -57,10 +57,13 @@ def main() -> None:
     parser.add_argument("b", help="configuration B, e.g. adaptive")
     parser.add_argument("--sets", nargs="*")
     parser.add_argument("--moved", type=int, default=8)
+    parser.add_argument(
+        "--spec", default="onnx:int8", help="the stores' embedder (as bench/eval_dense.py)"
+    )
     args = parser.parse_args()
     set_torch_threads(1)
     fusion_a, fusion_b = config(args.a), config(args.b)
-    cache = VectorCache()
+    cache = VectorCache(args.spec)
     macro: dict[str, list[float]] = {}
     for eval_set in eval_sets(args.sets):
         with KnowledgeStore.open(build_store(eval_set, cache)) as store:

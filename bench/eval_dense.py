@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dense_units import VARIANTS
-from evalsets import CACHE, EvalSet, VectorCache, eval_sets, set_torch_threads
+from evalsets import CACHE, EvalSet, VectorCache, eval_sets, set_torch_threads, store_path
 
 from knowledge_store.retrieval.compare import paired_bootstrap, per_query
 
@@ -156,11 +156,19 @@ def runs_for(
         ("ours-none", "chunk text alone (no prefix)"),
         ("ours-title", "title prefix only"),
         ("ours-128", "128-token chunks"),
+        ("ours-256", "256-token chunks"),
     ):
         _, texts, truncated = units_of(eval_set, variant)
         if cache.missing(texts, truncated=truncated) == 0:
             m = Matrix.of(eval_set, variant, cache)
-            runs[f"ours, {label}"] = ranked(m.pages, m.page_max(m.unit_scores(queries)))
+            other = m.page_max(m.unit_scores(queries))
+            runs[f"ours, {label}"] = ranked(m.pages, other)
+            if variant in (
+                "ours-128",
+                "ours-256",
+            ):  # both granularities indexed: best unit of either
+                assert m.pages == ours.pages
+                runs[f"ours + {label} (best of both)"] = ranked(ours.pages, np.maximum(best, other))
     if cache.missing(units_of(eval_set, "entity")[1]) == 0:
         ent = Matrix.of(eval_set, "entity", cache)
         assert ent.pages == ours.pages
@@ -171,7 +179,10 @@ def runs_for(
     return {name: dict(zip(qids, rows, strict=True)) for name, rows in runs.items()}
 
 
-def report(eval_set: EvalSet, runs: Mapping[str, Run]) -> dict[str, dict[str, float]]:
+def report(
+    eval_set: EvalSet, runs: Mapping[str, Run]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
+    """Print one set's table; returns its means and each variant's per-query scores."""
     scores = {name: per_query(eval_set.qrels, run) for name, run in runs.items()}
     names = list(runs)
     refs = [ref for ref in (OURS, BASELINE) if ref in runs]
@@ -200,12 +211,32 @@ def report(eval_set: EvalSet, runs: Mapping[str, Run]) -> dict[str, dict[str, fl
         print(
             f"{name:<{width}}  {means['ndcg@10']:.4f}  {means['recall@100']:.4f}  {means['mrr@10']:.4f}  {deltas[0]:<28} {deltas[1]}"
         )
-    return table
+    return table, scores
 
 
-def stored_lists(eval_set: EvalSet) -> dict[str, list[dict[str, float]]]:
+def report_macro(scores: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]) -> None:
+    """Δ vs ours of every variant measured on every set: macro mean, stratified bootstrap."""
+    sets = list(scores)
+    if len(sets) < 2:
+        return
+    names = [n for n in scores[sets[0]] if all(n in scores[s] for s in sets)]
+    width = max(len(n) for n in names)
+    print(f"\nboth sets together (equal weight per set): Δ vs {OURS!r} [95%]")
+    print(f"{'variant':<{width}}  {'nDCG@10':<28} {'R@100':<28} MRR@10")
+    for name in names:
+        cells = []
+        for m in ("ndcg@10", "recall@100", "mrr@10"):
+            deltas = {
+                s: [scores[s][name][m][q] - scores[s][OURS][m][q] for q in scores[s][OURS][m]]
+                for s in sets
+            }
+            cells.append(f"{paired_bootstrap(deltas)!s:<28}")
+        print(f"{name:<{width}}  " + " ".join(cells))
+
+
+def stored_lists(eval_set: EvalSet, spec: str) -> dict[str, list[dict[str, float]]]:
     """The store's own lists, if ``bench/eval_adaptive.py`` collected them."""
-    path = CACHE / f"lists-{eval_set.name}.pickle"
+    path = CACHE / f"lists-{store_path(eval_set, spec).name}.pickle"
     if not path.exists():
         return {}
     with path.open("rb") as handle:
@@ -222,17 +253,28 @@ def main() -> None:
     parser.add_argument("--sets", nargs="*", help="eval set names (default: every shared set)")
     parser.add_argument("--embed-only", nargs="*", metavar="VARIANT", help="embed and stop")
     parser.add_argument("--json", help="also write the tables here")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads for embedding")
+    parser.add_argument(
+        "--spec",
+        default="onnx:int8",
+        help="embedder (default onnx:int8, the store's default; st:sentence-transformers/"
+        "all-MiniLM-L6-v2 reads phase 1's PyTorch vectors, = onnx:fp32 to cosine 0.9999)",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (st: specs)")
     args = parser.parse_args()
-    set_torch_threads(args.threads)
-    cache = VectorCache()
+    if args.spec.startswith("st:"):
+        set_torch_threads(args.threads)
+    cache = VectorCache(args.spec)
+    print(f"embedder: {args.spec}")
     sets = eval_sets(args.sets)
     if args.embed_only is not None:
         embed_only(sets, args.embed_only or list(VARIANTS), cache)
         return
     tables = {}
+    per_set = {}
     for eval_set in sets:
-        tables[eval_set.name] = report(eval_set, runs_for(eval_set, cache, stored_lists(eval_set)))
+        runs = runs_for(eval_set, cache, stored_lists(eval_set, args.spec))
+        tables[eval_set.name], per_set[eval_set.name] = report(eval_set, runs)
+    report_macro(per_set)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(tables, indent=1))

@@ -6,14 +6,22 @@ vector cache lives in ``bench/.cache/vectors.sqlite`` (git-ignored), keyed by
 own embedding cache uses — so a text is embedded once for every experiment
 and for the stores (:func:`build_store` seeds a store's cache from it).
 
+Vectors are keyed by the *embedder spec* too: the key is
+``embedding_key(cache_id, text)`` with the embedder's ``cache_id`` (PyTorch:
+``sentence-transformers/all-MiniLM-L6-v2``; ONNX: ``…|onnx-int8`` /
+``…|onnx-fp32``), so vectors of different runtimes never mix, and a store built
+on that embedder finds the same keys in its own embedding cache. The default
+spec is the store's default (``onnx:int8``); ``st:sentence-transformers/all-MiniLM-L6-v2``
+reads the PyTorch vectors of phase 1 (equal to ONNX fp32 to cosine 0.9999).
+
 Two embedding modes share the cache:
 
 * ``windowed`` (the store's embedder: a text over the model window is the mean
-  of its windows) — key ``embedding_key(model_id, text)``;
-* ``truncated`` (plain sentence-transformers ``encode``, as the BASELINES.md
-  dense baseline does: the text is cut at the model window) — a text within
-  the window has the same vector in both modes, so only longer texts get a
-  second key.
+  of its windows) — key ``embedding_key(cache_id, text)``;
+* ``truncated`` (cut at the model window, as the BASELINES.md dense baseline's
+  sentence-transformers ``encode`` does) — a text within the window has the
+  same vector in both modes, so only longer texts get a second key
+  (``cache_id + "#truncated"``).
 """
 
 from __future__ import annotations
@@ -117,6 +125,7 @@ def set_torch_threads(threads: int) -> None:
 class VectorCache:
     """Content-hash → float32 vector, in one SQLite file; embeds what is missing."""
 
+    spec: str = "onnx:int8"
     path: Path = CACHE / "vectors.sqlite"
     batch: int = 128
     _conn: sqlite3.Connection | None = field(default=None, repr=False)
@@ -134,18 +143,24 @@ class VectorCache:
 
     @cached_property
     def embedder(self) -> Any:
-        from knowledge_store.ingest.embedding import SentenceTransformerEmbedder
+        from knowledge_store.ingest.embedding import open_embedder
 
-        return SentenceTransformerEmbedder.bundled()
+        return open_embedder(self.spec)
+
+    @cached_property
+    def cache_id(self) -> str:
+        from knowledge_store.ingest.embedding import cache_id_of
+
+        return cache_id_of(self.embedder)
 
     def keys(self, texts: Sequence[str], *, truncated: bool = False) -> list[str]:
         from knowledge_store.ingest.chunking import token_counter
-        from knowledge_store.ingest.embedding import DEFAULT_MODEL_ID, embedding_key
+        from knowledge_store.ingest.embedding import embedding_key
 
         count = token_counter()
         return [
             embedding_key(
-                DEFAULT_MODEL_ID
+                self.cache_id
                 + ("#truncated" if truncated and len(t) > WINDOW and count(t) > WINDOW else ""),
                 t,
             )
@@ -223,14 +238,28 @@ class VectorCache:
     def _embed(self, texts: list[str], *, truncated: bool) -> np.ndarray:
         if not truncated:
             return np.asarray(self.embedder.embed(texts), dtype=np.float32)
-        out = self.embedder.model.encode(
+        from knowledge_store.ingest.embedders.onnx import OnnxEmbedder
+
+        if isinstance(self.embedder, OnnxEmbedder):
+            # Cut at the window as sentence-transformers does: first 255 tokens + [SEP].
+            session, tokens = self.embedder._loaded(parallel=True)
+            rows = [tokens.encode(t) for t in texts]
+            order = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
+            out = np.empty((len(rows), 384), dtype=np.float32)
+            for i in range(0, len(order), 32):
+                part = order[i : i + 32]
+                ids, mask = tokens.pad([rows[j] for j in part])
+                out[part] = self.embedder._run(session, ids, mask)
+            return out / np.linalg.norm(out, axis=1, keepdims=True)
+        model = self.embedder.model
+        encoded = model.encode(
             texts,
             batch_size=32,
             convert_to_numpy=True,
             normalize_embeddings=True,
             show_progress_bar=False,
         )
-        return np.asarray(out, dtype=np.float32)
+        return np.asarray(encoded, dtype=np.float32)
 
 
 def store_texts(eval_set: EvalSet) -> tuple[list[Any], list[str]]:
@@ -252,14 +281,12 @@ def fill_from_the_end(eval_set: EvalSet, cache: VectorCache, peers: Sequence[Pat
     Another worker building the same store embeds in ingest's order; working
     from the other end, the two meet in the middle and nothing is embedded twice.
     """
-    from knowledge_store.ingest.embedding import DEFAULT_MODEL_ID, embedding_key
-
     _, texts = store_texts(eval_set)
     while True:
         for peer in peers:
             if (peer / "catalog.sqlite").exists():
                 cache.import_store(peer)
-        keys = [embedding_key(DEFAULT_MODEL_ID, t) for t in texts]
+        keys = cache.keys(texts)
         have = cache.lookup(keys)
         todo = [t for k, t in zip(keys, texts, strict=True) if k not in have]
         print(f"  {eval_set.name}: {len(todo):,} store texts left", file=sys.stderr, flush=True)
@@ -268,33 +295,74 @@ def fill_from_the_end(eval_set: EvalSet, cache: VectorCache, peers: Sequence[Pat
         cache.vectors(todo[-cache.batch :], label=f"{eval_set.name} store, from the end")
 
 
-def build_store(eval_set: EvalSet, cache: VectorCache) -> Path:
-    """The set's corpus ingested into an embedded store, every chunk vector from the cache.
+def store_path(eval_set: EvalSet, spec: str) -> Path:
+    """Where the set's store built on ``spec`` lives (the default embedder: ``eval_set.store``)."""
+    from knowledge_store.ingest.embedding import DEFAULT_SPEC
+
+    if spec in ("default", DEFAULT_SPEC):
+        return eval_set.store
+    return eval_set.store.with_name(
+        f"{eval_set.store.name}-{spec.replace(':', '-').replace('/', '-')}"
+    )
+
+
+def seed_store(eval_set: EvalSet, cache: VectorCache, where: Path | None = None) -> Path:
+    """A store for the set on ``cache.spec`` whose embedding cache holds every chunk vector.
 
     The chunk texts ingest will embed are computed the way ingest does
     (``chunk_entity`` + ``context_text``); missing ones are embedded into the
-    bench cache, the store's embedding cache is seeded from it, then the store
-    ingests (finding every vector cached). Rebuilds nothing when it is current.
+    bench cache, then the store's embedding cache is seeded with them under
+    the store's own keys (``embedding_key(cache_id, text)``). Ingesting the
+    corpus afterwards — ``ks ingest`` or the API — embeds nothing.
     """
-    from knowledge_store.ingest.embedding import DEFAULT_MODEL_ID, embedding_key
-    from knowledge_store.ingest.loaders import load_paths
-    from knowledge_store.ingest.pipeline import chunk_entity
+    from knowledge_store.ingest.embedding import spec_of
     from knowledge_store.store import KnowledgeStore
 
-    corpus = eval_set.path / "corpus.jsonl"
-    loaded = load_paths([corpus], format=None, source=None, default_acl=None)
-    entities = [r.entity for r in loaded.records]
-    texts = list(dict.fromkeys(c.context_text(e.title) for e in entities for c in chunk_entity(e)))
-    with KnowledgeStore.open(eval_set.store) as store:
+    _, texts = store_texts(eval_set)
+    where = where or store_path(eval_set, cache.spec)
+    vectors = cache.vectors(texts, label=f"{eval_set.name} store")
+    with KnowledgeStore.open(where, embedder=cache.spec) as store:
         engine = store.engine
-        current = engine.content_hashes([e.uid for e in entities])
-        if all(current.get(e.uid) == e.content_hash for e in entities):
-            return eval_set.store
-        vectors = cache.vectors(texts, label=f"{eval_set.name} store")
-        engine.set_model(DEFAULT_MODEL_ID, vectors.shape[1], "default")
-        keyed = {embedding_key(DEFAULT_MODEL_ID, t): v for t, v in zip(texts, vectors, strict=True)}
-        items = list(keyed.items())
+        embedder = cache.embedder
+        engine.set_model(embedder.model_id, vectors.shape[1], spec_of(embedder))
+        items = list(dict(zip(cache.keys(texts), vectors, strict=True)).items())
         for i in range(0, len(items), 2000):
             engine.cache_embeddings(dict(items[i : i + 2000]))
-        store.ingest([corpus], progress=False)
-    return eval_set.store
+    return where
+
+
+def build_store(eval_set: EvalSet, cache: VectorCache) -> Path:
+    """The set's corpus ingested into an embedded store on ``cache.spec``, vectors from the cache.
+
+    Rebuilds nothing when it is current; otherwise :func:`seed_store`, then ingest.
+    """
+    from knowledge_store.store import KnowledgeStore
+
+    entities, _ = store_texts(eval_set)
+    where = store_path(eval_set, cache.spec)
+    with KnowledgeStore.open(where, embedder=cache.spec) as store:
+        current = store.engine.content_hashes([e.uid for e in entities])
+        if all(current.get(e.uid) == e.content_hash for e in entities):
+            return where
+    seed_store(eval_set, cache, where)
+    with KnowledgeStore.open(where, embedder=cache.spec) as store:
+        store.ingest([eval_set.path / "corpus.jsonl"], progress=False)
+    return where
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Seed eval stores' embedding caches")
+    parser.add_argument("command", choices=["seed"])
+    parser.add_argument("--sets", nargs="*")
+    parser.add_argument("--spec", default="onnx:int8")
+    parser.add_argument("--store", type=Path, help="the store (one set only)")
+    args = parser.parse_args()
+    cache = VectorCache(args.spec)
+    for eval_set in eval_sets(args.sets):
+        print(seed_store(eval_set, cache, args.store))
+
+
+if __name__ == "__main__":
+    main()

@@ -124,7 +124,7 @@ class Corpus:
 
 
 def load_lists(eval_set: EvalSet) -> dict[str, list[RankedList]]:
-    path = CACHE / f"lists-{eval_set.name}.pickle"
+    path = CACHE / f"lists-{eval_set.store.name}.pickle"  # the default embedder's store
     if not path.exists():
         sys.exit(f"{path} is missing: run bench/eval_adaptive.py first (it collects the lists)")
     with path.open("rb") as handle:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -148,6 +149,36 @@ class Comparison:
 
     def measure(self, name: str) -> MeasureDelta:
         return next(m for m in self.measures if m.measure == name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``measures`` (name → a, b, delta, low, high), ``moved``, ``by_type``."""
+        return {
+            "measures": _measures_dict(self.measures),
+            "moved": [
+                {"qid": m.qid, "a": _r(m.a), "b": _r(m.b), "delta": _r(m.delta)} for m in self.moved
+            ],
+            "by_type": {
+                group: {"queries": deltas[0].queries, **_measures_dict(deltas)}
+                for group, deltas in self.by_group.items()
+            },
+        }
+
+
+def _r(value: float) -> float:
+    return round(value, 4)
+
+
+def _measures_dict(deltas: Sequence[MeasureDelta]) -> dict[str, dict[str, float]]:
+    return {
+        d.measure: {
+            "a": _r(d.a),
+            "b": _r(d.b),
+            "delta": _r(d.delta.mean),
+            "low": _r(d.delta.low),
+            "high": _r(d.delta.high),
+        }
+        for d in deltas
+    }
 
 
 def _deltas(

@@ -20,17 +20,20 @@ from rich.progress import Progress
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Filters, Identity
-from knowledge_store.retrieval.fusion import RankedList
+from knowledge_store.retrieval.fusion import RankedList, parse_weights
 from knowledge_store.retrieval.retrievers import Request, Retriever, make_retrievers
-from knowledge_store.retrieval.search import CANDIDATES, Fuser, Fusion, fuse_stages
+from knowledge_store.retrieval.search import CANDIDATES, MODES, Fuser, Fusion, fuse_stages
 
 __all__ = [
     "Collected",
     "Variant",
     "collect",
+    "compare",
     "evaluate",
+    "parse_config",
     "read_qrels",
     "read_queries",
+    "read_query_types",
     "run_variant",
     "score_runs",
 ]
@@ -249,3 +252,113 @@ def evaluate(
         ),
     }
     return {"queries": len(queries), **score_runs(qrels, runs)}
+
+
+#: Configurations ``ks eval --compare`` accepts besides the fusion modes: one list alone.
+SINGLE_LISTS: tuple[str, ...] = ("lexical", "vector")
+#: The query field a per-type breakdown reads when none is named.
+TYPE_FIELD = "type"
+
+
+def parse_config(text: str) -> Variant:
+    """``MODE`` or ``MODE:LIST=W,…`` (a fusion, as ``--mode``/``--weights``), or ``lexical``/``vector``."""
+    name, sep, weights = (part.strip() for part in text.partition(":"))
+    choices = (
+        f"use MODE or MODE:LIST=W,… with MODE one of {', '.join(MODES)},"
+        f" or one list alone: {', '.join(SINGLE_LISTS)}"
+    )
+    if name in SINGLE_LISTS and not sep:
+        return Variant(text, single=name)
+    if name not in MODES or (sep and not weights):
+        raise InvalidRequest(
+            f"--compare: {text!r} is not a configuration; {choices}",
+            value=text,
+            allowed=[*MODES, *SINGLE_LISTS],
+        )
+    fusion = Fusion.of(name, parse_weights(weights) if sep else None)
+    return Variant(text, fusion=fusion, expand=fusion.weight("graph") > 0)
+
+
+def read_query_types(path: str | Path, field_name: str) -> dict[str, str]:
+    """qid → the query's ``field_name`` (its type), from the queries file or, for queries
+    without it, from ``queries-meta.jsonl`` beside it (the shared eval sets' layout)."""
+    types: dict[str, str] = {}
+    meta = Path(path).with_name("queries-meta.jsonl")
+    for source in (Path(path), meta):
+        if not source.is_file():
+            continue
+        with source.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                    qid = str(obj["qid"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise InvalidRequest(
+                        f'{source}:{line_no}: expected a JSON object with "qid" ({exc})',
+                        file=str(source),
+                        line=line_no,
+                    ) from None
+                value = obj.get(field_name)
+                if qid not in types and value is not None and not isinstance(value, dict | list):
+                    types[qid] = str(value)
+    return types
+
+
+def compare(
+    store: Any,
+    queries_path: str | Path,
+    qrels_path: str | Path,
+    config_a: str,
+    config_b: str,
+    *,
+    filters: Filters | None = None,
+    identity: Identity | None = None,
+    group_by: str | None = None,
+    moved: int = 10,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """``ks eval --compare A B``: both configurations over the same lists, paired.
+
+    Each measure's means and the paired bootstrap 95 % interval of B − A, the
+    queries that moved most, and a breakdown per query type when the queries
+    carry one (``group_by``, default ``type``; an explicit field no query
+    carries is an error).
+    """
+    from knowledge_store.retrieval.compare import compare_runs
+
+    variant_a, variant_b = parse_config(config_a), parse_config(config_b)
+    queries = read_queries(queries_path)
+    qrels = read_qrels(qrels_path)
+    queries = [(q, t) for q, t in queries if q in qrels]
+    if not queries:
+        raise InvalidRequest("no query has a judgement in the qrels file")
+    field_name = group_by or TYPE_FIELD
+    types = read_query_types(queries_path, field_name)
+    if group_by and not any(q in types for q, _ in queries):
+        raise InvalidRequest(
+            f"--group-by: no judged query carries {group_by!r} (in {queries_path} "
+            "or a queries-meta.jsonl beside it)",
+            field="group_by",
+            value=group_by,
+        )
+    collected = collect(store, queries, filters=filters, identity=identity, progress=progress)
+    asked = dict(queries)
+    result = compare_runs(
+        {q: qrels[q] for q in asked},
+        run_variant(collected, variant_a),
+        run_variant(collected, variant_b),
+        groups={q: types.get(q, "?") for q in asked} if types else None,
+        moved=moved,
+    )
+    out = result.as_dict()
+    for row in out["moved"]:
+        row["text"] = asked[row["qid"]]
+    return {
+        "queries": len(queries),
+        "a": config_a,
+        "b": config_b,
+        "group_by": field_name if types else None,
+        **out,
+    }

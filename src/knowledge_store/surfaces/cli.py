@@ -388,18 +388,56 @@ def _eval(
     weights: Annotated[
         str | None, typer.Option("--weights", metavar="LIST=W,…", help="fusion weights")
     ] = None,
+    compare: Annotated[
+        tuple[str, str] | None,
+        typer.Option(
+            "--compare",
+            metavar="A B",
+            help="compare two configurations (MODE, MODE:LIST=W,…, lexical or vector), paired",
+        ),
+    ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option(
+            "--group-by", metavar="FIELD", help="with --compare: the query field that is its type"
+        ),
+    ] = None,
     as_: AsOpt = None,
     as_json: JsonOpt = False,
     **filter_values: Any,
 ) -> None:
-    """nDCG@10, Recall@100 and MRR@10 of lexical, vector and fused search on a query set."""
-    from knowledge_store.retrieval.evaluation import evaluate
+    """nDCG@10, Recall@100 and MRR@10 of lexical, vector and fused search on a query set.
+
+    With --compare A B: both configurations over the same lists, B − A per query with
+    paired bootstrap 95 % intervals, the queries that moved most, and each query type.
+    """
+    from knowledge_store.retrieval import evaluation
     from knowledge_store.retrieval.fusion import parse_weights
 
     def action() -> Any:
+        if compare is None and group_by is not None:
+            raise InvalidRequest("--group-by needs --compare A B", field="group_by")
+        if compare is not None and (mode or weights):
+            raise InvalidRequest(
+                "--compare A B takes each side's mode and weights in A and B "
+                "(e.g. --compare rrf convex:vector=0.7,lexical=0.3), not --mode/--weights",
+                field="compare",
+            )
         filters = Filters.build(**filters_of(filter_values))
+        progress = not as_json and sys.stderr.isatty()
         with _store() as store:
-            return evaluate(
+            if compare is not None:
+                return evaluation.compare(
+                    store,
+                    queries,
+                    qrels,
+                    *compare,
+                    filters=filters,
+                    identity=_identity(as_),
+                    group_by=group_by,
+                    progress=progress,
+                )
+            return evaluation.evaluate(
                 store,
                 queries,
                 qrels,
@@ -407,10 +445,15 @@ def _eval(
                 identity=_identity(as_),
                 mode=mode,
                 weights=parse_weights(weights) if weights else None,
-                progress=not as_json and sys.stderr.isatty(),
+                progress=progress,
             )
 
     def show(result: dict[str, Any]) -> None:
+        if compare is not None:
+            from knowledge_store.surfaces.cli_show import show_comparison
+
+            show_comparison(out, result)
+            return
         table = Table(title=f"{result['queries']} queries")
         for col in ("list", "nDCG@10", "Recall@100", "MRR@10"):
             table.add_column(col)
@@ -425,7 +468,8 @@ def _eval(
         f"filters.{n}": "--" + n.replace("_", "-")
         for n in (key.removeprefix(FILTER_PREFIX) for key in filter_values)
     }
-    _run(as_json, action, show, {**names, "weights": "--weights", "mode": "--mode"})
+    flags = {"weights": "--weights", "mode": "--mode", "compare": "--compare"}
+    _run(as_json, action, show, {**names, **flags, "group_by": "--group-by"})
 
 
 def _with_filters(fn: Callable[..., None]) -> Callable[..., None]:

@@ -1,4 +1,4 @@
-"""Readable CLI output of every command of the table (rich tables and lines).
+"""Readable CLI output of every command of the table (rich tables and lines), and of ``eval --compare``.
 
 :data:`SHOW` maps an operation's name to how its answer reads on a terminal
 (``--json`` prints the answer's JSON instead). Every value that came from data
@@ -18,7 +18,7 @@ from knowledge_store.model import AggregateAnswer, ChunkHits, SearchAnswer, SqlH
 from knowledge_store.surfaces.cli_graph import show_graph, show_query
 from knowledge_store.surfaces.terminal import safe, strip_controls
 
-__all__ = ["SHOW", "show_aggregate", "show_search_explain", "show_sql"]
+__all__ = ["SHOW", "show_aggregate", "show_comparison", "show_search_explain", "show_sql"]
 
 #: How an answer reads: ``(console, answer, request)``.
 Show = Callable[[Console, Any, Any], None]
@@ -196,3 +196,52 @@ SHOW: Mapping[str, Show] = {
         lambda r, q: f"loaded {r.memberships} memberships of {r.groups} groups"
     ),
 }
+
+
+_MEASURE_LABELS = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "MRR@10"}
+
+
+def _delta_cell(row: dict[str, float]) -> str:
+    return f"{row['delta']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}]"
+
+
+def show_comparison(out: Console, result: dict[str, Any]) -> None:
+    """``ks eval --compare A B``: each measure, each query type, the queries that moved most."""
+    a, b = safe(result["a"]), safe(result["b"])
+    table = Table(title=f"{result['queries']} queries · A = {a} · B = {b}")
+    for col in ("measure", "A", "B", "B − A [95% paired bootstrap]"):
+        table.add_column(col)
+    for name, row in result["measures"].items():
+        table.add_row(
+            _MEASURE_LABELS.get(name, name), f"{row['a']:.4f}", f"{row['b']:.4f}", _delta_cell(row)
+        )
+    out.print(table)
+    if result["by_type"]:
+        types = Table(title=f"nDCG@10 per query type ({safe(result['group_by'])})")
+        for col in ("type", "queries", "A", "B", "B − A [95%]"):
+            types.add_column(col)
+        for group, row in result["by_type"].items():
+            ndcg = row["ndcg@10"]
+            types.add_row(
+                safe(group),
+                str(row["queries"]),
+                f"{ndcg['a']:.4f}",
+                f"{ndcg['b']:.4f}",
+                _delta_cell(ndcg),
+            )
+        out.print(types)
+    if result["moved"]:
+        moved = Table(title="moved most (nDCG@10)", box=None, pad_edge=False)
+        for col in ("B − A", "A", "B", "qid", "query"):
+            moved.add_column(col, overflow="fold")
+        for row in result["moved"]:
+            moved.add_row(
+                f"{row['delta']:+.3f}",
+                f"{row['a']:.3f}",
+                f"{row['b']:.3f}",
+                safe(row["qid"]),
+                safe(row["text"]),
+            )
+        out.print(moved)
+    else:
+        out.print("[dim]no query moved[/]")
