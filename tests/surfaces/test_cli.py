@@ -244,3 +244,14 @@ def test_the_cli_reads_ks_as_and_ks_store_and_the_library_reads_neither(
 
     with KnowledgeStore.open(cli_store) as store:  # the library's default is everyone
         assert store.lexical("ERR-1042").hits == []
+
+
+@pytest.mark.parametrize("acl_default", [False, True])
+def test_schema_record_prints_the_record_json_schema(tmp_path: Path, acl_default: bool) -> None:
+    from knowledge_store.ingest.record_schema import record_json_schema
+
+    args = ["schema", "record", *(["--acl-default"] if acl_default else [])]
+    code, printed = ks(tmp_path / "never-created", *args)
+    assert code == 0
+    assert printed == record_json_schema(acl_default=acl_default)
+    assert not (tmp_path / "never-created").exists()  # no store is needed or made

@@ -114,8 +114,10 @@ def _typer(help_text: str) -> typer.Typer:
 app = _typer("knowledge-store: ingest an estate; search it by words, meaning, graph and fields.")
 acl_app = _typer("Entity ACLs: grant, revoke, show, explain.")
 principals_app = _typer("Principals and group memberships.")
+schema_app = _typer("JSON Schemas of what the store takes.")
 app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
+app.add_typer(schema_app, name="schema")
 _GROUPS = {"acl": acl_app, "principals": principals_app}
 
 out = Console(highlight=False, soft_wrap=True)
@@ -475,6 +477,24 @@ def serve(
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)
+
+
+@schema_app.command("record", cls=_Command)
+def schema_record(
+    acl_default: Annotated[
+        bool,
+        typer.Option(
+            "--acl-default",
+            help="the schema for an ingest that gives --acl (a record may leave acl out)",
+        ),
+    ] = False,
+) -> None:
+    """The JSON Schema (draft 2020-12) of one ingest record, one JSON Lines line (docs/records.md)."""
+    from knowledge_store.ingest.record_schema import record_json_schema
+
+    sys.stdout.write(
+        json.dumps(record_json_schema(acl_default=acl_default), indent=2, ensure_ascii=False) + "\n"
+    )
 
 
 def main() -> None:
