@@ -31,7 +31,7 @@ __all__ = [
     "Analysis",
     "analyse",
     "error_at",
-    "limit_error",
+    "limit_warning",
     "same_operand",
     "validate",
 ]
@@ -471,20 +471,12 @@ def validate(query: n.Query) -> list[QueryError]:
                     value.pos,
                 )
             )
-        elif isinstance(value, int) and name == "LIMIT" and value > MAX_LIMIT:
-            errors.append(limit_error(value, query.limit_pos or query.pos))
     return errors
 
 
-def limit_error(value: int, pos: n.Pos | None) -> QueryError:
-    return error_at(
-        "bound_exceeded",
-        f"LIMIT {value} exceeds the maximum of {MAX_LIMIT}; write LIMIT {MAX_LIMIT}"
-        " and page with SKIP",
-        pos,
-        limit=value,
-        maximum=MAX_LIMIT,
-    )
+def limit_warning(value: int) -> str:
+    """The note of an answer whose LIMIT was capped (DESIGN §5: capped, not refused)."""
+    return f"LIMIT {value} was capped at {MAX_LIMIT}: at most {MAX_LIMIT} rows; page with SKIP"
 
 
 def _sort_errors(

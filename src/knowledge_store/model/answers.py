@@ -57,6 +57,11 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _empty(value: object) -> bool:
+    """Warnings appear in an answer only when there are some (DESIGN's shapes otherwise)."""
+    return not value
+
+
 class Answer(BaseModel):
     """Base of every answer: frozen, unknown fields refused, ``to_dict()`` for JSON."""
 
@@ -229,6 +234,8 @@ class QueryAnswer(Answer):
     columns: list[str]
     rows: list[list[Any]]
     truncated: bool
+    #: How the request was read (a LIMIT above the bound, capped); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class ContentEntity(Answer):

@@ -212,6 +212,8 @@ def _run(
         sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
     else:
         show(result)
+        for note in getattr(getattr(result, "answer", result), "warnings", ()):
+            err.print(f"[yellow]note[/] {safe(note)}")
 
 
 def _fail(exc: KnowledgeStoreError, as_json: bool) -> None:
