@@ -33,6 +33,7 @@ from knowledge_store.model import (
     Content,
     DeleteReport,
     Entity,
+    Filters,
     GraphHits,
     Identity,
     IngestReport,
@@ -52,6 +53,7 @@ from knowledge_store.requests import (
     DeleteRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FilterSpec,
     GraphRequest,
     KnowledgeRequest,
     LearningPathRequest,
@@ -60,6 +62,7 @@ from knowledge_store.requests import (
     PrincipalRequest,
     QueryGraphRequest,
     RelatedRequest,
+    Request,
     SearchRequest,
     VectorRequest,
     XrefRequest,
@@ -96,6 +99,14 @@ def _uid(uid: object, field: str = "uid") -> str:
             field=field,
         )
     return uid
+
+
+def _filters_of(given: object, filters: Any) -> Filters:
+    """The FILTERS of a read that has run (so they are valid): its request's, else the keyword's."""
+    spec = getattr(given, "filters", None)
+    if isinstance(given, Request) and isinstance(spec, FilterSpec):
+        return spec.value
+    return FilterSpec.model_validate(filters if filters is not None else {}).value
 
 
 def _identity(who: IdentityLike) -> Identity:
@@ -289,7 +300,8 @@ class KnowledgeStore:
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
         with self.reader(identity) as r:
-            return r.lexical(text, k=k, filters=filters, explain=explain)
+            answer = r.lexical(text, k=k, filters=filters, explain=explain)
+            return r.noted(answer, _filters_of(text, filters))
 
     def vector(
         self,
@@ -302,7 +314,8 @@ class KnowledgeStore:
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
         with self.reader(identity) as r:
-            return r.vector(query, k=k, filters=filters, explain=explain)
+            answer = r.vector(query, k=k, filters=filters, explain=explain)
+            return r.noted(answer, _filters_of(query, filters))
 
     def search(
         self,
@@ -318,7 +331,7 @@ class KnowledgeStore:
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
         with self.reader(identity) as r:
-            return r.search(
+            answer = r.search(
                 text,
                 k=k,
                 filters=filters,
@@ -327,6 +340,7 @@ class KnowledgeStore:
                 explain=explain,
                 retrievers=retrievers,
             )
+            return r.noted(answer, _filters_of(text, filters))
 
     def sql(
         self,
@@ -338,7 +352,7 @@ class KnowledgeStore:
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         with self.reader(identity) as r:
-            return r.sql(filters, order=order, k=k)
+            return r.noted(r.sql(filters, order=order, k=k), _filters_of(filters, filters))
 
     def aggregate(
         self,
@@ -350,7 +364,8 @@ class KnowledgeStore:
     ) -> AggregateAnswer:
         """A catalog metric by a dimension over the visible slice (DESIGN §2)."""
         with self.reader(identity) as r:
-            return r.aggregate(metric, dimension, filters=filters)
+            answer = r.aggregate(metric, dimension, filters=filters)
+            return r.noted(answer, _filters_of(metric, filters))
 
     def graph(
         self,

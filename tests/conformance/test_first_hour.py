@@ -10,7 +10,66 @@ search answer says how strong each match is (item 14).
 
 from __future__ import annotations
 
+import pytest
+
+from knowledge_store.errors import InvalidRequest, NotFound
+from knowledge_store.model import Filters
+from knowledge_store.store import KnowledgeStore
 from tests.conformance.conftest import OpenStore
+
+# -- zero results that say why (issue 15, item 3) -------------------------------------------------
+
+
+@pytest.fixture
+def tiny(open_store: OpenStore) -> KnowledgeStore:
+    store = open_store("tiny")
+    store.ingest_records(
+        [
+            {"uid": "a", "type": "page", "title": "A", "body": "dead rows", "acl": ["everyone"]},
+            {"uid": "h", "type": "page", "title": "H", "body": "hidden", "acl": ["user:x"]},
+        ]
+    )
+    return store
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+def test_blank_text_is_an_invalid_request(tiny: KnowledgeStore, text: str) -> None:
+    for primitive in (tiny.lexical, tiny.vector, tiny.search, tiny.search_knowledge):
+        with pytest.raises(InvalidRequest, match=r"needs a non-empty text|needs a text") as info:
+            primitive(text)
+        assert info.value.details["field"] == "query"
+    assert [r.uid for r in tiny.search(text, filters={"type": ["page"]}).results] == ["a"]
+
+
+def test_graph_from_a_start_nobody_can_read_is_not_found(tiny: KnowledgeStore) -> None:
+    for starts in (["nosuchuid"], ["h"], ["nosuchuid", "h"]):
+        with pytest.raises(NotFound, match=r"no entity with uid ('nosuchuid'|'h')"):
+            tiny.graph(starts)
+    assert tiny.graph(["h"], identity="user:x").hits == []
+    assert tiny.graph(["a", "nosuchuid"]).hits == []  # a readable start: answered
+
+
+def test_a_type_nobody_can_read_gets_a_note_naming_the_types(tiny: KnowledgeStore) -> None:
+    pgae = Filters.build(type=["pgae"])
+    expected = ("no entity you can read has type 'pgae'; did you mean page? the types are: page",)
+    assert tiny.lexical("dead rows", filters=pgae).warnings == expected
+    assert tiny.vector("dead rows", filters=pgae).warnings == expected
+    assert tiny.search("dead rows", filters=pgae).warnings == expected
+    assert tiny.search("dead rows", filters={"type": ["pgae"]}).warnings == expected
+    assert tiny.sql(pgae).warnings == expected
+    assert tiny.aggregate("count", filters=pgae).warnings == expected
+    assert tiny.sql(Filters.build(not_type=["PAGE"])).to_dict()["warnings"] == [
+        "no entity you can read has type 'PAGE'; did you mean page? the types are: page"
+    ]
+    answer = tiny.lexical("dead rows", filters=Filters.build(type=["page"]))
+    assert answer.warnings == () and "warnings" not in answer.to_dict()  # DESIGN's shape
+    tiny.ingest_records(
+        [{"uid": "t", "type": "ticket", "title": "T", "body": "x", "acl": ["user:x"]}]
+    )
+    hidden = tiny.sql(Filters.build(type=["ticket"])).warnings  # a type only others can read
+    assert hidden == ("no entity you can read has type 'ticket'; the types are: page",)
+    assert tiny.sql(Filters.build(type=["ticket"]), identity="user:x").warnings == ()
+
 
 # -- sorting by title ignores case, ties by uid (issue 15, item 11) ------------------------------
 

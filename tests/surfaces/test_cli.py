@@ -255,3 +255,22 @@ def test_schema_record_prints_the_record_json_schema(tmp_path: Path, acl_default
     assert code == 0
     assert printed == record_json_schema(acl_default=acl_default)
     assert not (tmp_path / "never-created").exists()  # no store is needed or made
+
+
+def test_zero_results_that_should_say_why_are_errors(cli_store: Path) -> None:
+    for args in (["lexical", ""], ["lexical", "  "], ["vector", ""], ["search", ""]):
+        code, err = ks(cli_store, *args, "--json")
+        assert code == 2 and err["error"]["code"] == "invalid_request", args
+        assert err["error"]["details"]["field"] == "TEXT"  # the query, as the CLI spells it
+    code, err = ks(cli_store, "graph", "nosuchuid", "--json")
+    assert code == 2 and err["error"]["code"] == "not_found"
+    assert err["error"]["message"] == "no entity with uid 'nosuchuid'"
+
+
+def test_a_mistyped_type_gets_a_note_not_an_error(cli_store: Path) -> None:
+    result = runner.invoke(app, ["--store", str(cli_store), "sql", "--type", "pgae"])
+    assert result.exit_code == 0
+    assert "note no entity you can read has type 'pgae'; did you mean page?" in result.stderr
+    code, answer = ks(cli_store, "lexical", "vacuum", "--type", "pgae", "--json")
+    assert code == 0 and answer["hits"] == []
+    assert answer["warnings"][0].startswith("no entity you can read has type 'pgae'")

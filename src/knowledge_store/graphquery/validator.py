@@ -8,7 +8,6 @@ report all problems at once.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +18,7 @@ from knowledge_store.model import (
     LABELS,
     QUERY_GRAPH_MAX_DEPTH,
     QUERY_GRAPH_MAX_LIMIT,
+    near_misses,
 )
 
 __all__ = [
@@ -91,9 +91,7 @@ def _literal_error(lit: n.Literal, suggestion: str) -> QueryError:
 
 
 def _label_error(label: str, pos: n.Pos) -> QueryError:
-    close = [x for x in LABELS if x.lower() == label.lower()] or difflib.get_close_matches(
-        label, LABELS, n=1
-    )
+    close = near_misses(label, LABELS, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return error_at(
         "unknown_label",

@@ -102,6 +102,8 @@ class ChunkHits(Answer):
     hits: list[ChunkHit]
     vector: VectorInfo | None = Field(None, exclude_if=_absent)
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class Evidence(Answer):
@@ -141,6 +143,8 @@ class SearchAnswer(Answer):
     results: list[Result]
     vector: VectorInfo | None
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class SkippedPath(Answer):
@@ -209,6 +213,8 @@ class SqlHit(Answer):
 class SqlHits(Answer):
     content_root: str
     hits: list[SqlHit]
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class AggregateRow(Answer):
@@ -221,6 +227,8 @@ class AggregateAnswer(Answer):
     metric: str
     dimension: str | None
     rows: list[AggregateRow]
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
     def pairs(self) -> list[tuple[str | None, int]]:
         """The rows as ``(key, value)`` pairs."""
