@@ -115,16 +115,20 @@ def _identity(who: IdentityLike) -> Identity:
     return Identity(who or "everyone")
 
 
-def open_engine(location: str | Path) -> Engine:
-    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL."""
+def open_engine(location: str | Path, *, create: bool = True) -> Engine:
+    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL.
+
+    ``create=False`` opens only a store that exists: anything else is ``NotFound``
+    ("no store at …"), and nothing is left behind where none was.
+    """
     text = str(location)
     if text.startswith(("postgresql://", "postgres://", "pg:")):
         from knowledge_store.engines.postgres.engine import PostgresEngine
 
-        return PostgresEngine.open(text)
+        return PostgresEngine.open(text, create=create)
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
 
-    return EmbeddedEngine(Path(text))
+    return EmbeddedEngine(Path(text), create=create)
 
 
 class KnowledgeStore:
@@ -137,16 +141,22 @@ class KnowledgeStore:
 
     @classmethod
     def open(
-        cls, location: str | Path | None = None, *, embedder: str | Embedder | None = None
+        cls,
+        location: str | Path | None = None,
+        *,
+        embedder: str | Embedder | None = None,
+        create: bool = True,
     ) -> KnowledgeStore:
         """Open (or create) the store at ``location`` (default ``./.ks``).
 
         ``embedder``: a spec or an :class:`Embedder`; without one, the store embeds
         with the model it records, and a new store with the default. (The library
         reads no environment: ``ks`` maps ``KS_STORE`` and ``KS_EMBEDDER``.)
+        ``create=False``: a store that does not exist is ``NotFound`` and is not made
+        (what a read does: a mistyped path must not become an empty store).
         """
         where = location or DEFAULT_STORE
-        return cls(open_engine(where), embedder=embedder)
+        return cls(open_engine(where, create=create), embedder=embedder)
 
     def close(self) -> None:
         self.engine.close()

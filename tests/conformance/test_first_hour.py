@@ -10,12 +10,94 @@ search answer says how strong each match is (item 14).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import psycopg
 import pytest
+from typer.testing import CliRunner
 
 from knowledge_store.errors import InvalidRequest, NotFound
 from knowledge_store.model import Filters
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.cli import app
+from tests import postgres_support
 from tests.conformance.conftest import OpenStore
+
+# -- only writing commands create a store (issue 15, item 2) --------------------------------------
+
+READS = [
+    ["lexical", "dead rows"],
+    ["vector", "dead rows"],
+    ["search", "dead rows"],
+    ["sql"],
+    ["aggregate", "count"],
+    ["graph", "page:1"],
+    ["query", "MATCH (a) RETURN a.uid"],
+    ["stats"],
+    ["rebuild"],
+    ["delete", "page:1"],
+    ["acl", "show", "page:1"],
+    ["acl", "grant", "page:1", "user:a"],
+    ["acl", "explain", "user:a", "page:1"],
+    ["principals", "show", "user:a"],
+    ["principals", "remove-member", "group:a", "user:a"],
+]
+
+
+@pytest.mark.parametrize("command", READS, ids=lambda c: " ".join(c[:2]))
+def test_a_read_on_a_missing_store_is_not_found_and_creates_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    where = tmp_path / "nonexistent"
+    result = CliRunner().invoke(app, ["--store", str(where), *command, "--json"])
+    assert result.exit_code == 2, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "not_found"
+    assert error["message"] == f"no store at {where}; create one with `ks ingest`"
+    assert not where.exists()
+
+
+def test_an_empty_folder_is_no_store_either(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["--store", str(tmp_path), "stats"])
+    assert result.exit_code == 2
+    assert "no store at" in result.stderr and "ks ingest" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no catalog.sqlite, lexical/ or write.lock
+
+
+def test_writing_commands_create_the_store(tmp_path: Path) -> None:
+    where = tmp_path / "new"
+    result = CliRunner().invoke(
+        app, ["--store", str(where), "principals", "add-member", "group:a", "user:a"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (where / "catalog.sqlite").is_file()
+    shown = CliRunner().invoke(app, ["--store", str(where), "principals", "show", "user:a"])
+    assert shown.exit_code == 0 and "group:a" in shown.stdout
+
+
+def test_postgres_a_read_on_a_missing_schema_is_not_found_and_creates_nothing() -> None:
+    database = postgres_support.fresh_database("missing_store")
+    location = postgres_support.store_url(database, "nosuchstore")
+    with pytest.raises(NotFound) as info:
+        KnowledgeStore.open(location, create=False)
+    assert info.value.message.startswith("no store at postgresql://")
+    assert "schema=nosuchstore" in info.value.message
+    with psycopg.connect(database) as conn:
+        made = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'nosuchstore'"
+        ).fetchone()
+    assert made == (0,)
+    KnowledgeStore.open(location).close()  # a writer makes it …
+    KnowledgeStore.open(location, create=False).close()  # … and then a read opens it
+
+
+def test_postgres_pg_dir_that_holds_no_server_starts_none(tmp_path: Path) -> None:
+    where = tmp_path / "pg-nope"
+    with pytest.raises(NotFound, match=f"no store at pg:{where}; create one with `ks ingest`"):
+        KnowledgeStore.open(f"pg:{where}", create=False)
+    assert not where.exists()
+
 
 # -- zero results that say why (issue 15, item 3) -------------------------------------------------
 

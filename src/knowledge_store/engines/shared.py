@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.errors import InvalidRequest, NotFound, StoreError
 from knowledge_store.model import (
     ENTITY_FIELDS,
     EVERYONE,
@@ -41,6 +41,7 @@ __all__ = [
     "cycle_error",
     "explain_access",
     "membership_path",
+    "no_store",
     "principal_info",
 ]
 
@@ -51,6 +52,11 @@ GroupsOf = Callable[[Sequence[str]], Mapping[str, Sequence[str]]]
 
 #: The meta key of the store's secret for public chunk ids (hex).
 CHUNK_KEY_META = "chunk_id_key"
+
+
+def no_store(location: str) -> NotFound:
+    """The answer of a read on a store that does not exist (it is not created)."""
+    return NotFound(f"no store at {location}; create one with `ks ingest`", store=location)
 
 
 class ChunkIds:

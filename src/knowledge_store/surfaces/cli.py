@@ -179,10 +179,13 @@ def _identity(given: str | None) -> Identity:
 
 
 @contextmanager
-def _store() -> Iterator[Any]:
+def _store(*, create: bool = False) -> Iterator[Any]:
+    """The store of ``--store``. Only a writing command passes ``create``: a read on a
+    path that holds no store is ``not_found`` and leaves nothing there."""
     from knowledge_store.surfaces.serve import open_store
 
-    store = open_store(state.store_location)  # $KS_STORE comes in through --store
+    # $KS_STORE comes in through --store
+    store = open_store(state.store_location, create=create)
     try:
         yield store
     finally:
@@ -235,7 +238,7 @@ def _command(op: Operation, cli: Cli) -> Callable[..., None]:
 
         def action() -> _Answer:
             request = op.request.parse(request_values(op, cli, given))
-            with _store() as store:
+            with _store(create=cli.creates_store) as store:
                 return _Answer(op.run(store, caller, request), request)
 
         _run(as_json, action, lambda a: SHOW[op.name](out, a.answer, a.request), names)
@@ -307,7 +310,7 @@ def ingest(
     """Ingest files or folders as one atomic batch (a failed batch publishes nothing)."""
 
     def action() -> Any:
-        with _store() as store:
+        with _store(create=True) as store:
             return store.ingest(
                 paths,
                 format=format,

@@ -127,6 +127,9 @@ class Cli:
     flags: Mapping[str, str] = field(default_factory=dict)
     metavars: Mapping[str, str] = field(default_factory=dict)
     hidden: frozenset[str] = frozenset()
+    #: A writing command that makes the store where there is none (every other one on a
+    #: path without a store is ``not_found`` and leaves nothing there).
+    creates_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -556,7 +559,7 @@ OPERATIONS: tuple[Operation, ...] = (
         " Returns the member's groups after it.",
         admin=True,
         rest=(Rest("POST", "/admin/principals/add-member"),),
-        cli=Cli("principals add-member", ("group", "member")),
+        cli=Cli("principals add-member", ("group", "member"), creates_store=True),
     ),
     Operation(
         "principals_remove_member",
@@ -590,7 +593,12 @@ OPERATIONS: tuple[Operation, ...] = (
         " those pairs. Returns how many groups and memberships were loaded.",
         admin=True,
         rest=(Rest("POST", "/admin/principals/load"),),
-        cli=Cli("principals load", ("memberships",), metavars={"memberships": "FILE.jsonl"}),
+        cli=Cli(
+            "principals load",
+            ("memberships",),
+            metavars={"memberships": "FILE.jsonl"},
+            creates_store=True,
+        ),
     ),
 )
 

@@ -36,10 +36,13 @@ __all__ = [
 EMBEDDER_ENV = "KS_EMBEDDER"
 
 
-def open_store(location: str | Path | None) -> KnowledgeStore:
+def open_store(location: str | Path | None, *, create: bool = True) -> KnowledgeStore:
     """The store at ``location`` with ``$KS_EMBEDDER``'s embedder, if set (the library
-    reads no environment; the command line and the servers map it)."""
-    return KnowledgeStore.open(location, embedder=os.environ.get(EMBEDDER_ENV) or None)
+    reads no environment; the command line and the servers map it). ``create=False``:
+    only a store that exists (``NotFound`` else)."""
+    return KnowledgeStore.open(
+        location, embedder=os.environ.get(EMBEDDER_ENV) or None, create=create
+    )
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

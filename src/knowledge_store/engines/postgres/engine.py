@@ -23,12 +23,13 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
+from psycopg import sql
 
 from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
-from knowledge_store.engines.postgres.db import Connection, Database, translate
+from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.reader import PostgresReader
 from knowledge_store.engines.postgres.schema import (
@@ -43,6 +44,7 @@ from knowledge_store.engines.shared import (
     ChunkIds,
     check_prepared,
     check_vectors,
+    no_store,
 )
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import (
@@ -113,11 +115,14 @@ class PostgresEngine:
         schema: str = DEFAULT_SCHEMA,
         lexical_ranker: str | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
+        create: bool = True,
     ) -> None:
         self.url = url
         #: How to open this store again (``ks --store``); ``open`` sets what it was given.
         self.path = url if schema == DEFAULT_SCHEMA else _with_schema(url, schema)
         self.db = Database(url, schema)
+        if not create and not self._exists():
+            raise no_store(_redacted(self.path))
         self.features = self._open(migrations)
         ranker = lexical_ranker or os.environ.get(LEXICAL_ENV) or None
         self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
@@ -129,11 +134,12 @@ class PostgresEngine:
         self.chunk_ids = self._chunk_ids()
 
     @classmethod
-    def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
+    def open(cls, location: str | Path, *, create: bool = True, **kwargs: Any) -> PostgresEngine:
         """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance).
 
         A ``schema=NAME`` query parameter of a URL names the schema the store lives
-        in (default ``ks``), so one database can hold several stores.
+        in (default ``ks``), so one database can hold several stores. ``create=False``:
+        only a store that exists (else NotFound; no server is started in a new DIR).
         """
         text = str(location)
         if text.startswith("pg:"):
@@ -142,12 +148,17 @@ class PostgresEngine:
             directory = text[3:]
             if not directory:
                 raise InvalidRequest("pg: needs a directory, e.g. pg:./.ks-pg", store=text)
-            engine = cls(local_server_url(directory), **kwargs)
+            if not create and not (Path(directory).expanduser() / "pgdata").is_dir():
+                raise no_store(text)
+            try:
+                engine = cls(local_server_url(directory), create=create, **kwargs)
+            except NotFound as exc:
+                raise no_store(text) from exc
         else:
             url, schema = split_location(text)
             if schema is not None:
                 kwargs.setdefault("schema", schema)
-            engine = cls(url, **kwargs)
+            engine = cls(url, create=create, **kwargs)
         engine.path = text
         return engine
 
@@ -187,6 +198,26 @@ class PostgresEngine:
                 self._plans.popitem(last=False)
 
     # -- opening ---------------------------------------------------------------------------------------
+    def _exists(self) -> bool:
+        """Whether the store's schema has been made (its ``meta`` records a version)."""
+        conn = self.db.connect(register=False)
+        try:
+            with translate("looking for the store"):
+                found = conn.execute(
+                    "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL",
+                    (self.db.schema,),
+                ).fetchone()
+                if not (found and found[0]):
+                    return False
+                version = conn.execute(
+                    sql.SQL("SELECT 1 FROM {}.meta WHERE key = 'schema_version'").format(
+                        sql.Identifier(self.db.schema)
+                    )
+                ).fetchone()
+            return version is not None
+        finally:
+            conn.close()
+
     def _open(self, migrations: Sequence[Migration]) -> Features:
         """pgvector, the schema, migrations (under an advisory lock); the search path."""
         conn = self.db.connect(register=False)
