@@ -527,6 +527,11 @@ class KnowledgeStore:
     def acl_show(self, uid: str) -> tuple[str, ...]:
         return self.engine.admin.acl_show(_uid(uid))
 
+    def acl_inherited_from(self, uid: str) -> str | None:
+        """The uid whose ACL ``uid`` shares (it was split off that entity, as a code sample
+        off its page), or None when the ACL is its own."""
+        return self.engine.admin.acl_inherited_from(_uid(uid))
+
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         return self.engine.admin.acl_explain(principal, _uid(uid))
 

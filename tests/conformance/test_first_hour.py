@@ -153,6 +153,89 @@ def test_a_type_nobody_can_read_gets_a_note_naming_the_types(tiny: KnowledgeStor
     assert tiny.sql(Filters.build(type=["ticket"]), identity="user:x").warnings == ()
 
 
+# -- derived entities share their parent's ACL (issue 15, item 1) -------------------------------
+
+PAGE = """# Architecture
+
+The Tantivy watermark records how far the lexical index has caught up.
+
+```python
+watermark = catalog.latest_publish()
+```
+"""
+
+
+def test_code_samples_follow_their_page_through_grant_and_revoke(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = open_store("derived")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
+    store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])
+    store.ingest_records(  # a code sample written as a record: its ACL is its own
+        [
+            {
+                "uid": "own-sample",
+                "type": "codeSample",
+                "title": "Watermark",
+                "body": "Tantivy watermark, read by hand",
+                "edges": [{"label": "partOf", "to": "architecture"}],
+                "acl": ["everyone"],
+            }
+        ]
+    )
+    sample = "architecture#code-1"
+
+    def bob_reads() -> set[str]:
+        return {h.uid for h in store.lexical("Tantivy watermark", identity="user:bob").hits}
+
+    assert bob_reads() == {"architecture", sample, "own-sample"}
+    assert store.acl_inherited_from(sample) == "architecture"
+    assert store.acl_inherited_from("architecture") is None
+    assert store.acl_inherited_from("own-sample") is None
+
+    root = store.content_root()
+    store.revoke("architecture", "everyone")
+    assert store.content_root() != root
+    assert bob_reads() == {"own-sample"}  # the page's text is gone with the page
+    assert store.acl_show(sample) == store.acl_show("architecture") == ()
+    assert store.acl_show("own-sample") == ("everyone",)
+
+    store.grant("architecture", "user:bob")  # one publish changes both
+    assert store.acl_show(sample) == ("user:bob",)
+    assert bob_reads() == {"architecture", sample, "own-sample"}
+    assert {h.uid for h in store.vector("watermark", identity="user:bob", k=10).hits} >= {sample}
+    assert store.acl_explain("user:bob", sample).allowed
+
+    with pytest.raises(InvalidRequest, match="shares the ACL of 'architecture'"):
+        store.grant(sample, "user:eve")
+    assert store.acl_show(sample) == ("user:bob",)
+
+    store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])  # the file's ACL again
+    assert store.acl_show(sample) == store.acl_show("architecture") == ("everyone",)
+
+
+def test_acl_show_says_where_the_acl_comes_from(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
+    where = tmp_path / "s"
+    runner = CliRunner()
+    ingest = ["--store", str(where), "ingest", str(tmp_path / "docs"), "--acl", "everyone"]
+    assert runner.invoke(app, ingest).exit_code == 0
+    shown = runner.invoke(app, ["--store", str(where), "acl", "show", "architecture#code-1"])
+    assert shown.stdout.strip() == "architecture#code-1: everyone  (inherited from architecture)"
+    shown = runner.invoke(app, ["--store", str(where), "acl", "show", "architecture", "--json"])
+    assert json.loads(shown.stdout) == {
+        "uid": "architecture",
+        "acl": ["everyone"],
+        "inherited_from": None,
+    }
+    revoke = ["--store", str(where), "acl", "revoke", "architecture", "everyone"]
+    assert runner.invoke(app, revoke).exit_code == 0
+    lexical = ["--store", str(where), "lexical", "Tantivy watermark", "--as", "user:bob", "--json"]
+    assert json.loads(runner.invoke(app, lexical).stdout)["hits"] == []
+
+
 # -- sorting by title ignores case, ties by uid (issue 15, item 11) ------------------------------
 
 

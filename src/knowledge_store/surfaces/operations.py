@@ -507,7 +507,8 @@ OPERATIONS: tuple[Operation, ...] = (
         AclRequest,
         _call("grant"),
         (AclChange,),
-        "Let PRINCIPAL read UID (one publish; only that entity's index documents change)",
+        "Let PRINCIPAL read UID (one publish; only that entity's index documents change, and"
+        " those of the entities split off it, which share its ACL)",
         "Administration: let a principal read an entity. Returns the publish's content root"
         " and the entity's ACL after it.",
         admin=True,
@@ -531,8 +532,9 @@ OPERATIONS: tuple[Operation, ...] = (
         AclShowRequest,
         runners.acl_show,
         (AclShown,),
-        "The principals in UID's ACL",
-        "Administration: the principals in an entity's ACL.",
+        "The principals in UID's ACL, and where it comes from (its own, or its parent's)",
+        "Administration: the principals in an entity's ACL, and inherited_from: the entity"
+        " whose ACL it shares (a code sample's page), null when the ACL is its own.",
         admin=True,
         rest=(Rest("GET", "/admin/acl/{uid}"),),
         cli=Cli("acl show", ("uid",)),

@@ -17,7 +17,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -42,6 +41,8 @@ from knowledge_store.engines.postgres.schema import (
 from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
     ChunkIds,
+    acl_change,
+    acl_parent,
     check_prepared,
     check_vectors,
     no_store,
@@ -56,6 +57,7 @@ from knowledge_store.errors import (
 from knowledge_store.model import (
     EVERYONE,
     AclExplanation,
+    Entity,
     Filters,
     Identity,
     MembershipsLoaded,
@@ -496,26 +498,27 @@ class PostgresEngine:
     def _change_acl(self, uid: str, change: str, principal: str) -> str:
         check_principal(principal)
         with self.db.write() as conn, translate(f"{change} on {uid}"):
-            entity = writes.load_entity(conn, uid)
-            if entity is None:
-                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-            acl = set(entity.acl)
-            if change == "grant":
-                acl.add(principal)
-            else:
-                acl.discard(principal)
-            changed = replace(entity, acl=tuple(sorted(acl)))
-            if changed.content_hash == entity.content_hash:
+            entity = self._entity(conn, uid)
+            changed = acl_change(entity, change, principal, writes.derived_from(conn, uid))
+            if not changed:
                 return writes.latest_publish(conn)[1]
-            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=[changed])
+            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=changed)
         return Published.of(plan).root
+
+    @staticmethod
+    def _entity(conn: Connection, uid: str) -> Entity:
+        entity = writes.load_entity(conn, uid)
+        if entity is None:
+            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+        return entity
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         with self.db.read() as conn, translate("reading the ACL"):
-            entity = writes.load_entity(conn, uid)
-        if entity is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-        return entity.acl
+            return self._entity(conn, uid).acl
+
+    def acl_inherited_from(self, uid: str) -> str | None:
+        with self.db.read() as conn, translate("reading the ACL"):
+            return acl_parent(self._entity(conn, uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         check_principal(principal)

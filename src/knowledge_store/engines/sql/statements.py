@@ -35,6 +35,7 @@ __all__ = [
     "content_chunks",
     "content_edges",
     "content_entity",
+    "derived_candidates",
     "entity_cards",
     "load_entity",
     "metric_sql",
@@ -174,6 +175,16 @@ def content_edges(d: SqlDialect, held: Sequence[str], uid: str, near: str, far: 
         f" WHERE g.{near} = {d.param('uid')} AND {d.visible('o', 'probe')}"
         f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
         params,
+    )
+
+
+def derived_candidates(d: SqlDialect, uid: str, label: str) -> Statement:
+    """The uids with a ``label`` edge to ``uid`` — those a loader may have split off it
+    (whether one shares its ACL is its ``acl_from`` attribute: ``shared.acl_parent``)."""
+    return (
+        f"SELECT src FROM edges WHERE dst = {d.param('uid')} AND label = {d.param('label')}"
+        " ORDER BY src",
+        {"uid": uid, "label": label},
     )
 
 
