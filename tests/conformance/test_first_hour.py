@@ -252,3 +252,23 @@ def test_ordering_by_title_ignores_case_and_ties_go_by_uid(open_store: OpenStore
     assert up == ["u2", "u4", "u1", "u5", "u3"]  # Apple, apple, banana, Banana, cherry
     down = [h.uid for h in store.sql(order="title:desc", k=10).hits]
     assert down == ["u3", "u1", "u5", "u2", "u4"]  # equal titles keep the uid order
+
+
+# -- a search answer says how strong each match is (issue 15, item 14) ---------------------------
+
+
+def test_search_answer_carries_similarity_and_whether_words_matched(tiny: KnowledgeStore) -> None:
+    unrelated = tiny.search("kubernetes helm chart")
+    assert unrelated.words_matched is False and unrelated.to_dict()["words_matched"] is False
+    assert [r.uid for r in unrelated.results] == ["a"]
+    (result,) = unrelated.results
+    vector = tiny.vector("kubernetes helm chart").hits[0]
+    assert result.similarity == round(vector.score, 4)  # the cosine of its best chunk
+    assert result.to_dict()["similarity"] == result.similarity
+
+    matched = tiny.search("dead rows")
+    assert matched.words_matched is True
+    assert matched.results[0].similarity is not None
+    assert tiny.search("", filters={"type": ["page"]}).words_matched is None  # no text
+    sql_only = tiny.search("", filters={"type": ["page"]}).results[0]
+    assert sql_only.similarity is None

@@ -68,7 +68,9 @@ def test_search_json_shape(cli_store: Path) -> None:
         "ranks",
         "superseded_by",
         "evidence",
+        "similarity",  # an extension: the best chunk's cosine (issue 15)
     }
+    assert answer["words_matched"] is True  # an extension too
     assert set(top["ranks"]) == {"vector", "lexical", "graph", "sql"}
     assert top["uid"] == "guide:vacuum"
     assert set(top["evidence"][0]) == {"chunk_id", "text", "heading", "start", "end"}

@@ -127,6 +127,9 @@ class Result(Answer):
     ranks: dict[str, int | None]
     superseded_by: str | None = None
     evidence: tuple[Evidence, ...] = ()
+    #: The cosine similarity of its best chunk in the vector list (null where absent): what
+    #: tells a weak match by meaning from a strong one. An extension of DESIGN's shape.
+    similarity: float | None = None
 
     @field_validator("ranks", mode="before")
     @classmethod
@@ -143,6 +146,9 @@ class SearchAnswer(Answer):
     results: list[Result]
     vector: VectorInfo | None
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: Whether any chunk matched the words (the lexical list found something); null for a
+    #: pure filter request. False: every result was found by meaning only.
+    words_matched: bool | None = None
     #: How the request was read (a type no readable entity has …); absent when there are none.
     warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
