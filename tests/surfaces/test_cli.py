@@ -278,3 +278,30 @@ def test_a_mistyped_type_gets_a_note_not_an_error(cli_store: Path) -> None:
     code, answer = ks(cli_store, "lexical", "vacuum", "--type", "pgae", "--json")
     assert code == 0 and answer["hits"] == []
     assert answer["warnings"][0].startswith("no entity you can read has type 'pgae'")
+
+
+def test_serve_on_a_taken_port_says_so_and_how_to_pick_another(cli_store: Path) -> None:
+    import socket
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", str(cli_store)),
+                *("serve", "--port", str(port), "--anonymous"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "300"},
+        )
+    assert done.returncode == 2  # docs/cli.md: the caller's input (invalid_request)
+    assert done.stderr.strip() == (
+        f"error (invalid_request): port {port} on 127.0.0.1 is already in use (another ks"
+        f" serve, or another program); pick another with --port, e.g. `ks serve --port"
+        f" {port + 1}` (with make: `make run PORT={port + 1}`)"
+    )
+    assert "serving on" not in done.stdout and "Traceback" not in done.stderr
