@@ -212,6 +212,8 @@ BODIES = [
     "zeta charlie security notes",
 ]
 IDENTITIES = ["everyone", *PRINCIPALS]
+#: Markdown pages, each with one code sample the loader splits off (``PAGE#code-1``).
+PAGES = ["doc-a", "doc-b"]
 
 
 class AclMachine(RuleBasedStateMachine):
@@ -225,6 +227,8 @@ class AclMachine(RuleBasedStateMachine):
         self.acl: dict[str, set[str]] = {}  # uid → principals
         self.types: dict[str, str] = {}
         self.links: dict[str, set[str]] = {}  # uid → dependsOn targets (may dangle)
+        self.parent: dict[str, str] = {}  # code sample → the page whose ACL it shares
+        self.structure: set[tuple[str, str]] = set()  # (src, dst): partOf / implementedBy
 
     def open_store(self) -> KnowledgeStore:
         """The store under test (tests/conformance runs this machine on every engine)."""
@@ -258,12 +262,12 @@ class AclMachine(RuleBasedStateMachine):
         frontier, seen = {start}, {start}
         for _ in range(depth):
             step = set()
-            for src, targets in self.links.items():
-                for dst in targets:
-                    if src in frontier and dst in visible:
-                        step.add(dst)
-                    if dst in frontier and src in visible:
-                        step.add(src)
+            pairs = [(s, d) for s, targets in self.links.items() for d in targets]
+            for src, dst in [*pairs, *self.structure]:
+                if src in frontier and dst in visible:
+                    step.add(dst)
+                if dst in frontier and src in visible:
+                    step.add(src)
             frontier = step - seen
             seen |= step
         return seen - {start}
@@ -298,6 +302,28 @@ class AclMachine(RuleBasedStateMachine):
         self.types[uid] = kind
         self.links[uid] = set(links)
 
+    @rule(
+        page=st.sampled_from(PAGES),
+        acl=st.sets(st.sampled_from(ACL_CHOICES), min_size=1, max_size=2),
+    )
+    def ingest_page_with_a_sample(self, page: str, acl: set[str]) -> None:
+        """A page whose code sample the loader splits off: the sample shares its ACL."""
+        folder = self.dir / "md"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{page}.md"
+        path.write_text(
+            f"# {page}\n\nzeta notes of {page}.\n\n```bash\necho zeta notes\n```\n",
+            encoding="utf-8",
+        )
+        self.store.ingest([path], format="markdown", acl=sorted(acl))
+        sample = f"{page}#code-1"
+        for uid, kind in ((page, "page"), (sample, "codeSample")):
+            self.acl[uid] = set(acl)
+            self.types[uid] = kind
+            self.links[uid] = set()
+        self.parent[sample] = page
+        self.structure |= {(page, sample), (sample, page)}
+
     @rule(group=st.sampled_from(GROUPS), member=st.sampled_from(PRINCIPALS))
     def add_member(self, group: str, member: str) -> None:
         cycle = member == group or (member.startswith("group:") and self.reaches(group, member))
@@ -319,12 +345,20 @@ class AclMachine(RuleBasedStateMachine):
     @rule(data=st.data(), principal=st.sampled_from(ACL_CHOICES), grant=st.booleans())
     def change_acl(self, data: st.DataObject, principal: str, grant: bool) -> None:
         uid = data.draw(st.sampled_from(sorted(self.acl)))
+        if uid in self.parent:  # a code sample: its ACL is its page's
+            with pytest.raises(InvalidRequest, match="shares the ACL of"):
+                (self.store.grant if grant else self.store.revoke)(uid, principal)
+            assert self.store.acl_inherited_from(uid) == self.parent[uid]
+            return
         if grant:
             self.store.grant(uid, principal)
             self.acl[uid].add(principal)
         else:
             self.store.revoke(uid, principal)
             self.acl[uid].discard(principal)
+        for child, parent in self.parent.items():  # the same publish: its samples follow
+            if parent == uid and child in self.acl:
+                self.acl[child] = set(self.acl[uid])
 
     @precondition(lambda self: bool(self.acl))
     @rule(data=st.data())
@@ -334,6 +368,9 @@ class AclMachine(RuleBasedStateMachine):
         del self.acl[uid]
         del self.types[uid]
         del self.links[uid]
+        self.structure = {(s, d) for s, d in self.structure if s != uid}  # its edges go
+        if uid in self.parent and self.parent[uid] not in self.acl:
+            del self.parent[uid]  # a sample of a deleted page: it is gone for good
 
     # checks after every step -----------------------------------------------------
     @invariant()
@@ -366,6 +403,10 @@ class AclMachine(RuleBasedStateMachine):
         assert self.store.aggregate("count", identity=who).pairs() == [(None, len(visible))]
         for uid in UIDS:
             for depth in (1, 2):
+                if uid not in visible:  # a start the caller can't read: as if missing
+                    with pytest.raises(NotFound):
+                        self.store.graph([uid], identity=who, depth=depth, k=100)
+                    continue
                 reached = self.store.graph([uid], identity=who, depth=depth, k=100)
                 assert {h.uid for h in reached.hits} == self.reachable(who, uid, depth), (
                     who,
@@ -382,8 +423,10 @@ class AclMachine(RuleBasedStateMachine):
                     self.store.content(uid, identity=who)
                 continue
             edges = self.store.content(uid, identity=who).to_dict()["edges"]
-            assert {e["uid"] for e in edges["out"]} == targets
+            made = {d for s, d in self.structure if s == uid and d in visible}
+            assert {e["uid"] for e in edges["out"]} == targets | made
             sources = {src for src, to in self.links.items() if uid in to and src in visible}
+            sources |= {s for s, d in self.structure if d == uid and s in visible}
             assert {e["uid"] for e in edges["in"]} == sources
 
 

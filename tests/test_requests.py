@@ -125,7 +125,7 @@ def test_filters_are_one_normalised_hashable_value(given: dict[str, Any]) -> Non
         return  # an inverted range
     again = Filters.of(filters.to_dict())
     assert again == filters and hash(again) == hash(filters)
-    assert SearchRequest.parse(filters=given).filters.value == filters
+    assert SearchRequest.parse(query="x", filters=given).filters.value == filters
 
 
 def test_a_store_method_takes_the_request_or_its_arguments(store: KnowledgeStore) -> None:

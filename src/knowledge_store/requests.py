@@ -419,6 +419,16 @@ else:
 
 
 # -- reads ----------------------------------------------------------------------------------------------
+def _needs_words(operation: str) -> str:
+    return f"{operation} needs a non-empty text to look for (a blank one matches nothing)"
+
+
+def _words(request: Any, operation: str) -> None:
+    """Blank text to a read that ranks by it: an error, not an answer with nothing in it."""
+    if not request.query.strip():
+        raise InvalidRequest(_needs_words(operation), field="query")
+
+
 class DocsSearchRequest(Request):
     """Fused search by words (an empty query: a pure filter request)."""
 
@@ -430,6 +440,18 @@ class DocsSearchRequest(Request):
     )
     k: int = Field(10, ge=1, le=MAX_SEARCH_K, description="how many results")
     filters: Filtering
+
+    @model_validator(mode="after")
+    def _words_or_filters(self) -> Self:
+        """Blank text is a pure filter request — which needs a filter to request."""
+        if not self.query.strip() and not self.filters.as_mapping():
+            raise InvalidRequest(
+                "search needs a text to look for, or at least one filter for a pure filter"
+                " request (a blank text with no filter would only list everything; sql lists"
+                " entities by their fields)",
+                field="query",
+            )
+        return self
 
 
 class SearchRequest(DocsSearchRequest):
@@ -445,15 +467,24 @@ class SearchRequest(DocsSearchRequest):
 class KnowledgeRequest(Request):
     """``search_knowledge``: fused search as cited passages."""
 
+    needs: ClassVar[dict[str, str]] = {"query": _needs_words("search_knowledge")}
+
     query: Text = Field(
         ..., min_length=1, max_length=MAX_TEXT_LENGTH, description="the question, in words"
     )
     k: int = Field(5, ge=1, le=MAX_SEARCH_K, description="how many sources to return")
     filters: Filtering
 
+    @model_validator(mode="after")
+    def _not_blank(self) -> Self:
+        _words(self, "search_knowledge")
+        return self
+
 
 class LexicalRequest(Request):
     """BM25 over chunks."""
+
+    needs: ClassVar[dict[str, str]] = {"query": _needs_words("lexical")}
 
     query: Text = Field(
         ..., min_length=1, max_length=MAX_TEXT_LENGTH, description="the text to look for"
@@ -461,6 +492,11 @@ class LexicalRequest(Request):
     k: int = Field(10, ge=1, le=MAX_K, description="how many chunks")
     filters: Filtering
     explain: bool = Field(False, description="include how the answer was computed")
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> Self:
+        _words(self, "lexical")
+        return self
 
 
 class VectorRequest(Request):

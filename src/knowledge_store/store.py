@@ -33,6 +33,7 @@ from knowledge_store.model import (
     Content,
     DeleteReport,
     Entity,
+    Filters,
     GraphHits,
     Identity,
     IngestReport,
@@ -52,6 +53,7 @@ from knowledge_store.requests import (
     DeleteRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FilterSpec,
     GraphRequest,
     KnowledgeRequest,
     LearningPathRequest,
@@ -60,6 +62,7 @@ from knowledge_store.requests import (
     PrincipalRequest,
     QueryGraphRequest,
     RelatedRequest,
+    Request,
     SearchRequest,
     VectorRequest,
     XrefRequest,
@@ -98,22 +101,34 @@ def _uid(uid: object, field: str = "uid") -> str:
     return uid
 
 
+def _filters_of(given: object, filters: Any) -> Filters:
+    """The FILTERS of a read that has run (so they are valid): its request's, else the keyword's."""
+    spec = getattr(given, "filters", None)
+    if isinstance(given, Request) and isinstance(spec, FilterSpec):
+        return spec.value
+    return FilterSpec.model_validate(filters if filters is not None else {}).value
+
+
 def _identity(who: IdentityLike) -> Identity:
     if isinstance(who, Identity):
         return who
     return Identity(who or "everyone")
 
 
-def open_engine(location: str | Path) -> Engine:
-    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL."""
+def open_engine(location: str | Path, *, create: bool = True) -> Engine:
+    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL.
+
+    ``create=False`` opens only a store that exists: anything else is ``NotFound``
+    ("no store at …"), and nothing is left behind where none was.
+    """
     text = str(location)
     if text.startswith(("postgresql://", "postgres://", "pg:")):
         from knowledge_store.engines.postgres.engine import PostgresEngine
 
-        return PostgresEngine.open(text)
+        return PostgresEngine.open(text, create=create)
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
 
-    return EmbeddedEngine(Path(text))
+    return EmbeddedEngine(Path(text), create=create)
 
 
 class KnowledgeStore:
@@ -126,16 +141,22 @@ class KnowledgeStore:
 
     @classmethod
     def open(
-        cls, location: str | Path | None = None, *, embedder: str | Embedder | None = None
+        cls,
+        location: str | Path | None = None,
+        *,
+        embedder: str | Embedder | None = None,
+        create: bool = True,
     ) -> KnowledgeStore:
         """Open (or create) the store at ``location`` (default ``./.ks``).
 
         ``embedder``: a spec or an :class:`Embedder`; without one, the store embeds
         with the model it records, and a new store with the default. (The library
         reads no environment: ``ks`` maps ``KS_STORE`` and ``KS_EMBEDDER``.)
+        ``create=False``: a store that does not exist is ``NotFound`` and is not made
+        (what a read does: a mistyped path must not become an empty store).
         """
         where = location or DEFAULT_STORE
-        return cls(open_engine(where), embedder=embedder)
+        return cls(open_engine(where, create=create), embedder=embedder)
 
     def close(self) -> None:
         self.engine.close()
@@ -289,7 +310,8 @@ class KnowledgeStore:
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
         with self.reader(identity) as r:
-            return r.lexical(text, k=k, filters=filters, explain=explain)
+            answer = r.lexical(text, k=k, filters=filters, explain=explain)
+            return r.noted(answer, _filters_of(text, filters))
 
     def vector(
         self,
@@ -302,7 +324,8 @@ class KnowledgeStore:
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
         with self.reader(identity) as r:
-            return r.vector(query, k=k, filters=filters, explain=explain)
+            answer = r.vector(query, k=k, filters=filters, explain=explain)
+            return r.noted(answer, _filters_of(query, filters))
 
     def search(
         self,
@@ -318,7 +341,7 @@ class KnowledgeStore:
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
         with self.reader(identity) as r:
-            return r.search(
+            answer = r.search(
                 text,
                 k=k,
                 filters=filters,
@@ -327,6 +350,7 @@ class KnowledgeStore:
                 explain=explain,
                 retrievers=retrievers,
             )
+            return r.noted(answer, _filters_of(text, filters))
 
     def sql(
         self,
@@ -338,7 +362,7 @@ class KnowledgeStore:
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         with self.reader(identity) as r:
-            return r.sql(filters, order=order, k=k)
+            return r.noted(r.sql(filters, order=order, k=k), _filters_of(filters, filters))
 
     def aggregate(
         self,
@@ -350,7 +374,8 @@ class KnowledgeStore:
     ) -> AggregateAnswer:
         """A catalog metric by a dimension over the visible slice (DESIGN §2)."""
         with self.reader(identity) as r:
-            return r.aggregate(metric, dimension, filters=filters)
+            answer = r.aggregate(metric, dimension, filters=filters)
+            return r.noted(answer, _filters_of(metric, filters))
 
     def graph(
         self,
@@ -501,6 +526,11 @@ class KnowledgeStore:
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         return self.engine.admin.acl_show(_uid(uid))
+
+    def acl_inherited_from(self, uid: str) -> str | None:
+        """The uid whose ACL ``uid`` shares (it was split off that entity, as a code sample
+        off its page), or None when the ACL is its own."""
+        return self.engine.admin.acl_inherited_from(_uid(uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         return self.engine.admin.acl_explain(principal, _uid(uid))

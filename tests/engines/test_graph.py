@@ -16,7 +16,7 @@ from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.traversal import traverse
-from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
+from knowledge_store.errors import BoundExceeded, InvalidRequest, NotFound, UnknownLabel
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import FANOUT_CAP, LABELS, Edge, Entity, GraphQuery, Identity
 from knowledge_store.store import KnowledgeStore
@@ -143,8 +143,11 @@ def test_nothing_is_reached_through_an_unreadable_entity(estate: KnowledgeStore)
 
 
 def test_unreadable_or_missing_starts_contribute_nothing(estate: KnowledgeStore) -> None:
-    assert estate.graph(["page:private"], depth=2).hits == []
-    assert estate.graph(["page:nobody", "page:ghost"], depth=2).hits == []
+    # none readable: not_found, alike for a hidden start and a missing one (as content)
+    with pytest.raises(NotFound, match="no entity with uid 'page:private'"):
+        estate.graph(["page:private"], depth=2)
+    with pytest.raises(NotFound, match="no entity with uid 'page:nobody', 'page:ghost'"):
+        estate.graph(["page:nobody", "page:ghost"], depth=2)
     mixed = estate.graph(["page:private", "page:m3"], depth=1, direction="out")
     assert [h.uid for h in mixed.hits] == ["page:other"]
 
@@ -213,9 +216,10 @@ def test_the_primitive_and_query_graph_walk_the_same_graph(
     for who in ("everyone", "user:alice"):
         for record in graph_estate.RECORDS:
             uid = record["uid"]
-            hits = estate.graph(
-                [uid], depth=3, labels=labels, direction=direction, k=1000, identity=who
-            ).hits
+            with estate.reader(who) as r:  # the engine's walk: a hidden start reaches nothing
+                hits = r.engine.graph(
+                    GraphQuery(starts=(uid,), depth=3, labels=labels, direction=direction, k=1000)
+                ).hits
             for hops in (1, 2, 3):
                 text = (
                     f"MATCH (a {{uid: $uid}}){left}[{types}*{hops}..{hops}]{right}(b)"

@@ -118,10 +118,25 @@ def test_limit_defaults_to_100_and_says_truncated(estate: KnowledgeStore) -> Non
 def test_limit_1000_is_the_maximum(estate: KnowledgeStore) -> None:
     answer = estate.query_graph("MATCH (a), (b) RETURN a.uid, b.uid LIMIT 1000", {})
     assert len(answer.rows) == 27 * 27 and answer.truncated is False
-    with pytest.raises(BoundExceeded, match="LIMIT 1001 exceeds the maximum of 1000"):
-        estate.query_graph("MATCH (a) RETURN a LIMIT 1001", {})
-    with pytest.raises(BoundExceeded):
-        estate.query_graph("MATCH (a) RETURN a LIMIT $n", {"n": 10_000})
+    assert answer.warnings == ()
+    assert "warnings" not in answer.to_dict()  # DESIGN's shape when nothing was capped
+
+
+def test_a_limit_above_1000_is_capped_with_a_warning(estate: KnowledgeStore) -> None:
+    # DESIGN §5: "LIMIT defaults to 100, capped at 1000" — capped, not refused.
+    many = estate.query_graph("MATCH (a), (b), (c) RETURN a.uid, b.uid, c.uid LIMIT 5000", {})
+    assert len(many.rows) == 1000 and many.truncated is True  # 27³ rows matched
+    note = "LIMIT 5000 was capped at 1000: at most 1000 rows; page with SKIP"
+    assert many.warnings == (note,) and many.to_dict()["warnings"] == [note]
+    few = estate.query_graph("MATCH (a) RETURN a.uid LIMIT $n", {"n": 10_000})
+    assert len(few.rows) == 27 and few.truncated is False  # nothing more matched
+    assert few.warnings == ("LIMIT 10000 was capped at 1000: at most 1000 rows; page with SKIP",)
+    paged = estate.query_graph(
+        "MATCH (a), (b), (c) RETURN a.uid, b.uid, c.uid ORDER BY a.uid, b.uid, c.uid"
+        " SKIP 1000 LIMIT 1001",
+        {},
+    )
+    assert len(paged.rows) == 1000 and paged.truncated is True
 
 
 def test_truncated_only_when_more_rows_matched(estate: KnowledgeStore) -> None:
@@ -276,14 +291,13 @@ def test_lenient_mode_reports_every_problem_with_its_place(estate: KnowledgeStor
         ("unknown_field", 2, 7),
         ("unknown_field", 3, 8),
         ("invalid_request", 3, 15),
-        ("bound_exceeded", 3, 23),
-    ]
+    ]  # LIMIT 5000 is no problem: it is capped at 1000 (DESIGN §5)
     with pytest.raises(KnowledgeStoreError) as caught:
         estate.query_graph(text, {"zzz": 1}, lenient=True)
     listed = caught.value.details["errors"]
-    assert len(listed) == 9  # the seven above, $b not bound, zzz not used
+    assert len(listed) == 8  # the six above, $b not bound, zzz not used
     assert caught.value.code == "invalid_request"
-    assert "and 8 more problems" in caught.value.message
+    assert "and 7 more problems" in caught.value.message
 
 
 def test_lenient_mode_lists_syntax_errors() -> None:

@@ -246,7 +246,12 @@ def test_learn_units_get_code_samples() -> None:
     assert sample.type == "codeSample"
     assert sample.title == "What is a store? › Stores (python)"
     assert sample.body == "Create one:\n\n```python\nstore = open_store()\n```"
-    assert dict(sample.attributes) == {"language": "python", "ordinal": 1, "heading": "Stores"}
+    assert dict(sample.attributes) == {
+        "language": "python",
+        "ordinal": 1,
+        "heading": "Stores",
+        "acl_from": sample.uid.partition("#")[0],  # shares its page's ACL
+    }
     assert sample.edges == (Edge(sample.uid, "partOf", "intro.unit-1", 1),)
     assert (sample.source, sample.acl, sample.href) == (
         "learn",
@@ -360,9 +365,19 @@ def test_markdown_code_blocks_become_samples(site_md: dict[str, Entity]) -> None
         first.body
         == "Run the installer as root:\n\n```bash\nsudo ./install.sh --prefix /opt/tool\n```"
     )
-    assert dict(first.attributes) == {"language": "bash", "ordinal": 1, "heading": "On Linux"}
+    assert dict(first.attributes) == {
+        "language": "bash",
+        "ordinal": 1,
+        "heading": "On Linux",
+        "acl_from": first.uid.partition("#")[0],
+    }
     assert second.body == "~~~\nbrew install tool\n~~~"  # a heading before it, no paragraph
-    assert dict(second.attributes) == {"language": None, "ordinal": 2, "heading": "On macOS"}
+    assert dict(second.attributes) == {
+        "language": None,
+        "ordinal": 2,
+        "heading": "On macOS",
+        "acl_from": second.uid.partition("#")[0],
+    }
     for sample, n in ((first, 1), (second, 2)):
         assert sample.edges == (Edge(sample.uid, "partOf", page.uid, n),)
         assert Edge(page.uid, "implementedBy", sample.uid, n) in page.edges
@@ -467,7 +482,12 @@ def test_html_code_blocks_become_samples(site_html: dict[str, Entity]) -> None:
         sample.body
         == "Install the package with `pip`:\n\n```python\nimport tool\ntool.setup()\n```"
     )
-    assert dict(sample.attributes) == {"language": "python", "ordinal": 1, "heading": "Setting up"}
+    assert dict(sample.attributes) == {
+        "language": "python",
+        "ordinal": 1,
+        "heading": "Setting up",
+        "acl_from": "guide/setup",
+    }
 
 
 def test_html_title_falls_back_to_the_first_h1(tmp_path: Path) -> None:

@@ -68,7 +68,9 @@ def test_search_json_shape(cli_store: Path) -> None:
         "ranks",
         "superseded_by",
         "evidence",
+        "similarity",  # an extension: the best chunk's cosine (issue 15)
     }
+    assert answer["words_matched"] is True  # an extension too
     assert set(top["ranks"]) == {"vector", "lexical", "graph", "sql"}
     assert top["uid"] == "guide:vacuum"
     assert set(top["evidence"][0]) == {"chunk_id", "text", "heading", "start", "end"}
@@ -159,8 +161,10 @@ def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -
     assert code == 2 and err["error"]["code"] == "invalid_request"
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    code, err = ks(not_a_dir, "stats", "--json")
-    assert code == 1 and err["error"]["code"] == "store_error"
+    code, err = ks(not_a_dir, "stats", "--json")  # a read: there is no store there
+    assert code == 2 and err["error"]["code"] == "not_found"
+    code, err = ks(not_a_dir, "ingest", str(tmp_path / "bad.jsonl"), "--json")
+    assert code == 1 and err["error"]["code"] == "store_error"  # a write can't make one there
 
 
 def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
@@ -244,3 +248,60 @@ def test_the_cli_reads_ks_as_and_ks_store_and_the_library_reads_neither(
 
     with KnowledgeStore.open(cli_store) as store:  # the library's default is everyone
         assert store.lexical("ERR-1042").hits == []
+
+
+@pytest.mark.parametrize("acl_default", [False, True])
+def test_schema_record_prints_the_record_json_schema(tmp_path: Path, acl_default: bool) -> None:
+    from knowledge_store.ingest.record_schema import record_json_schema
+
+    args = ["schema", "record", *(["--acl-default"] if acl_default else [])]
+    code, printed = ks(tmp_path / "never-created", *args)
+    assert code == 0
+    assert printed == record_json_schema(acl_default=acl_default)
+    assert not (tmp_path / "never-created").exists()  # no store is needed or made
+
+
+def test_zero_results_that_should_say_why_are_errors(cli_store: Path) -> None:
+    for args in (["lexical", ""], ["lexical", "  "], ["vector", ""], ["search", ""]):
+        code, err = ks(cli_store, *args, "--json")
+        assert code == 2 and err["error"]["code"] == "invalid_request", args
+        assert err["error"]["details"]["field"] == "TEXT"  # the query, as the CLI spells it
+    code, err = ks(cli_store, "graph", "nosuchuid", "--json")
+    assert code == 2 and err["error"]["code"] == "not_found"
+    assert err["error"]["message"] == "no entity with uid 'nosuchuid'"
+
+
+def test_a_mistyped_type_gets_a_note_not_an_error(cli_store: Path) -> None:
+    result = runner.invoke(app, ["--store", str(cli_store), "sql", "--type", "pgae"])
+    assert result.exit_code == 0
+    assert "note no entity you can read has type 'pgae'; did you mean page?" in result.stderr
+    code, answer = ks(cli_store, "lexical", "vacuum", "--type", "pgae", "--json")
+    assert code == 0 and answer["hits"] == []
+    assert answer["warnings"][0].startswith("no entity you can read has type 'pgae'")
+
+
+def test_serve_on_a_taken_port_says_so_and_how_to_pick_another(cli_store: Path) -> None:
+    import socket
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", str(cli_store)),
+                *("serve", "--port", str(port), "--anonymous"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "300"},
+        )
+    assert done.returncode == 2  # docs/cli.md: the caller's input (invalid_request)
+    assert done.stderr.strip() == (
+        f"error (invalid_request): port {port} on 127.0.0.1 is already in use (another ks"
+        f" serve, or another program); pick another with --port, e.g. `ks serve --port"
+        f" {port + 1}` (with make: `make run PORT={port + 1}`)"
+    )
+    assert "serving on" not in done.stdout and "Traceback" not in done.stderr

@@ -215,3 +215,13 @@ def test_graphql_stats_is_the_store_for_admins_and_the_visible_slice_for_readers
         "identity": "user:bob",
     }
     assert reader["entities"] < admin["entities"]
+
+
+def test_graphql_query_graph_carries_the_limit_warning(app: Any) -> None:
+    got = _gql(
+        app,
+        '{ queryGraph(query: "MATCH (n) RETURN n.uid LIMIT 2000") { truncated warnings } }',
+        BOB,
+    )["data"]["queryGraph"]
+    assert got["truncated"] is False
+    assert got["warnings"] == ["LIMIT 2000 was capped at 1000: at most 1000 rows; page with SKIP"]

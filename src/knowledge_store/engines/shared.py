@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.errors import InvalidRequest, NotFound, StoreError
 from knowledge_store.model import (
+    ACL_FROM,
     ENTITY_FIELDS,
     EVERYONE,
     MAX_CHUNK_CHARS,
@@ -25,6 +27,7 @@ from knowledge_store.model import (
     ContentEdge,
     ContentEdges,
     ContentEntity,
+    Entity,
     PrincipalInfo,
 )
 
@@ -33,14 +36,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHUNK_KEY_META",
+    "DERIVED_LINK",
     "EDGE_DIRECTIONS",
     "ChunkIds",
+    "acl_change",
+    "acl_parent",
     "check_prepared",
     "check_vectors",
     "content_answer",
     "cycle_error",
     "explain_access",
     "membership_path",
+    "no_store",
     "principal_info",
 ]
 
@@ -51,6 +58,52 @@ GroupsOf = Callable[[Sequence[str]], Mapping[str, Sequence[str]]]
 
 #: The meta key of the store's secret for public chunk ids (hex).
 CHUNK_KEY_META = "chunk_id_key"
+
+
+#: The edge a derived entity points at its parent with (where the engines look for them).
+DERIVED_LINK = "partOf"
+
+
+def acl_parent(entity: Entity) -> str | None:
+    """The uid whose ACL ``entity`` shares (``attributes.acl_from``), or None: its own."""
+    parent = entity.attributes.get(ACL_FROM)
+    return parent if isinstance(parent, str) and parent != entity.uid else None
+
+
+def acl_change(
+    entity: Entity, change: str, principal: str, derived: Iterable[Entity]
+) -> list[Entity]:
+    """The entities a grant or revoke of ``principal`` on ``entity`` changes: ``entity``
+    and those of ``derived`` that share its ACL, all given its new ACL (one publish).
+
+    A derived entity has no ACL of its own to change: the grant goes to its parent.
+    """
+    parent = acl_parent(entity)
+    if parent is not None:
+        raise InvalidRequest(
+            f"{entity.uid!r} shares the ACL of {parent!r}, the entity it was split off;"
+            f" {change} on {parent!r} (it applies to both), or ingest {entity.uid!r} as a"
+            " record with its own acl",
+            field="uid",
+            inherited_from=parent,
+        )
+    acl = set(entity.acl)
+    if change == "grant":
+        acl.add(principal)
+    else:
+        acl.discard(principal)
+    new = tuple(sorted(acl))
+    followers = [d for d in derived if acl_parent(d) == entity.uid]
+    return [
+        replace(e, acl=new)
+        for e in (entity, *followers)
+        if replace(e, acl=new).content_hash != e.content_hash
+    ]
+
+
+def no_store(location: str) -> NotFound:
+    """The answer of a read on a store that does not exist (it is not created)."""
+    return NotFound(f"no store at {location}; create one with `ks ingest`", store=location)
 
 
 class ChunkIds:

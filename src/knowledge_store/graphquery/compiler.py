@@ -32,9 +32,11 @@ from knowledge_store.graphquery.params import param_uses
 from knowledge_store.graphquery.steps import reach_ctes
 from knowledge_store.graphquery.validator import (
     DEFAULT_LIMIT,
+    MAX_LIMIT,
     NODE_PROPERTIES,
     REL_PROPERTIES,
     analyse,
+    limit_warning,
     same_operand,
 )
 from knowledge_store.model import LABELS
@@ -64,6 +66,8 @@ class CompiledQuery:
     columns: tuple[Column, ...]
     limit: int
     skip: int
+    #: Notes for the answer: a LIMIT above the bound, capped.
+    warnings: tuple[str, ...] = ()
 
     def shape(self, row: tuple[Any, ...]) -> list[Any]:
         """One SQL row → the result row: nodes and relationships as objects."""
@@ -258,7 +262,9 @@ def compile_query(
         suffix = " DESC NULLS FIRST" if sort.descending else " NULLS LAST"
         order.extend(f"{t}{suffix}" for t in targets)
 
-    limit = _count(query.limit, params, DEFAULT_LIMIT)
+    requested = _count(query.limit, params, DEFAULT_LIMIT)
+    limit = min(requested, MAX_LIMIT)
+    warnings = (limit_warning(requested),) if requested > MAX_LIMIT else ()
     skip = _count(query.skip, params, 0)
     sql = "WITH RECURSIVE " + ",\n".join([*dialect.acl_ctes(), *st.ctes])
     sql += f"\nSELECT {'DISTINCT ' if query.distinct else ''}{', '.join(select)}"
@@ -270,7 +276,7 @@ def compile_query(
     if order:
         sql += "\nORDER BY " + ", ".join(order)
     sql += f"\nLIMIT {st.value('lim', limit + 1)} OFFSET {st.value('off', skip)}"
-    return CompiledQuery(sql, st.params, tuple(columns), limit, skip)
+    return CompiledQuery(sql, st.params, tuple(columns), limit, skip, warnings)
 
 
 # -- patterns -------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from knowledge_store.graphquery import nodes as n
 from knowledge_store.graphquery.problems import QueryError
-from knowledge_store.graphquery.validator import MAX_LIMIT, error_at, limit_error
+from knowledge_store.graphquery.validator import error_at
 from knowledge_store.model import QUERY_GRAPH_MAX_LIST
 
 __all__ = ["MAX_LIST_PARAM", "ParamUse", "check_params", "param_uses"]
@@ -181,8 +181,6 @@ def check_params(query: n.Query, params: Mapping[str, Any]) -> list[QueryError]:
         elif use.kind == "count":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 problem = f"is used as {use.where} and must be a whole number ≥ 0"
-            elif use.where == "LIMIT" and value > MAX_LIMIT:
-                errors.append(limit_error(value, use.pos))
             elif value > _INT64[1]:
                 problem = "is too large"
         elif not _is_scalar(value):

@@ -8,7 +8,6 @@ report all problems at once.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +18,7 @@ from knowledge_store.model import (
     LABELS,
     QUERY_GRAPH_MAX_DEPTH,
     QUERY_GRAPH_MAX_LIMIT,
+    near_misses,
 )
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
     "Analysis",
     "analyse",
     "error_at",
-    "limit_error",
+    "limit_warning",
     "same_operand",
     "validate",
 ]
@@ -91,9 +91,7 @@ def _literal_error(lit: n.Literal, suggestion: str) -> QueryError:
 
 
 def _label_error(label: str, pos: n.Pos) -> QueryError:
-    close = [x for x in LABELS if x.lower() == label.lower()] or difflib.get_close_matches(
-        label, LABELS, n=1
-    )
+    close = near_misses(label, LABELS, n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return error_at(
         "unknown_label",
@@ -471,20 +469,12 @@ def validate(query: n.Query) -> list[QueryError]:
                     value.pos,
                 )
             )
-        elif isinstance(value, int) and name == "LIMIT" and value > MAX_LIMIT:
-            errors.append(limit_error(value, query.limit_pos or query.pos))
     return errors
 
 
-def limit_error(value: int, pos: n.Pos | None) -> QueryError:
-    return error_at(
-        "bound_exceeded",
-        f"LIMIT {value} exceeds the maximum of {MAX_LIMIT}; write LIMIT {MAX_LIMIT}"
-        " and page with SKIP",
-        pos,
-        limit=value,
-        maximum=MAX_LIMIT,
-    )
+def limit_warning(value: int) -> str:
+    """The note of an answer whose LIMIT was capped (DESIGN §5: capped, not refused)."""
+    return f"LIMIT {value} was capped at {MAX_LIMIT}: at most {MAX_LIMIT} rows; page with SKIP"
 
 
 def _sort_errors(

@@ -67,6 +67,7 @@ from knowledge_store.model.text import (
 )
 from knowledge_store.model.values import DEFAULT_ORDER, AggregateSpec, GraphQuery, Order
 from knowledge_store.model.vocabulary import (
+    ACL_FROM,
     DEFAULT_QUERY_GRAPH_LIMIT,
     DIMENSIONS,
     DIRECTIONS,
@@ -133,9 +134,11 @@ from knowledge_store.model.vocabulary import (
     check_labels,
     check_list_bound,
     filter_field,
+    near_misses,
 )
 
 __all__ = [
+    "ACL_FROM",
     "DEFAULT_ORDER",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DIMENSIONS",
@@ -250,6 +253,7 @@ __all__ = [
     "filter_field",
     "format_timestamp",
     "name_problem",
+    "near_misses",
     "normalize_timestamp",
     "stored_timestamp",
     "text_problem",

@@ -57,6 +57,11 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _empty(value: object) -> bool:
+    """Warnings appear in an answer only when there are some (DESIGN's shapes otherwise)."""
+    return not value
+
+
 class Answer(BaseModel):
     """Base of every answer: frozen, unknown fields refused, ``to_dict()`` for JSON."""
 
@@ -97,6 +102,8 @@ class ChunkHits(Answer):
     hits: list[ChunkHit]
     vector: VectorInfo | None = Field(None, exclude_if=_absent)
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class Evidence(Answer):
@@ -120,6 +127,9 @@ class Result(Answer):
     ranks: dict[str, int | None]
     superseded_by: str | None = None
     evidence: tuple[Evidence, ...] = ()
+    #: The cosine similarity of its best chunk in the vector list (null where absent): what
+    #: tells a weak match by meaning from a strong one. An extension of DESIGN's shape.
+    similarity: float | None = None
 
     @field_validator("ranks", mode="before")
     @classmethod
@@ -136,6 +146,11 @@ class SearchAnswer(Answer):
     results: list[Result]
     vector: VectorInfo | None
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    #: Whether any chunk matched the words (the lexical list found something); null for a
+    #: pure filter request. False: every result was found by meaning only.
+    words_matched: bool | None = None
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class SkippedPath(Answer):
@@ -204,6 +219,8 @@ class SqlHit(Answer):
 class SqlHits(Answer):
     content_root: str
     hits: list[SqlHit]
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class AggregateRow(Answer):
@@ -216,6 +233,8 @@ class AggregateAnswer(Answer):
     metric: str
     dimension: str | None
     rows: list[AggregateRow]
+    #: How the request was read (a type no readable entity has …); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
     def pairs(self) -> list[tuple[str | None, int]]:
         """The rows as ``(key, value)`` pairs."""
@@ -229,6 +248,8 @@ class QueryAnswer(Answer):
     columns: list[str]
     rows: list[list[Any]]
     truncated: bool
+    #: How the request was read (a LIMIT above the bound, capped); absent when there are none.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class ContentEntity(Answer):

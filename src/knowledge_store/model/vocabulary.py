@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 
 __all__ = [
+    "ACL_FROM",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DIMENSIONS",
     "DIRECTIONS",
@@ -82,6 +83,7 @@ __all__ = [
     "check_labels",
     "check_list_bound",
     "filter_field",
+    "near_misses",
 ]
 
 # -- labels, directions ---------------------------------------------------------------------------
@@ -282,6 +284,20 @@ JSON_INT_RANGE = (-(2**63), 2**63 - 1)
 MAX_CHUNK_CHARS = 100_000
 
 EVERYONE = "everyone"
+
+#: The attribute a loader sets on an entity it splits off another (a code sample off its
+#: page): the uid whose ACL it shares. A grant or revoke on that entity applies to it in
+#: the same publish; a record that sets its own ``acl`` and no ``acl_from`` has its own.
+ACL_FROM = "acl_from"
+
+
+def near_misses(word: str, choices: Sequence[str], n: int = 3) -> list[str]:
+    """The choices ``word`` was most likely meant to be: the same letters in another case,
+    else click's rule for a mistyped option (``difflib.get_close_matches``, cutoff 0.6)."""
+    import difflib
+
+    same = [c for c in choices if c.lower() == word.lower()]
+    return same[:n] or difflib.get_close_matches(word, choices, n=n)
 
 
 def check_label(label: str) -> str:

@@ -26,11 +26,13 @@ from knowledge_store.model import (
     ChunkHit,
     ChunkHits,
     Content,
+    Filters,
     GraphHits,
     Identity,
     QueryAnswer,
     SearchAnswer,
     SqlHits,
+    near_misses,
 )
 from knowledge_store.requests import (
     AggregateRequest,
@@ -56,6 +58,7 @@ from knowledge_store.retrieval.retrievers import Retriever
 __all__ = ["StoreReader", "request_of"]
 
 R = TypeVar("R", bound=Request)
+Noted = TypeVar("Noted", ChunkHits, SearchAnswer, SqlHits, AggregateAnswer)
 
 
 def request_of(model: type[R], given: object, **fields: Any) -> R:
@@ -97,6 +100,35 @@ class StoreReader:
     def explain(self) -> dict[str, Any]:
         """The snapshot, the identity's one expansion, the statements run so far."""
         return self.engine.explain()
+
+    # -- notes on how a request was read -------------------------------------------------------------
+    def type_warnings(self, filters: Filters) -> tuple[str, ...]:
+        """A sentence for each type that ``filters`` names and no entity the caller can read
+        has, with the near miss (as the CLI suggests a mistyped flag) and the types there are.
+
+        Not an error: "no such type" and "none of it readable" look alike by design, and a
+        type may appear with the next publish.
+        """
+        named = list(dict.fromkeys([*filters.values("type"), *filters.excluded("type")]))
+        if not named:
+            return ()
+        by_type = AggregateRequest.parse(metric="count", dimension="type").spec
+        counts = self.engine.aggregate(by_type, Filters()).pairs()
+        present = sorted(str(key) for key, n in counts if key is not None and n)
+        notes: list[str] = []
+        for name in (t for t in named if t not in present):
+            close = near_misses(name, present)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            listed = ", ".join(present) if present else "none"
+            notes.append(f"no entity you can read has type {name!r}; {hint}the types are: {listed}")
+        return tuple(notes)
+
+    def noted(self, answer: Noted, filters: Filters) -> Noted:
+        """``answer`` with :meth:`type_warnings` of ``filters`` added to its ``warnings``."""
+        notes: tuple[str, ...] = self.type_warnings(filters)
+        if not notes:
+            return answer
+        return answer.model_copy(update={"warnings": (*answer.warnings, *notes)})
 
     # -- primitives ---------------------------------------------------------------------------
     def _chunk_hits(
@@ -214,7 +246,12 @@ class StoreReader:
         direction: str = "both",
         k: int = 10,
     ) -> GraphHits:
-        """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
+        """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency.
+
+        When the caller can read none of ``starts`` it is ``NotFound`` — alike for a
+        missing uid and a hidden one, as for :meth:`content` — not an answer with no
+        hits; among readable starts an unreadable one contributes nothing.
+        """
         request = request_of(
             GraphRequest,
             starts,
@@ -224,6 +261,11 @@ class StoreReader:
             direction=direction,
             k=k,
         )
+        wanted = list(dict.fromkeys(request.value.starts))
+        if not self.engine.entities(wanted):
+            shown = ", ".join(repr(uid) for uid in wanted[:5])
+            more = f" (and {len(wanted) - 5} more)" if len(wanted) > 5 else ""
+            raise NotFound(f"no entity with uid {shown}{more}", uid=wanted[0])
         return self.engine.graph(request.value)
 
     def query_graph(

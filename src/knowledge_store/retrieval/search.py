@@ -381,6 +381,7 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
             if c.card is not None:
                 cards.setdefault(c.uid, c.card)
     evidence = _evidence(r.rankings)
+    similarity = _best_scores(r.rankings.get("vector"))
     window = r.ordered[: p.k]
     wanted = [cid for uid, _ in window for cid in evidence.get(uid, ())]
     chunks = reader.engine.chunks(wanted)
@@ -423,17 +424,35 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
                     )
                     for c in (chunks[i] for i in evidence.get(uid, ()) if i in chunks)
                 ),
+                similarity=similarity.get(uid),
             )
         )
     r.ms["hydrate"] = _ms(time.perf_counter() - started)
     vector_info = next((rk.vector for rk in r.rankings.values() if rk.vector is not None), None)
+    lexical = r.rankings.get("lexical")
     return SearchAnswer(
         content_root=reader.content_root,
         mode=p.mode,
         results=results,
         vector=vector_info,
         explain=explain(reader, p, r, results) if p.explain else None,
+        words_matched=None if lexical is None or not lexical.ran else bool(lexical.candidates),
     )
+
+
+#: Decimal places of a result's ``similarity``. An HNSW search and an exact scan score the
+#: same chunk a float32 rounding apart (~1e-7), and which one ran depends on the share of
+#: the store the caller can see; rounded, the figure is the same either way.
+SIMILARITY_PLACES = 4
+
+
+def _best_scores(ranking: Ranking | None) -> dict[str, float]:
+    """uid → the best score of its chunks in ``ranking`` (the vector list: cosine), rounded."""
+    best: dict[str, float] = {}
+    if ranking is not None and ranking.ran:
+        for c in ranking.candidates:
+            best[c.uid] = max(c.score, best.get(c.uid, c.score))
+    return {uid: round(float(score), SIMILARITY_PLACES) for uid, score in best.items()}
 
 
 def explain(reader: StoreReader, p: Plan, r: Run, results: Sequence[Result]) -> dict[str, Any]:

@@ -114,8 +114,10 @@ def _typer(help_text: str) -> typer.Typer:
 app = _typer("knowledge-store: ingest an estate; search it by words, meaning, graph and fields.")
 acl_app = _typer("Entity ACLs: grant, revoke, show, explain.")
 principals_app = _typer("Principals and group memberships.")
+schema_app = _typer("JSON Schemas of what the store takes.")
 app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
+app.add_typer(schema_app, name="schema")
 _GROUPS = {"acl": acl_app, "principals": principals_app}
 
 out = Console(highlight=False, soft_wrap=True)
@@ -177,10 +179,13 @@ def _identity(given: str | None) -> Identity:
 
 
 @contextmanager
-def _store() -> Iterator[Any]:
+def _store(*, create: bool = False) -> Iterator[Any]:
+    """The store of ``--store``. Only a writing command passes ``create``: a read on a
+    path that holds no store is ``not_found`` and leaves nothing there."""
     from knowledge_store.surfaces.serve import open_store
 
-    store = open_store(state.store_location)  # $KS_STORE comes in through --store
+    # $KS_STORE comes in through --store
+    store = open_store(state.store_location, create=create)
     try:
         yield store
     finally:
@@ -210,6 +215,8 @@ def _run(
         sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
     else:
         show(result)
+        for note in getattr(getattr(result, "answer", result), "warnings", ()):
+            err.print(f"[yellow]note[/] {safe(note)}")
 
 
 def _fail(exc: KnowledgeStoreError, as_json: bool) -> None:
@@ -231,7 +238,7 @@ def _command(op: Operation, cli: Cli) -> Callable[..., None]:
 
         def action() -> _Answer:
             request = op.request.parse(request_values(op, cli, given))
-            with _store() as store:
+            with _store(create=cli.creates_store) as store:
                 return _Answer(op.run(store, caller, request), request)
 
         _run(as_json, action, lambda a: SHOW[op.name](out, a.answer, a.request), names)
@@ -303,7 +310,7 @@ def ingest(
     """Ingest files or folders as one atomic batch (a failed batch publishes nothing)."""
 
     def action() -> Any:
-        with _store() as store:
+        with _store(create=True) as store:
             return store.ingest(
                 paths,
                 format=format,
@@ -519,6 +526,24 @@ def serve(
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)
+
+
+@schema_app.command("record", cls=_Command)
+def schema_record(
+    acl_default: Annotated[
+        bool,
+        typer.Option(
+            "--acl-default",
+            help="the schema for an ingest that gives --acl (a record may leave acl out)",
+        ),
+    ] = False,
+) -> None:
+    """The JSON Schema (draft 2020-12) of one ingest record, one JSON Lines line (docs/records.md)."""
+    from knowledge_store.ingest.record_schema import record_json_schema
+
+    sys.stdout.write(
+        json.dumps(record_json_schema(acl_default=acl_default), indent=2, ensure_ascii=False) + "\n"
+    )
 
 
 def main() -> None:

@@ -158,6 +158,12 @@ def _acl_line(out: Console, answer: Any, request: Any) -> None:
     out.print(safe(f"{answer.uid}: {', '.join(answer.acl) or '(nobody)'}"))
 
 
+def _acl_shown(out: Console, answer: Any, request: Any) -> None:
+    parent = answer.inherited_from
+    origin = "its own" if parent is None else f"inherited from {parent}"
+    out.print(safe(f"{answer.uid}: {', '.join(answer.acl) or '(nobody)'}  ({origin})"))
+
+
 def _explanation(out: Console, e: Any, request: Any) -> None:
     verdict = "[green]can read[/]" if e.allowed else "[red]cannot read[/]"
     out.print(f"{safe(e.principal)} {verdict} {safe(e.uid)}: {safe(e.reason)}")
@@ -187,7 +193,7 @@ SHOW: Mapping[str, Show] = {
     "delete": _line(lambda r, q: f"deleted {r.deleted} · root {r.content_root}"),
     "acl_grant": _acl_line,
     "acl_revoke": _acl_line,
-    "acl_show": _acl_line,
+    "acl_show": _acl_shown,
     "acl_explain": _explanation,
     "principals_add_member": _line(lambda r, q: f"{q.member} is now in {q.group}"),
     "principals_remove_member": _line(lambda r, q: f"{q.member} is no longer in {q.group}"),

@@ -127,6 +127,9 @@ class Cli:
     flags: Mapping[str, str] = field(default_factory=dict)
     metavars: Mapping[str, str] = field(default_factory=dict)
     hidden: frozenset[str] = frozenset()
+    #: A writing command that makes the store where there is none (every other one on a
+    #: path without a store is ``not_found`` and leaves nothing there).
+    creates_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,8 @@ _QUERY_GRAPH = (
     " Node labels are entity types; properties: uid, type, title, source, status, href,"
     f" created_at, updated_at; relationships: {', '.join(LABELS)}, variable length *1..4 at"
     " most. Every value must be a $parameter passed in params (no literals). LIMIT defaults"
-    " to 100 (max 1000), ~250 ms time bound. Returns columns, rows and truncated. Errors say"
+    " to 100 (capped at 1000, with a warning), ~250 ms time bound. Returns columns, rows and"
+    " truncated (and warnings, when the LIMIT was capped). Errors say"
     " what to change. Example: MATCH (p {uid: $uid})<-[:partOf]-(c) RETURN c.uid, c.title"
     " ORDER BY c.title with params {uid: '…'}."
 )
@@ -503,7 +507,8 @@ OPERATIONS: tuple[Operation, ...] = (
         AclRequest,
         _call("grant"),
         (AclChange,),
-        "Let PRINCIPAL read UID (one publish; only that entity's index documents change)",
+        "Let PRINCIPAL read UID (one publish; only that entity's index documents change, and"
+        " those of the entities split off it, which share its ACL)",
         "Administration: let a principal read an entity. Returns the publish's content root"
         " and the entity's ACL after it.",
         admin=True,
@@ -527,8 +532,9 @@ OPERATIONS: tuple[Operation, ...] = (
         AclShowRequest,
         runners.acl_show,
         (AclShown,),
-        "The principals in UID's ACL",
-        "Administration: the principals in an entity's ACL.",
+        "The principals in UID's ACL, and where it comes from (its own, or its parent's)",
+        "Administration: the principals in an entity's ACL, and inherited_from: the entity"
+        " whose ACL it shares (a code sample's page), null when the ACL is its own.",
         admin=True,
         rest=(Rest("GET", "/admin/acl/{uid}"),),
         cli=Cli("acl show", ("uid",)),
@@ -555,7 +561,7 @@ OPERATIONS: tuple[Operation, ...] = (
         " Returns the member's groups after it.",
         admin=True,
         rest=(Rest("POST", "/admin/principals/add-member"),),
-        cli=Cli("principals add-member", ("group", "member")),
+        cli=Cli("principals add-member", ("group", "member"), creates_store=True),
     ),
     Operation(
         "principals_remove_member",
@@ -589,7 +595,12 @@ OPERATIONS: tuple[Operation, ...] = (
         " those pairs. Returns how many groups and memberships were loaded.",
         admin=True,
         rest=(Rest("POST", "/admin/principals/load"),),
-        cli=Cli("principals load", ("memberships",), metavars={"memberships": "FILE.jsonl"}),
+        cli=Cli(
+            "principals load",
+            ("memberships",),
+            metavars={"memberships": "FILE.jsonl"},
+            creates_store=True,
+        ),
     ),
 )
 

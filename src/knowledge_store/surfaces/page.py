@@ -29,8 +29,7 @@ from markdown_it import MarkdownIt
 
 from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
-from knowledge_store.model import LIST_NAMES, Filters, Result, SearchAnswer
-from knowledge_store.store import KnowledgeStore
+from knowledge_store.model import LIST_NAMES, Result, SearchAnswer
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
@@ -185,22 +184,14 @@ def _options(rows: list[tuple[str | None, int]], chosen: list[str]) -> str:
 
 
 # -- results ------------------------------------------------------------------------------------------
-def _vector_only_similarity(
-    store: KnowledgeStore, who: Caller, q: str, answer: SearchAnswer
-) -> dict[str, float]:
-    """uid → best chunk cosine, for the results that only the vector list found."""
-    uids = [
-        r.uid
+def _vector_only_similarity(answer: SearchAnswer) -> dict[str, float]:
+    """uid → best chunk cosine (the answer's ``similarity``), for the results that only
+    the vector list found."""
+    return {
+        r.uid: r.similarity
         for r in answer.results
-        if r.ranks.get("lexical") is None and r.ranks.get("vector") is not None
-    ]
-    if not q or not uids:
-        return {}
-    hits = store.vector(q, identity=who.identity, k=200, filters=Filters.build(uid=list(uids)))
-    best: dict[str, float] = {}
-    for hit in hits.hits:
-        best.setdefault(hit.uid, hit.score)
-    return {uid: best.get(uid, -1.0) for uid in uids}
+        if r.ranks.get("lexical") is None and r.similarity is not None
+    }
 
 
 def _passage(heading: str, text: str, terms: QueryTerms) -> str:
@@ -245,7 +236,7 @@ def _notice(q: str, answer: SearchAnswer, similarity: dict[str, float]) -> str:
     """What the page says above the results when the words matched nothing, or little did."""
     if not q or not answer.results:
         return ""
-    if any(r.ranks.get("lexical") is not None for r in answer.results):
+    if answer.words_matched is not False:
         return ""
     if similarity and all(s < VECTOR_FLOOR for s in similarity.values()):
         return (
@@ -296,7 +287,7 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
         )
     answer = store.search(q or None, identity=who.identity, k=10, filters=filters)
     terms = ANALYZERS.query_terms(q)
-    similarity = _vector_only_similarity(store, who, q, answer)
+    similarity = _vector_only_similarity(answer)
     cards = [
         _result_card(n, r, terms, similarity.get(r.uid))
         for n, r in enumerate(answer.results, start=1)

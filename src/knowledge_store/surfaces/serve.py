@@ -12,9 +12,11 @@ nothing else is printed there (the SDK diverts stray writes to stderr).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ __all__ = [
     "LOOPBACK",
     "RedactTokens",
     "banner",
+    "listen",
     "open_store",
     "serve",
     "uvicorn_config",
@@ -36,10 +39,13 @@ __all__ = [
 EMBEDDER_ENV = "KS_EMBEDDER"
 
 
-def open_store(location: str | Path | None) -> KnowledgeStore:
+def open_store(location: str | Path | None, *, create: bool = True) -> KnowledgeStore:
     """The store at ``location`` with ``$KS_EMBEDDER``'s embedder, if set (the library
-    reads no environment; the command line and the servers map it)."""
-    return KnowledgeStore.open(location, embedder=os.environ.get(EMBEDDER_ENV) or None)
+    reads no environment; the command line and the servers map it). ``create=False``:
+    only a store that exists (``NotFound`` else)."""
+    return KnowledgeStore.open(
+        location, embedder=os.environ.get(EMBEDDER_ENV) or None, create=create
+    )
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -102,10 +108,56 @@ def serve(
             "ks serve needs --tokens FILE (bearer tokens → identities; see docs/serving.md)"
             " or --anonymous (callers without a token read as everyone)"
         )
-    _serve_http(location, host, port, table)
+    sock = listen(host, port)
+    try:
+        _serve_http(location, host, sock, table)
+    finally:
+        sock.close()
 
 
-def _serve_http(location: str | Path | None, host: str, port: int, table: object) -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` — before anything says "serving on" — or an
+    ``InvalidRequest`` (exit status 2) saying why not and what to do instead.
+
+    The server then runs on this very socket, so no other program can take the port
+    between the check and the start.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise InvalidRequest(
+            f"--host {host!r} is not an address of this machine ({exc.strerror});"
+            " use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
+            field="host",
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            why = "is already in use (another ks serve, or another program)"
+        elif exc.errno == errno.EACCES:
+            why = "needs privileges this user lacks (ports below 1024 usually do)"
+        else:
+            why = f"can't be listened on ({exc.strerror})"
+        other = port + 1 if 0 < port < 65535 else 8001
+        raise InvalidRequest(
+            f"port {port} on {host} {why}; pick another with --port, e.g."
+            f" `ks serve --port {other}` (with make: `make run PORT={other}`)",
+            field="port",
+            host=host,
+            port=port,
+            address=shown,
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve_http(location: str | Path | None, host: str, sock: socket.socket, table: object) -> None:
     import uvicorn
 
     from knowledge_store.surfaces.auth import TokenTable
@@ -119,8 +171,9 @@ def _serve_http(location: str | Path | None, host: str, port: int, table: object
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
         app = create_app(store, tokens=table, allowed_hosts=allowed)
+        port = int(sock.getsockname()[1])  # the one chosen, for --port 0
         print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
-        uvicorn.Server(uvicorn_config(app, host=host, port=port)).run()
+        uvicorn.Server(uvicorn_config(app, host=host, port=port)).run(sockets=[sock])
 
 
 def uvicorn_config(app: Any, *, host: str, port: int) -> Any:

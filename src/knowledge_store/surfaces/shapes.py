@@ -102,10 +102,12 @@ class ReaderStats(Answer):
 
 
 class AclShown(Answer):
-    """The principals in an entity's ACL."""
+    """The principals in an entity's ACL, and where it comes from."""
 
     uid: str
     acl: tuple[str, ...]
+    #: The entity whose ACL this one shares (a code sample's page); null: its own.
+    inherited_from: str | None = None
 
 
 class ToolInfo(Answer):
@@ -194,7 +196,11 @@ def ingest(store: KnowledgeStore, caller: Caller, request: IngestRequest) -> Ans
 
 
 def acl_show(store: KnowledgeStore, caller: Caller, request: AclShowRequest) -> Answer:
-    return AclShown(uid=request.uid, acl=store.acl_show(request.uid))
+    return AclShown(
+        uid=request.uid,
+        acl=store.acl_show(request.uid),
+        inherited_from=store.acl_inherited_from(request.uid),
+    )
 
 
 def acl_explain(store: KnowledgeStore, caller: Caller, request: AclExplainRequest) -> Answer:

@@ -8,14 +8,24 @@ sees them. The rules and sentences are the shared ones of
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from knowledge_store.engines.shared import cycle_error, explain_access, principal_info
+from knowledge_store.engines.shared import (
+    DERIVED_LINK,
+    acl_change,
+    acl_parent,
+    cycle_error,
+    explain_access,
+    principal_info,
+)
+from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.errors import NotFound
 from knowledge_store.model import (
     AclExplanation,
+    Entity,
     MembershipsLoaded,
     PrincipalInfo,
     check_membership,
@@ -40,28 +50,37 @@ class EmbeddedAdmin:
         return self._change(uid, "revoke", principal)
 
     def _change(self, uid: str, change: str, principal: str) -> str:
+        """One publish: ``uid`` and the entities split off it (``shared.acl_change``)."""
         check_principal(principal)
         with self._engine._writer():
             with self._catalog.read() as conn:
-                entity = self._catalog.load_entity(conn, uid)
-            if entity is None:
-                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-            acl = set(entity.acl)
-            if change == "grant":
-                acl.add(principal)
-            else:
-                acl.discard(principal)
-            changed = replace(entity, acl=tuple(sorted(acl)))
-            if changed.content_hash == entity.content_hash:
+                entity = self._entity(conn, uid)
+                derived = self._derived_from(conn, uid)
+            changed = acl_change(entity, change, principal, derived)
+            if not changed:
                 return self._engine.content_root()
-            return self._engine.publish([], [], kind=change, acl_only=[changed]).root
+            return self._engine.publish([], [], kind=change, acl_only=changed).root
+
+    def _entity(self, conn: sqlite3.Connection, uid: str) -> Entity:
+        entity = self._catalog.load_entity(conn, uid)
+        if entity is None:
+            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+        return entity
+
+    def _derived_from(self, conn: sqlite3.Connection, uid: str) -> list[Entity]:
+        """The entities linked to ``uid`` by ``shared.DERIVED_LINK`` (those sharing its ACL
+        among them are ``acl_change``'s to pick)."""
+        rows = conn.execute(*statements.derived_candidates(SQLITE, uid, DERIVED_LINK))
+        found = [self._catalog.load_entity(conn, str(src)) for (src,) in rows.fetchall()]
+        return [e for e in found if e is not None]
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         with self._catalog.read() as conn:
-            entity = self._catalog.load_entity(conn, uid)
-        if entity is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-        return entity.acl
+            return self._entity(conn, uid).acl
+
+    def acl_inherited_from(self, uid: str) -> str | None:
+        with self._catalog.read() as conn:
+            return acl_parent(self._entity(conn, uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         check_principal(principal)

@@ -53,7 +53,7 @@ from knowledge_store.engines.embedded.dense import remove_leftovers as remove_de
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, Pinned
 from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.writelock import WriteLock
-from knowledge_store.engines.shared import check_prepared, check_vectors
+from knowledge_store.engines.shared import check_prepared, check_vectors, no_store
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
 from knowledge_store.model import Entity, Filters, Identity, StoreStats
@@ -107,8 +107,11 @@ class EmbeddedEngine:
 
     name = "embedded"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        """Open the store in ``path``; ``create=False``: only one that exists (else NotFound)."""
         self.path = Path(path)
+        if not create and not (self.path / "catalog.sqlite").is_file():
+            raise no_store(str(path))
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

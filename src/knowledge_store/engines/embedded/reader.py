@@ -391,4 +391,5 @@ class EmbeddedReader:
             columns=[c.name for c in compiled.columns],
             rows=[compiled.shape(tuple(r)) for r in raw[: compiled.limit]],
             truncated=truncated,
+            warnings=compiled.warnings,
         )

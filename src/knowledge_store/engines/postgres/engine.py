@@ -17,18 +17,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
+from psycopg import sql
 
 from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
-from knowledge_store.engines.postgres.db import Connection, Database, translate
+from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.reader import PostgresReader
 from knowledge_store.engines.postgres.schema import (
@@ -41,8 +41,11 @@ from knowledge_store.engines.postgres.schema import (
 from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
     ChunkIds,
+    acl_change,
+    acl_parent,
     check_prepared,
     check_vectors,
+    no_store,
 )
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import (
@@ -54,6 +57,7 @@ from knowledge_store.errors import (
 from knowledge_store.model import (
     EVERYONE,
     AclExplanation,
+    Entity,
     Filters,
     Identity,
     MembershipsLoaded,
@@ -113,11 +117,14 @@ class PostgresEngine:
         schema: str = DEFAULT_SCHEMA,
         lexical_ranker: str | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
+        create: bool = True,
     ) -> None:
         self.url = url
         #: How to open this store again (``ks --store``); ``open`` sets what it was given.
         self.path = url if schema == DEFAULT_SCHEMA else _with_schema(url, schema)
         self.db = Database(url, schema)
+        if not create and not self._exists():
+            raise no_store(_redacted(self.path))
         self.features = self._open(migrations)
         ranker = lexical_ranker or os.environ.get(LEXICAL_ENV) or None
         self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
@@ -129,11 +136,12 @@ class PostgresEngine:
         self.chunk_ids = self._chunk_ids()
 
     @classmethod
-    def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
+    def open(cls, location: str | Path, *, create: bool = True, **kwargs: Any) -> PostgresEngine:
         """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance).
 
         A ``schema=NAME`` query parameter of a URL names the schema the store lives
-        in (default ``ks``), so one database can hold several stores.
+        in (default ``ks``), so one database can hold several stores. ``create=False``:
+        only a store that exists (else NotFound; no server is started in a new DIR).
         """
         text = str(location)
         if text.startswith("pg:"):
@@ -142,12 +150,17 @@ class PostgresEngine:
             directory = text[3:]
             if not directory:
                 raise InvalidRequest("pg: needs a directory, e.g. pg:./.ks-pg", store=text)
-            engine = cls(local_server_url(directory), **kwargs)
+            if not create and not (Path(directory).expanduser() / "pgdata").is_dir():
+                raise no_store(text)
+            try:
+                engine = cls(local_server_url(directory), create=create, **kwargs)
+            except NotFound as exc:
+                raise no_store(text) from exc
         else:
             url, schema = split_location(text)
             if schema is not None:
                 kwargs.setdefault("schema", schema)
-            engine = cls(url, **kwargs)
+            engine = cls(url, create=create, **kwargs)
         engine.path = text
         return engine
 
@@ -187,6 +200,26 @@ class PostgresEngine:
                 self._plans.popitem(last=False)
 
     # -- opening ---------------------------------------------------------------------------------------
+    def _exists(self) -> bool:
+        """Whether the store's schema has been made (its ``meta`` records a version)."""
+        conn = self.db.connect(register=False)
+        try:
+            with translate("looking for the store"):
+                found = conn.execute(
+                    "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL",
+                    (self.db.schema,),
+                ).fetchone()
+                if not (found and found[0]):
+                    return False
+                version = conn.execute(
+                    sql.SQL("SELECT 1 FROM {}.meta WHERE key = 'schema_version'").format(
+                        sql.Identifier(self.db.schema)
+                    )
+                ).fetchone()
+            return version is not None
+        finally:
+            conn.close()
+
     def _open(self, migrations: Sequence[Migration]) -> Features:
         """pgvector, the schema, migrations (under an advisory lock); the search path."""
         conn = self.db.connect(register=False)
@@ -465,26 +498,27 @@ class PostgresEngine:
     def _change_acl(self, uid: str, change: str, principal: str) -> str:
         check_principal(principal)
         with self.db.write() as conn, translate(f"{change} on {uid}"):
-            entity = writes.load_entity(conn, uid)
-            if entity is None:
-                raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-            acl = set(entity.acl)
-            if change == "grant":
-                acl.add(principal)
-            else:
-                acl.discard(principal)
-            changed = replace(entity, acl=tuple(sorted(acl)))
-            if changed.content_hash == entity.content_hash:
+            entity = self._entity(conn, uid)
+            changed = acl_change(entity, change, principal, writes.derived_from(conn, uid))
+            if not changed:
                 return writes.latest_publish(conn)[1]
-            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=[changed])
+            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=changed)
         return Published.of(plan).root
+
+    @staticmethod
+    def _entity(conn: Connection, uid: str) -> Entity:
+        entity = writes.load_entity(conn, uid)
+        if entity is None:
+            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
+        return entity
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         with self.db.read() as conn, translate("reading the ACL"):
-            entity = writes.load_entity(conn, uid)
-        if entity is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-        return entity.acl
+            return self._entity(conn, uid).acl
+
+    def acl_inherited_from(self, uid: str) -> str | None:
+        with self.db.read() as conn, translate("reading the ACL"):
+            return acl_parent(self._entity(conn, uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         check_principal(principal)

@@ -9,6 +9,7 @@ snapshot. The graph primitive is the shared breadth-first walk
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,7 +49,7 @@ def prepare_query_graph(
     """A checked query and its parameters → the one PostgreSQL statement (ACL inside)."""
     compiled = compile_query(query, params, held, dialect=POSTGRES)
     bound = {k: (_loose(v) if _USER_PARAM.match(k) else v) for k, v in compiled.params.items()}
-    return CompiledQuery(compiled.sql, bound, compiled.columns, compiled.limit, compiled.skip)
+    return dataclasses.replace(compiled, params=bound)
 
 
 def statement_timeout_ms(seconds: float = QUERY_GRAPH_TIME_LIMIT_S) -> int:

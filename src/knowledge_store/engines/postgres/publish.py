@@ -25,6 +25,7 @@ import numpy as np
 from knowledge_store.engines.base import PreparedEntity, Published
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.shared import DERIVED_LINK
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import (
@@ -41,6 +42,7 @@ __all__ = [
     "acl_set_id",
     "acl_set_key",
     "apply_publish",
+    "derived_from",
     "latest_publish",
     "load_entity",
     "replace_embeddings",
@@ -185,6 +187,14 @@ def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
             (acl_set, members),
         )
     return acl_set
+
+
+def derived_from(conn: Connection, uid: str) -> list[Entity]:
+    """The entities linked to ``uid`` by ``shared.DERIVED_LINK`` (those sharing its ACL
+    among them are ``shared.acl_change``'s to pick)."""
+    rows = conn.execute(*statements.derived_candidates(POSTGRES, uid, DERIVED_LINK)).fetchall()
+    found = [load_entity(conn, str(src)) for (src,) in rows]
+    return [e for e in found if e is not None]
 
 
 def load_entity(conn: Connection, uid: str) -> Entity | None:

@@ -330,6 +330,7 @@ class PostgresReader:
             columns=[c.name for c in compiled.columns],
             rows=[compiled.shape(tuple(r)) for r in raw[: compiled.limit]],
             truncated=truncated,
+            warnings=compiled.warnings,
         )
 
     def _restore(self, savepoint: str) -> None:

@@ -35,10 +35,12 @@ __all__ = [
     "content_chunks",
     "content_edges",
     "content_entity",
+    "derived_candidates",
     "entity_cards",
     "load_entity",
     "metric_sql",
     "probe_chunks",
+    "sort_key",
     "sql_hits",
     "successors",
     "visible_chunk_ids",
@@ -70,6 +72,14 @@ def _uid_probe(filters: Filters) -> Visibility:
     return "probe" if filters.values("uid") else "scan"
 
 
+def sort_key(field: str) -> str:
+    """The SQL expression ``e.FIELD`` is ordered by (both engines): a title case-folded —
+    ``lower()``, which folds A–Z alike in SQLite and in PostgreSQL's "C" collation — so
+    that "apple" sorts with "Apple", not after "Zebra"; equal keys then go by uid."""
+    assert field in ORDER_FIELDS
+    return f"lower(e.{field})" if field == "title" else f"e.{field}"
+
+
 def sql_hits(
     d: SqlDialect, held: Sequence[str], filters: Filters, order: Order, k: int
 ) -> Statement:
@@ -83,7 +93,8 @@ def sql_hits(
     return (
         head + "SELECT e.uid, e.title, e.type, e.source, e.status, e.created_at, e.updated_at,"
         f" e.href FROM entities AS e WHERE {d.visible('e', _uid_probe(filters))} AND {where}"
-        f" ORDER BY {column} IS NULL, {column} {direction}, e.uid LIMIT {d.param('k')}",
+        f" ORDER BY {column} IS NULL, {sort_key(order.field)} {direction}, e.uid"
+        f" LIMIT {d.param('k')}",
         params,
     )
 
@@ -164,6 +175,16 @@ def content_edges(d: SqlDialect, held: Sequence[str], uid: str, near: str, far: 
         f" WHERE g.{near} = {d.param('uid')} AND {d.visible('o', 'probe')}"
         f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
         params,
+    )
+
+
+def derived_candidates(d: SqlDialect, uid: str, label: str) -> Statement:
+    """The uids with a ``label`` edge to ``uid`` — those a loader may have split off it
+    (whether one shares its ACL is its ``acl_from`` attribute: ``shared.acl_parent``)."""
+    return (
+        f"SELECT src FROM edges WHERE dst = {d.param('uid')} AND label = {d.param('label')}"
+        " ORDER BY src",
+        {"uid": uid, "label": label},
     )
 
 

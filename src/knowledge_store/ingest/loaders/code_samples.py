@@ -17,7 +17,7 @@ from typing import Any
 from knowledge_store.errors import InvalidRecord, Rejection
 from knowledge_store.ingest.chunking import heading_paths, scan_blocks
 from knowledge_store.ingest.records import record_to_entity
-from knowledge_store.model import Edge, Entity
+from knowledge_store.model import ACL_FROM, Edge, Entity
 
 __all__ = ["CODE_SAMPLE_TYPE", "code_sample_records", "sample_title", "with_code_samples"]
 
@@ -75,6 +75,7 @@ def code_sample_records(page: Entity) -> list[dict[str, Any]]:
                             "language": language,
                             "ordinal": ordinal,
                             "heading": heading,
+                            ACL_FROM: page.uid,  # shares the page's ACL, grants included
                         },
                         "edges": [{"label": "partOf", "to": page.uid, "position": ordinal}],
                         "acl": list(page.acl),

@@ -1,0 +1,274 @@
+"""Issue 15 (a new user's first hour), on both engines and through the CLI.
+
+Only writing commands create a store: a read on a path that holds none is
+``not_found`` and leaves nothing behind (item 2). Zero results say why: blank
+text is an error, a graph start nobody can read is ``not_found``, a type no
+readable entity has gets a note naming the types (item 3). Code samples share
+their page's ACL (item 1); titles sort without regard to case (item 11); a
+search answer says how strong each match is (item 14).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from knowledge_store.errors import InvalidRequest, NotFound
+from knowledge_store.model import Filters
+from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.cli import app
+from tests import postgres_support
+from tests.conformance.conftest import OpenStore
+
+# -- only writing commands create a store (issue 15, item 2) --------------------------------------
+
+READS = [
+    ["lexical", "dead rows"],
+    ["vector", "dead rows"],
+    ["search", "dead rows"],
+    ["sql"],
+    ["aggregate", "count"],
+    ["graph", "page:1"],
+    ["query", "MATCH (a) RETURN a.uid"],
+    ["stats"],
+    ["rebuild"],
+    ["delete", "page:1"],
+    ["acl", "show", "page:1"],
+    ["acl", "grant", "page:1", "user:a"],
+    ["acl", "explain", "user:a", "page:1"],
+    ["principals", "show", "user:a"],
+    ["principals", "remove-member", "group:a", "user:a"],
+]
+
+
+@pytest.mark.parametrize("command", READS, ids=lambda c: " ".join(c[:2]))
+def test_a_read_on_a_missing_store_is_not_found_and_creates_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    where = tmp_path / "nonexistent"
+    result = CliRunner().invoke(app, ["--store", str(where), *command, "--json"])
+    assert result.exit_code == 2, result.stdout
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "not_found"
+    assert error["message"] == f"no store at {where}; create one with `ks ingest`"
+    assert not where.exists()
+
+
+def test_an_empty_folder_is_no_store_either(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["--store", str(tmp_path), "stats"])
+    assert result.exit_code == 2
+    assert "no store at" in result.stderr and "ks ingest" in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no catalog.sqlite, lexical/ or write.lock
+
+
+def test_writing_commands_create_the_store(tmp_path: Path) -> None:
+    where = tmp_path / "new"
+    result = CliRunner().invoke(
+        app, ["--store", str(where), "principals", "add-member", "group:a", "user:a"]
+    )
+    assert result.exit_code == 0, result.output
+    assert (where / "catalog.sqlite").is_file()
+    shown = CliRunner().invoke(app, ["--store", str(where), "principals", "show", "user:a"])
+    assert shown.exit_code == 0 and "group:a" in shown.stdout
+
+
+def test_postgres_a_read_on_a_missing_schema_is_not_found_and_creates_nothing() -> None:
+    database = postgres_support.fresh_database("missing_store")
+    location = postgres_support.store_url(database, "nosuchstore")
+    with pytest.raises(NotFound) as info:
+        KnowledgeStore.open(location, create=False)
+    assert info.value.message.startswith("no store at postgresql://")
+    assert "schema=nosuchstore" in info.value.message
+    with psycopg.connect(database) as conn:
+        made = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'nosuchstore'"
+        ).fetchone()
+    assert made == (0,)
+    KnowledgeStore.open(location).close()  # a writer makes it …
+    KnowledgeStore.open(location, create=False).close()  # … and then a read opens it
+
+
+def test_postgres_pg_dir_that_holds_no_server_starts_none(tmp_path: Path) -> None:
+    where = tmp_path / "pg-nope"
+    with pytest.raises(NotFound, match=f"no store at pg:{where}; create one with `ks ingest`"):
+        KnowledgeStore.open(f"pg:{where}", create=False)
+    assert not where.exists()
+
+
+# -- zero results that say why (issue 15, item 3) -------------------------------------------------
+
+
+@pytest.fixture
+def tiny(open_store: OpenStore) -> KnowledgeStore:
+    store = open_store("tiny")
+    store.ingest_records(
+        [
+            {"uid": "a", "type": "page", "title": "A", "body": "dead rows", "acl": ["everyone"]},
+            {"uid": "h", "type": "page", "title": "H", "body": "hidden", "acl": ["user:x"]},
+        ]
+    )
+    return store
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+def test_blank_text_is_an_invalid_request(tiny: KnowledgeStore, text: str) -> None:
+    for primitive in (tiny.lexical, tiny.vector, tiny.search, tiny.search_knowledge):
+        with pytest.raises(InvalidRequest, match=r"needs a non-empty text|needs a text") as info:
+            primitive(text)
+        assert info.value.details["field"] == "query"
+    assert [r.uid for r in tiny.search(text, filters={"type": ["page"]}).results] == ["a"]
+
+
+def test_graph_from_a_start_nobody_can_read_is_not_found(tiny: KnowledgeStore) -> None:
+    for starts in (["nosuchuid"], ["h"], ["nosuchuid", "h"]):
+        with pytest.raises(NotFound, match=r"no entity with uid ('nosuchuid'|'h')"):
+            tiny.graph(starts)
+    assert tiny.graph(["h"], identity="user:x").hits == []
+    assert tiny.graph(["a", "nosuchuid"]).hits == []  # a readable start: answered
+
+
+def test_a_type_nobody_can_read_gets_a_note_naming_the_types(tiny: KnowledgeStore) -> None:
+    pgae = Filters.build(type=["pgae"])
+    expected = ("no entity you can read has type 'pgae'; did you mean page? the types are: page",)
+    assert tiny.lexical("dead rows", filters=pgae).warnings == expected
+    assert tiny.vector("dead rows", filters=pgae).warnings == expected
+    assert tiny.search("dead rows", filters=pgae).warnings == expected
+    assert tiny.search("dead rows", filters={"type": ["pgae"]}).warnings == expected
+    assert tiny.sql(pgae).warnings == expected
+    assert tiny.aggregate("count", filters=pgae).warnings == expected
+    assert tiny.sql(Filters.build(not_type=["PAGE"])).to_dict()["warnings"] == [
+        "no entity you can read has type 'PAGE'; did you mean page? the types are: page"
+    ]
+    answer = tiny.lexical("dead rows", filters=Filters.build(type=["page"]))
+    assert answer.warnings == () and "warnings" not in answer.to_dict()  # DESIGN's shape
+    tiny.ingest_records(
+        [{"uid": "t", "type": "ticket", "title": "T", "body": "x", "acl": ["user:x"]}]
+    )
+    hidden = tiny.sql(Filters.build(type=["ticket"])).warnings  # a type only others can read
+    assert hidden == ("no entity you can read has type 'ticket'; the types are: page",)
+    assert tiny.sql(Filters.build(type=["ticket"]), identity="user:x").warnings == ()
+
+
+# -- derived entities share their parent's ACL (issue 15, item 1) -------------------------------
+
+PAGE = """# Architecture
+
+The Tantivy watermark records how far the lexical index has caught up.
+
+```python
+watermark = catalog.latest_publish()
+```
+"""
+
+
+def test_code_samples_follow_their_page_through_grant_and_revoke(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = open_store("derived")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
+    store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])
+    store.ingest_records(  # a code sample written as a record: its ACL is its own
+        [
+            {
+                "uid": "own-sample",
+                "type": "codeSample",
+                "title": "Watermark",
+                "body": "Tantivy watermark, read by hand",
+                "edges": [{"label": "partOf", "to": "architecture"}],
+                "acl": ["everyone"],
+            }
+        ]
+    )
+    sample = "architecture#code-1"
+
+    def bob_reads() -> set[str]:
+        return {h.uid for h in store.lexical("Tantivy watermark", identity="user:bob").hits}
+
+    assert bob_reads() == {"architecture", sample, "own-sample"}
+    assert store.acl_inherited_from(sample) == "architecture"
+    assert store.acl_inherited_from("architecture") is None
+    assert store.acl_inherited_from("own-sample") is None
+
+    root = store.content_root()
+    store.revoke("architecture", "everyone")
+    assert store.content_root() != root
+    assert bob_reads() == {"own-sample"}  # the page's text is gone with the page
+    assert store.acl_show(sample) == store.acl_show("architecture") == ()
+    assert store.acl_show("own-sample") == ("everyone",)
+
+    store.grant("architecture", "user:bob")  # one publish changes both
+    assert store.acl_show(sample) == ("user:bob",)
+    assert bob_reads() == {"architecture", sample, "own-sample"}
+    assert {h.uid for h in store.vector("watermark", identity="user:bob", k=10).hits} >= {sample}
+    assert store.acl_explain("user:bob", sample).allowed
+
+    with pytest.raises(InvalidRequest, match="shares the ACL of 'architecture'"):
+        store.grant(sample, "user:eve")
+    assert store.acl_show(sample) == ("user:bob",)
+
+    store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])  # the file's ACL again
+    assert store.acl_show(sample) == store.acl_show("architecture") == ("everyone",)
+
+
+def test_acl_show_says_where_the_acl_comes_from(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
+    where = tmp_path / "s"
+    runner = CliRunner()
+    ingest = ["--store", str(where), "ingest", str(tmp_path / "docs"), "--acl", "everyone"]
+    assert runner.invoke(app, ingest).exit_code == 0
+    shown = runner.invoke(app, ["--store", str(where), "acl", "show", "architecture#code-1"])
+    assert shown.stdout.strip() == "architecture#code-1: everyone  (inherited from architecture)"
+    shown = runner.invoke(app, ["--store", str(where), "acl", "show", "architecture", "--json"])
+    assert json.loads(shown.stdout) == {
+        "uid": "architecture",
+        "acl": ["everyone"],
+        "inherited_from": None,
+    }
+    revoke = ["--store", str(where), "acl", "revoke", "architecture", "everyone"]
+    assert runner.invoke(app, revoke).exit_code == 0
+    lexical = ["--store", str(where), "lexical", "Tantivy watermark", "--as", "user:bob", "--json"]
+    assert json.loads(runner.invoke(app, lexical).stdout)["hits"] == []
+
+
+# -- sorting by title ignores case, ties by uid (issue 15, item 11) ------------------------------
+
+
+def test_ordering_by_title_ignores_case_and_ties_go_by_uid(open_store: OpenStore) -> None:
+    store = open_store("titles")
+    titles = {"u1": "banana", "u2": "Apple", "u3": "cherry", "u4": "apple", "u5": "Banana"}
+    store.ingest_records(
+        [
+            {"uid": uid, "type": "page", "title": t, "body": t, "acl": ["everyone"]}
+            for uid, t in titles.items()
+        ]
+    )
+    up = [h.uid for h in store.sql(order="title", k=10).hits]
+    assert up == ["u2", "u4", "u1", "u5", "u3"]  # Apple, apple, banana, Banana, cherry
+    down = [h.uid for h in store.sql(order="title:desc", k=10).hits]
+    assert down == ["u3", "u1", "u5", "u2", "u4"]  # equal titles keep the uid order
+
+
+# -- a search answer says how strong each match is (issue 15, item 14) ---------------------------
+
+
+def test_search_answer_carries_similarity_and_whether_words_matched(tiny: KnowledgeStore) -> None:
+    unrelated = tiny.search("kubernetes helm chart")
+    assert unrelated.words_matched is False and unrelated.to_dict()["words_matched"] is False
+    assert [r.uid for r in unrelated.results] == ["a"]
+    (result,) = unrelated.results
+    vector = tiny.vector("kubernetes helm chart").hits[0]
+    assert result.similarity == round(vector.score, 4)  # the cosine of its best chunk
+    assert result.to_dict()["similarity"] == result.similarity
+
+    matched = tiny.search("dead rows")
+    assert matched.words_matched is True
+    assert matched.results[0].similarity is not None
+    assert tiny.search("", filters={"type": ["page"]}).words_matched is None  # no text
+    sql_only = tiny.search("", filters={"type": ["page"]}).results[0]
+    assert sql_only.similarity is None
