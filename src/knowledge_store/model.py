@@ -713,17 +713,25 @@ class IngestReport:
     deleted: int
     rejected: list[Any] = field(default_factory=list)
     skipped: list[Any] = field(default_factory=list)
+    #: The uids deleted (a sync's), sorted and capped; ``deleted`` is the exact count.
+    deleted_uids: list[str] = field(default_factory=list)
+    #: What each crawled site did (``CrawlReport.to_dict()``), for ``--format web``.
+    crawls: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "content_root": self.content_root,
             "added": self.added,
             "updated": self.updated,
             "unchanged": self.unchanged,
             "deleted": self.deleted,
+            "deleted_uids": list(self.deleted_uids),
             "rejected": [r.to_dict() for r in self.rejected],
             "skipped": [s.to_dict() for s in self.skipped],
         }
+        if self.crawls:
+            out["crawls"] = list(self.crawls)
+        return out
 
 
 @dataclass(frozen=True)

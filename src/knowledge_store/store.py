@@ -5,14 +5,24 @@ Every CLI command, tool and endpoint calls one method of this class.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.engines.base import AclExplanation, Engine, PrincipalInfo, StoreStats
+from knowledge_store.engines.base import (
+    AclExplanation,
+    Engine,
+    PrincipalInfo,
+    PublishResult,
+    StoreStats,
+)
+from knowledge_store.engines.sources import SourceSync, SourceView
 from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
 from knowledge_store.ingest.embedding import Embedder, embedder_for, open_embedder, spec_of
 from knowledge_store.ingest.pipeline import ingest_entities
@@ -37,6 +47,11 @@ from knowledge_store.retrieval.filters import FiltersLike, coerce_filters
 from knowledge_store.retrieval.retrievers import Retriever
 
 __all__ = ["DEFAULT_STORE", "KnowledgeStore"]
+
+if TYPE_CHECKING:
+    from knowledge_store.ingest.loaders import LoadResult
+    from knowledge_store.ingest.loaders.web import WebOptions
+    from knowledge_store.ingest.watch import WatchSummary
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
@@ -89,6 +104,23 @@ def open_engine(location: str | Path) -> Engine:
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
 
     return EmbeddedEngine(Path(text))
+
+
+def _source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) -> SourceSync:
+    """The source an ingest names: what it read, and (for a sync) what is present in it —
+    the records, what a crawl kept as stored, and records rejected this time (their
+    stored version stays). A crawl cut short by its page bound deletes nothing."""
+    present = {r.entity.uid for r in loaded.records} | loaded.kept()
+    present |= {r.uid for r in loaded.rejections if r.uid}
+    return SourceSync(
+        name=source,
+        loader=",".join(sorted({info.loader for info in loaded.sources if info.loader})),
+        locations=tuple(info.location for info in loaded.sources),
+        sync=sync,
+        present=frozenset(present),
+        delete_missing=not any(crawl.truncated for crawl in loaded.crawls),
+        allow_mass_delete=allow_mass,
+    )
 
 
 class KnowledgeStore:
@@ -162,13 +194,29 @@ class KnowledgeStore:
         acl: Sequence[str] | None = None,
         skip_invalid: bool = False,
         progress: bool = False,
+        sync: bool = False,
+        allow_mass_delete: bool = False,
+        web: WebOptions | None = None,
     ) -> IngestReport:
-        """Load files/folders and publish them as one batch."""
+        """Load files, folders or web sites (``http(s)://`` strings) and publish them as one batch.
+
+        With ``source``, the source's catalog row records this ingest (``sources()``).
+        With ``sync`` (which needs ``source``), the batch is the whole source: what
+        the source holds beyond it is deleted in the same publish; more than half of
+        it only with ``allow_mass_delete`` (else ``MassDeleteRefused``). A crawl's
+        state is kept in the store, per source, and saved once the publish is done.
+        """
         from knowledge_store.ingest.loaders import load_paths
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
-        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None)
-        return ingest_entities(
+        if sync and not source:
+            raise InvalidRequest(
+                "a sync replaces the content of one source: name it (--source NAME)",
+                field="source",
+            )
+        web, states = self._crawl_state(paths, source, web)
+        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None, web=web)
+        report = ingest_entities(
             self.engine,
             self.embedder,
             self.embedder_spec,
@@ -177,6 +225,104 @@ class KnowledgeStore:
             skipped=loaded.skipped,
             skip_invalid=skip_invalid,
             progress=progress,
+            source=None
+            if source is None
+            else _source_sync(loaded, source, sync, allow_mass_delete),
+        )
+        for crawl in loaded.crawls:
+            if crawl.source in states:
+                self.engine.save_crawl_pages(
+                    crawl.source,
+                    {
+                        url: None if page is None else json.dumps(page.to_dict())
+                        for url, page in crawl.updates.items()
+                    },
+                )
+        if not loaded.crawls:
+            return report
+        return dataclasses.replace(report, crawls=[crawl.to_dict() for crawl in loaded.crawls])
+
+    def _crawl_state(
+        self, paths: Sequence[str | Path], source: str | None, web: WebOptions | None
+    ) -> tuple[WebOptions | None, set[str]]:
+        """The crawl options, with the state the store keeps for each site's source loaded
+        (unless the caller brings its own state); the sources whose state the store keeps."""
+        from knowledge_store.ingest.crawl_state import MemoryCrawlState, PageState
+        from knowledge_store.ingest.loaders import is_url
+        from knowledge_store.ingest.loaders.web import WebOptions, site_source
+
+        urls = [str(p) for p in paths if isinstance(p, str) and is_url(p)]
+        if not urls or (web is not None and web.state is not None):
+            return web, set()
+        state = MemoryCrawlState()
+        names = {source or site_source(url) for url in urls}
+        for name in names:
+            for url, text in self.engine.crawl_pages(name).items():
+                state.put(name, url, PageState.from_dict(json.loads(text)))
+        return dataclasses.replace(web or WebOptions(), state=state), names
+
+    def sources(self) -> list[SourceView]:
+        """Every source: entities and chunks it holds, and its last ingest (an admin view:
+        the counts are of all its entities, whatever their ACL)."""
+        return self.engine.sources()
+
+    def delete_source(self, name: str) -> PublishResult:
+        """Delete every entity of source ``name`` (its row and crawl state too) as one publish."""
+        if not any(view.name == name for view in self.engine.sources()):
+            raise NotFound(f"no source named {name!r}", source=name)
+        return self.engine.delete_source(name)
+
+    def watch(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        source: str,
+        format: str | None = None,
+        acl: Sequence[str] | None = None,
+        allow_mass_delete: bool = False,
+        on_sync: Callable[[list[Path], IngestReport], None] | None = None,
+        on_error: Callable[[list[Path], Exception], None] | None = None,
+        stop: threading.Event | None = None,
+        quiet_ms: int = 300,
+        max_wait_ms: int = 10_000,
+        force_polling: bool | None = None,
+    ) -> WatchSummary[IngestReport]:
+        """Sync ``paths`` into ``source`` now, then again after each burst of file changes.
+
+        Each sync is one publish; a bad file is rejected (and its stored version
+        kept) while the rest publishes; an error is handed to ``on_error`` and the
+        watch goes on, until Ctrl-C or ``stop``.
+        """
+        from knowledge_store.ingest.loaders import EXTENSIONS, check_format, is_url
+        from knowledge_store.ingest.watch import watch
+
+        check_format(format)
+        if any(isinstance(p, str) and is_url(p) for p in paths):
+            raise InvalidRequest("--watch watches folders; a web site can't be watched")
+        suffixes = EXTENSIONS.get(format or "", tuple(s for e in EXTENSIONS.values() for s in e))
+
+        def sync(_changed: list[Path]) -> IngestReport:
+            return self.ingest(
+                paths,
+                format=format,
+                source=source,
+                acl=acl,
+                skip_invalid=True,
+                sync=True,
+                allow_mass_delete=allow_mass_delete,
+            )
+
+        return watch(
+            paths,
+            sync,
+            on_sync=on_sync,
+            on_error=on_error,
+            suffixes=suffixes,
+            quiet_ms=quiet_ms,
+            max_wait_ms=max_wait_ms,
+            initial_sync=True,
+            stop=stop,
+            force_polling=force_polling,
         )
 
     def ingest_records(

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.sources import SourceSync, SourceView
 from knowledge_store.model import (
     AggregateAnswer,
     Chunk,
@@ -54,6 +55,7 @@ class PublishResult:
     ``unchanged``: upserts whose stored content hash already matched when the
     publish ran (another writer got there first); they are left as they are.
     ``publish`` is the new publish id, or the previous one when nothing changed.
+    ``deleted_uids``: the uids it deleted, sorted.
     """
 
     publish: int
@@ -62,6 +64,7 @@ class PublishResult:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    deleted_uids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,8 +147,30 @@ class Engine(Protocol):
         *,
         kind: str,
         model: str | None = None,
+        source: SourceSync | None = None,
     ) -> PublishResult:
-        """One publish; with ``model``, refused (ModelMismatch) unless the store records it."""
+        """One publish; with ``model``, refused (ModelMismatch) unless the store records it.
+
+        With ``source``, the source's catalog row is written in the same transaction
+        (even when nothing changed), and a sync also deletes the source's entities
+        the batch does not hold (``engines.sources.plan_sync``).
+        """
+        ...
+
+    def sources(self) -> list[SourceView]:
+        """Every source: what it holds now (all entities: an administration view) and its row."""
+        ...
+
+    def delete_source(self, name: str) -> PublishResult:
+        """Every entity of source ``name``, its row and its crawl state, gone in one publish."""
+        ...
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        """The crawl state remembered for ``source``: url → PageState as JSON."""
+        ...
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        """Remember (JSON) or forget (None) each url's crawl state, in one transaction."""
         ...
 
     def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:

@@ -7,13 +7,15 @@ transaction. An unchanged estate embeds nothing and publishes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge_store.engines.base import Engine, PreparedEntity
+from knowledge_store.engines.base import Engine, PreparedEntity, PublishResult
+from knowledge_store.engines.sources import DELETED_UIDS_SHOWN, SourceSync
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
@@ -88,17 +90,29 @@ def ingest_entities(
     skipped: Sequence[Skipped] = (),
     skip_invalid: bool = False,
     progress: bool = False,
+    source: SourceSync | None = None,
 ) -> IngestReport:
-    """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is."""
+    """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is.
+
+    With ``source``, the publish writes the source's row, and a sync deletes what
+    the source holds beyond ``source.present`` — in the same publish, even when no
+    entity of the batch changed.
+    """
     if rejected and not skip_invalid:
         raise BatchRejected(list(rejected))
     existing = engine.content_hashes([e.uid for e in entities])
     changed = [e for e in entities if existing.get(e.uid) != e.content_hash]
     unchanged = len(entities) - len(changed)
-    if not changed:
+    if not changed and source is None:
         return IngestReport(
             engine.content_root(), 0, 0, unchanged, 0, list(rejected), list(skipped)
         )
+    if source is not None:
+        source = dataclasses.replace(source, unchanged_before=unchanged)
+    if not changed:
+        assert source is not None
+        result = engine.publish([], [], kind="sync" if source.sync else "ingest", source=source)
+        return _report(result, unchanged, rejected, skipped)
     engine.set_model(embedder.model_id, embedder.dimension, embedder_spec)
 
     cache_id = cache_id_of(embedder)
@@ -128,13 +142,24 @@ def ingest_entities(
     ]
     # The counts are the publish's own, made under the write lock: another writer may
     # have published some of these uids since ``existing`` was read.
-    result = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
+    kind = "sync" if source is not None and source.sync else "ingest"
+    result = engine.publish(prepared, [], kind=kind, model=embedder.model_id, source=source)
+    return _report(result, unchanged, rejected, skipped)
+
+
+def _report(
+    result: PublishResult,
+    unchanged: int,
+    rejected: Sequence[Rejection],
+    skipped: Sequence[Skipped],
+) -> IngestReport:
     return IngestReport(
         result.root,
         result.added,
         result.updated,
         unchanged + result.unchanged,
-        0,
+        result.deleted,
         list(rejected),
         list(skipped),
+        deleted_uids=list(result.deleted_uids[:DELETED_UIDS_SHOWN]),
     )

@@ -13,13 +13,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from knowledge_store.engines.sources import DELETED_UIDS_SHOWN
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.ingest.records import JsonProblem, loads_strict
 from knowledge_store.model import ChunkHits, Filters, SearchAnswer
@@ -140,7 +141,7 @@ def _run(as_json: bool, action: Callable[[], Any], show: Callable[[Any], None]) 
         show(result)
 
 
-def _fail(exc: KnowledgeStoreError, as_json: bool) -> None:
+def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
     if as_json:
         sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
     else:
@@ -202,10 +203,14 @@ def _show_search(answer: SearchAnswer, explain: bool) -> None:
 # -- commands ------------------------------------------------------------------------------------
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="files or folders to ingest")],
+    paths: Annotated[
+        list[str], typer.Argument(help="files, folders or web site URLs (http:// https://)")
+    ],
     format: Annotated[
         str | None,
-        typer.Option("--format", help="jsonl | learn | markdown | html (default: by extension)"),
+        typer.Option(
+            "--format", help="jsonl | learn | markdown | html | web (default: by extension)"
+        ),
     ] = None,
     source: Annotated[
         str | None, typer.Option("--source", help="source name for the records")
@@ -217,9 +222,51 @@ def ingest(
     skip_invalid: Annotated[
         bool, typer.Option("--skip-invalid", help="publish the good records, report the bad ones")
     ] = False,
+    sync: Annotated[
+        bool,
+        typer.Option(
+            "--sync", help="the batch is the whole source: delete what it no longer holds"
+        ),
+    ] = False,
+    allow_mass_delete: Annotated[
+        bool,
+        typer.Option("--allow-mass-delete", help="let a sync delete more than half its source"),
+    ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="sync again on every burst of file changes (with --sync)"),
+    ] = False,
+    max_pages: Annotated[
+        int | None, typer.Option("--max-pages", help="web: pages to crawl at most (1000)")
+    ] = None,
+    max_depth: Annotated[
+        int | None, typer.Option("--max-depth", help="web: links from the start page (10)")
+    ] = None,
+    delay: Annotated[
+        float | None, typer.Option("--delay", help="web: seconds between requests (0.5)")
+    ] = None,
+    uid_prefix: Annotated[
+        str, typer.Option("--uid-prefix", help="web: put before every page's uid")
+    ] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest files or folders as one atomic batch (a failed batch publishes nothing)."""
+    """Ingest files, folders or web sites as one atomic batch (a failed batch publishes nothing)."""
+    from knowledge_store.surfaces import cli_sources
+
+    web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
+    if watch:
+        cli_sources.watch(
+            _store,
+            paths,
+            format=format,
+            source=source,
+            acl=acl,
+            sync=sync,
+            allow_mass_delete=allow_mass_delete,
+            as_json=as_json,
+            fail=_fail,
+        )
+        return
 
     def action() -> Any:
         with _store() as store:
@@ -230,38 +277,57 @@ def ingest(
                 acl=acl,
                 skip_invalid=skip_invalid,
                 progress=not as_json and sys.stderr.isatty(),
+                sync=sync,
+                allow_mass_delete=allow_mass_delete,
+                web=web,
             )
 
-    def show(report: Any) -> None:
-        skipped = f" · skipped {len(report.skipped)}" if report.skipped else ""
-        out.print(
-            f"added {report.added} · updated {report.updated} · unchanged {report.unchanged}"
-            f" · deleted {report.deleted} · rejected {len(report.rejected)}{skipped}"
-        )
-        for r in report.rejected:
-            err.print(f"[yellow]rejected[/] {safe(r.describe())}")
-        for s in report.skipped:
-            err.print(f"[yellow]skipped[/] {safe(s.path)}: {safe(s.reason)}")
-        out.print(f"[dim]content root {report.content_root}[/]")
-
-    _run(as_json, action, show)
+    _run(as_json, action, lambda report: cli_sources.show_ingest(out, err, report))
 
 
 @app.command()
 def delete(
-    uids: Annotated[list[str], typer.Argument(help="entity uids")], as_json: JsonOpt = False
+    uids: Annotated[list[str] | None, typer.Argument(help="entity uids")] = None,
+    source: Annotated[
+        str | None, typer.Option("--source", help="delete every entity of this source")
+    ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Delete entities, their chunks and outgoing edges (one publish)."""
+    """Delete entities (or a whole source), their chunks and outgoing edges (one publish)."""
 
     def action() -> Any:
+        if source is not None and uids:
+            raise InvalidRequest("delete takes uids or --source NAME, not both")
         with _store() as store:
-            return {"content_root": store.delete(uids), "deleted": len(set(uids))}
+            if source is not None:
+                result = store.delete_source(source)
+                return {
+                    "content_root": result.root,
+                    "deleted": result.deleted,
+                    "deleted_uids": list(result.deleted_uids[:DELETED_UIDS_SHOWN]),
+                }
+            return {"content_root": store.delete(uids or []), "deleted": len(set(uids or []))}
 
     _run(
         as_json,
         action,
         lambda r: out.print(f"deleted {r['deleted']} · root {safe(r['content_root'])}"),
     )
+
+
+@app.command()
+def sources(as_json: JsonOpt = False) -> None:
+    """Each source: entities and chunks it holds, its last ingest or sync, loader and paths."""
+    from knowledge_store.surfaces import cli_sources
+
+    def action() -> Any:
+        with _store() as store:
+            return {
+                "content_root": store.content_root(),
+                "sources": [view.to_dict() for view in store.sources()],
+            }
+
+    _run(as_json, action, lambda answer: cli_sources.show_sources(out, answer))
 
 
 @app.command()

@@ -30,6 +30,14 @@ from knowledge_store.engines.embedded.schema import (
     visible,
 )
 from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
+from knowledge_store.engines.sources import (
+    SourceRecord,
+    SourceSync,
+    SourceView,
+    plan_sync,
+    source_views,
+    statement,
+)
 from knowledge_store.engines.sqlfilters import filter_clause
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
@@ -363,6 +371,7 @@ class Catalog:
         *,
         kind: str,
         acl_only: Sequence[Entity] = (),
+        source: SourceSync | None = None,
     ) -> PublishResult:
         """Write one publish atomically; what it did, counted inside its transaction.
 
@@ -374,6 +383,9 @@ class Catalog:
         with self.write() as conn:
             publish, parent = self.latest_publish(conn)
             publish += 1
+            if source is not None and source.sync:
+                stored = conn.execute(statement("source_uids", "sqlite"), {"source": source.name})
+                deletes = [*deletes, *plan_sync((str(uid) for (uid,) in stored), source)]
             changes: dict[str, str | None] = {}
             ops: list[tuple[int, int, str]] = []
             added = updated = deleted = unchanged = 0
@@ -465,7 +477,9 @@ class Catalog:
                 changes[uid] = None
                 deleted += 1
             if not changes:
-                return PublishResult(publish - 1, parent, unchanged=unchanged)
+                result = PublishResult(publish - 1, parent, unchanged=unchanged)
+                self._record_source(conn, source, result)
+                return result
             root = content_root_of(parent, changes)
             conn.execute(
                 "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
@@ -482,7 +496,47 @@ class Catalog:
                 ),
             )
             conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
-            return PublishResult(publish, root, added, updated, deleted, unchanged)
+            gone = tuple(sorted(uid for uid, h in changes.items() if h is None))
+            result = PublishResult(publish, root, added, updated, deleted, unchanged, gone)
+            self._record_source(conn, source, result)
+            return result
+
+    @staticmethod
+    def _record_source(
+        conn: sqlite3.Connection, source: SourceSync | None, result: PublishResult
+    ) -> None:
+        if source is not None:
+            for sql, params in source.statements(result, "sqlite"):
+                conn.execute(sql, params)
+
+    # -- sources and crawl state -------------------------------------------------------
+    def source_views(self) -> list[SourceView]:
+        with self.read() as conn:
+            counts = conn.execute(
+                "SELECT e.source, count(*), coalesce(sum(c.n), 0) FROM entities AS e"
+                " LEFT JOIN (SELECT entity, count(*) AS n FROM chunks GROUP BY entity) AS c"
+                " ON c.entity = e.id GROUP BY e.source"
+            ).fetchall()
+            rows = conn.execute(statement("source_rows", "sqlite")).fetchall()
+        return source_views(counts, (SourceRecord.from_row(row) for row in rows))
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        with self.read() as conn:
+            rows = conn.execute(statement("crawl_pages", "sqlite"), {"source": source})
+            return {str(url): str(state) for url, state in rows}
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        with self.write() as conn:
+            for url, state in pages.items():
+                if state is None:
+                    conn.execute(
+                        statement("forget_crawl_page", "sqlite"), {"source": source, "url": url}
+                    )
+                else:
+                    conn.execute(
+                        statement("put_crawl_page", "sqlite"),
+                        {"source": source, "url": url, "state": state},
+                    )
 
     def replace_embeddings(
         self, ids: Sequence[int], vectors: Vector, meta: Mapping[str, str], *, base_root: str

@@ -44,6 +44,7 @@ from knowledge_store.engines.shared import (
     explain_access,
     principal_info,
 )
+from knowledge_store.engines.sources import SourceSync, SourceView
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
 from knowledge_store.model import (
     AggregateAnswer,
@@ -311,15 +312,29 @@ class EmbeddedEngine:
         *,
         kind: str,
         model: str | None = None,
+        source: SourceSync | None = None,
     ) -> PublishResult:
         recorded = self.model()
         check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
             _check_model(self.model(), model)
             self._catch_up_or_log()
-            result = self.catalog.apply_publish(upserts, deletes, kind=kind)
+            result = self.catalog.apply_publish(upserts, deletes, kind=kind, source=source)
             self._catch_up_or_log()
             return result
+
+    def sources(self) -> list[SourceView]:
+        return self.catalog.source_views()
+
+    def delete_source(self, name: str) -> PublishResult:
+        return self.publish([], [], kind="delete", source=SourceSync.removal(name))
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        return self.catalog.crawl_pages(source)
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        with self._writer():
+            self.catalog.save_crawl_pages(source, pages)
 
     def delete(self, uids: Sequence[str]) -> str:
         missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))

@@ -55,6 +55,13 @@ from knowledge_store.engines.shared import (
     check_prepared,
     check_vectors,
 )
+from knowledge_store.engines.sources import (
+    SourceRecord,
+    SourceSync,
+    SourceView,
+    source_views,
+    statement,
+)
 from knowledge_store.errors import (
     BoundExceeded,
     InvalidRequest,
@@ -363,6 +370,7 @@ class PostgresEngine:
         *,
         kind: str,
         model: str | None = None,
+        source: SourceSync | None = None,
     ) -> PublishResult:
         recorded_model = self.model()
         check_prepared(upserts, None if recorded_model is None else recorded_model[1])
@@ -375,9 +383,39 @@ class PostgresEngine:
                     store_model=recorded,
                     model=model,
                 )
-            result = writes.apply_publish(conn, upserts, deletes, kind=kind)
-        self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
+            result = writes.apply_publish(conn, upserts, deletes, kind=kind, source=source)
+        self._after_write(sum(len(p.chunks) for p in upserts) + result.deleted)
         return result
+
+    def sources(self) -> list[SourceView]:
+        with self.db.read() as conn, translate("reading the sources"):
+            counts = conn.execute(
+                "SELECT source, count(*), coalesce(sum(chunk_count), 0) FROM entities"
+                " GROUP BY source"
+            ).fetchall()
+            rows = conn.execute(statement("source_rows", "postgres")).fetchall()
+        return source_views(counts, (SourceRecord.from_row(row) for row in rows))
+
+    def delete_source(self, name: str) -> PublishResult:
+        return self.publish([], [], kind="delete", source=SourceSync.removal(name))
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        with self.db.read() as conn, translate("reading the crawl state"):
+            rows = conn.execute(statement("crawl_pages", "postgres"), {"source": source})
+            return {str(url): str(state) for url, state in rows}
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        with self.db.write() as conn, translate("saving the crawl state"):
+            for url, state in pages.items():
+                if state is None:
+                    conn.execute(
+                        statement("forget_crawl_page", "postgres"), {"source": source, "url": url}
+                    )
+                else:
+                    conn.execute(
+                        statement("put_crawl_page", "postgres"),
+                        {"source": source, "url": url, "state": state},
+                    )
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""

@@ -26,6 +26,7 @@ from knowledge_store.engines.base import PreparedEntity, PublishResult
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT, content_root_of
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.sources import SourceSync, plan_sync, statement
 from knowledge_store.errors import StoreError
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
@@ -355,8 +356,12 @@ def apply_publish(
     *,
     kind: str,
     acl_only: Sequence[Entity] = (),
+    source: SourceSync | None = None,
 ) -> PublishResult:
     """Write one publish inside the caller's write transaction (which holds the lock).
+
+    With ``source``, a sync deletes the source's entities the batch does not hold,
+    and the source's catalog row is written here (``engines.sources``).
 
     ``acl_only`` are entities whose ACL changed and nothing else: they keep their
     chunks and postings; only their ACL set (and content hash) changes — the ACL
@@ -364,6 +369,9 @@ def apply_publish(
     """
     publish, parent = latest_publish(conn)
     publish += 1
+    if source is not None and source.sync:
+        held = conn.execute(statement("source_uids", "postgres"), {"source": source.name})
+        deletes = [*deletes, *plan_sync((str(uid) for (uid,) in held), source)]
     delete_uids = list(dict.fromkeys(deletes))
     doomed = set(delete_uids)  # an entity upserted and deleted in one publish ends deleted
     unique = [p for p in _unique_last(upserts) if p.entity.uid not in doomed]
@@ -417,7 +425,7 @@ def apply_publish(
         changes[entity.uid] = entity.content_hash
         updated += 1
     if not changes:
-        return PublishResult(publish - 1, parent, unchanged=len(same))
+        return _record_source(conn, source, PublishResult(publish - 1, parent, unchanged=len(same)))
     root = content_root_of(parent, changes)
     added = len(unique) - len(replaced)
     conn.execute(
@@ -434,7 +442,19 @@ def apply_publish(
             len(removed),
         ),
     )
-    return PublishResult(publish, root, added, updated, len(removed), len(same))
+    result = PublishResult(
+        publish, root, added, updated, len(removed), len(same), tuple(sorted(removed))
+    )
+    return _record_source(conn, source, result)
+
+
+def _record_source(
+    conn: Connection, source: SourceSync | None, result: PublishResult
+) -> PublishResult:
+    if source is not None:
+        for text, params in source.statements(result, "postgres"):
+            conn.execute(text, params)
+    return result
 
 
 def replace_embeddings(
