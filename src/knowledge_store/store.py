@@ -106,6 +106,13 @@ def open_engine(location: str | Path) -> Engine:
     return EmbeddedEngine(Path(text))
 
 
+def _check_sync(source: str | None, sync: bool) -> None:
+    if sync and not source:
+        raise InvalidRequest(
+            "a sync replaces the content of one source: name it (source)", field="source"
+        )
+
+
 def _source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) -> SourceSync:
     """The source an ingest names: what it read, and (for a sync) what is present in it —
     the records, what a crawl kept as stored, and records rejected this time (their
@@ -209,11 +216,7 @@ class KnowledgeStore:
         from knowledge_store.ingest.loaders import load_paths
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
-        if sync and not source:
-            raise InvalidRequest(
-                "a sync replaces the content of one source: name it (--source NAME)",
-                field="source",
-            )
+        _check_sync(source, sync)
         web, states = self._crawl_state(paths, source, web)
         loaded = load_paths(paths, format=format, source=source, default_acl=acl or None, web=web)
         report = ingest_entities(
@@ -332,11 +335,20 @@ class KnowledgeStore:
         acl: Sequence[str] | None = None,
         skip_invalid: bool = False,
         progress: bool = False,
+        source: str | None = None,
+        sync: bool = False,
+        allow_mass_delete: bool = False,
     ) -> IngestReport:
-        """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch."""
+        """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch.
+
+        ``source`` sets every record's source and records the ingest in the source's
+        row; ``sync`` and ``allow_mass_delete`` as for :meth:`ingest`.
+        """
         from knowledge_store.errors import InvalidRecord, Rejection
+        from knowledge_store.ingest.loaders import LoadedRecord, LoadResult, SourceInfo
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
+        _check_sync(source, sync)
         entities: list[Entity] = []
         rejected: list[Rejection] = []
         seen: dict[str, int] = {}
@@ -348,7 +360,7 @@ class KnowledgeStore:
                     file="<records>",
                     line=line,
                     default_acl=acl,
-                    source=None,
+                    source=source,
                 )
             except InvalidRecord as exc:
                 rejected.append(exc.rejection)
@@ -366,6 +378,11 @@ class KnowledgeStore:
                 continue
             seen[entity.uid] = line
             entities.append(entity)
+        read = LoadResult(
+            records=[LoadedRecord("<records>", None, entity) for entity in entities],
+            rejections=rejected,
+            sources=[SourceInfo(source, "records", "<records>")],
+        )
         return ingest_entities(
             self.engine,
             self.embedder,
@@ -374,6 +391,7 @@ class KnowledgeStore:
             rejected=rejected,
             skip_invalid=skip_invalid,
             progress=progress,
+            source=None if source is None else _source_sync(read, source, sync, allow_mass_delete),
         )
 
     def delete(self, uids: Sequence[str]) -> str:

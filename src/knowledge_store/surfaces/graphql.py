@@ -27,10 +27,10 @@ from strawberry.types import ExecutionContext, Info
 
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.retrieval import docs_tools
-from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
 from knowledge_store.surfaces.knowledge_tools import DOCS_TOOLS
-from knowledge_store.surfaces.rest import capabilities_of, stats_of
+from knowledge_store.surfaces.rest import capabilities_of, sources_of, stats_of
 from knowledge_store.surfaces.tools import SearchArgs
 from knowledge_store.surfaces.web import AnyCaller, Service, service
 from knowledge_store.surfaces.workers import is_heavy
@@ -529,6 +529,13 @@ async def _stats(info: Ctx) -> JSON:
     return JSON(await _run(info, stats_of, info.context["service"], _who(info)))
 
 
+async def _sources(info: Ctx) -> JSON:
+    if not _who(info).admin:
+        denied = AuthError(403, "sources is an administration view: it needs the admin scope")
+        raise GraphQLError(denied.message, extensions=denied.to_dict()["error"])
+    return JSON(await _run(info, sources_of, _store(info)))
+
+
 @strawberry.type
 class Query:
     search: SearchAnswer = strawberry.field(
@@ -577,6 +584,10 @@ class Query:
     )
     stats: JSON = strawberry.field(
         resolver=_stats, description="Store figures (the visible slice unless admin)"
+    )
+    sources: JSON = strawberry.field(
+        resolver=_sources,
+        description="Each source: entities, chunks, its last ingest or sync (admin only)",
     )
 
 

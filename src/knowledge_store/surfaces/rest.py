@@ -12,14 +12,15 @@ in its body only — no route reads a path on the server.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, Field
 
+from knowledge_store.engines.sources import DELETED_UIDS_SHOWN
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.records import loads_strict
-from knowledge_store.model import MAX_ACL_PRINCIPALS
+from knowledge_store.model import MAX_ACL_PRINCIPALS, MAX_NAME_CHARS
 from knowledge_store.retrieval import docs_tools
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.harness import resolve_tool, visible_tools
@@ -43,7 +44,10 @@ from knowledge_store.surfaces.tools import (
 from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, service
 from knowledge_store.surfaces.workers import is_heavy
 
-__all__ = ["ErrorEnvelope", "admin", "router", "routers"]
+__all__ = ["ErrorEnvelope", "admin", "router", "routers", "sources_of"]
+
+if TYPE_CHECKING:
+    from knowledge_store.store import KnowledgeStore
 
 Svc = Annotated[Service, Depends(service)]
 UidPath = Annotated[str, Path(min_length=1, max_length=4096, description="the entity's uid")]
@@ -357,6 +361,14 @@ def stats_of(svc: Service, who: Caller) -> dict[str, Any]:
     }
 
 
+def sources_of(store: KnowledgeStore) -> dict[str, Any]:
+    """The ``sources`` answer (an admin view: counts of every entity, whatever its ACL)."""
+    return {
+        "content_root": store.content_root(),
+        "sources": [view.to_dict() for view in store.sources()],
+    }
+
+
 def _heavy(operation: str, body: _Args) -> bool:
     """Whether the request goes to the heavy lane (``workers.is_heavy``) — its arguments' sizes."""
     return is_heavy(operation, body.model_dump())
@@ -409,14 +421,51 @@ async def ingest(
         Query(max_length=MAX_ACL_PRINCIPALS, description="default ACL (repeatable)"),
     ] = None,
     skip_invalid: Annotated[bool, Query(description="publish the good records")] = False,
+    source: Annotated[
+        str | None,
+        Query(max_length=MAX_NAME_CHARS, description="the source of every record"),
+    ] = None,
+    sync: Annotated[
+        bool, Query(description="the records are the whole source: delete the rest")
+    ] = False,
+    allow_mass_delete: Annotated[
+        bool, Query(description="let a sync delete more than half its source")
+    ] = False,
 ) -> dict[str, Any]:
     body = await request.body()  # bounded before it arrives (surfaces.limits)
     records = await svc.run(_records, body, request.headers.get("content-type", ""), heavy=True)
     report = await svc.run(
-        svc.store.ingest_records, records, acl=acl or None, skip_invalid=skip_invalid, heavy=True
+        svc.store.ingest_records,
+        records,
+        acl=acl or None,
+        skip_invalid=skip_invalid,
+        source=source,
+        sync=sync,
+        allow_mass_delete=allow_mass_delete,
+        heavy=True,
     )
     await svc.watcher.check()
     return report.to_dict()
+
+
+@admin.get("/sources", summary="Each source: what it holds, its last ingest or sync")
+async def sources(svc: Svc, who: AdminCaller) -> dict[str, Any]:
+    return await svc.run(sources_of, svc.store)
+
+
+@admin.delete("/sources/{name:path}", summary="Delete every entity of a source (one publish)")
+async def delete_source(
+    name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_CHARS)],
+    svc: Svc,
+    who: AdminCaller,
+) -> dict[str, Any]:
+    result = await svc.run(svc.store.delete_source, name)
+    await svc.watcher.check()
+    return {
+        "content_root": result.root,
+        "deleted": result.deleted,
+        "deleted_uids": list(result.deleted_uids[:DELETED_UIDS_SHOWN]),
+    }
 
 
 @admin.delete("/entities/{uid:path}", summary="Delete an entity (one publish)")
