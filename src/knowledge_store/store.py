@@ -117,14 +117,14 @@ def _source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) 
     """The source an ingest names: what it read, and (for a sync) what is present in it —
     the records, what a crawl kept as stored, and records rejected this time (their
     stored version stays). A crawl cut short by its page bound deletes nothing."""
-    present = {r.entity.uid for r in loaded.records} | loaded.kept()
-    present |= {r.uid for r in loaded.rejections if r.uid}
+    kept = loaded.kept() | {r.uid for r in loaded.rejections if r.uid}
     return SourceSync(
         name=source,
         loader=",".join(sorted({info.loader for info in loaded.sources if info.loader})),
         locations=tuple(info.location for info in loaded.sources),
         sync=sync,
-        present=frozenset(present),
+        present=frozenset(r.entity.uid for r in loaded.records),
+        kept=frozenset(kept),
         delete_missing=not any(crawl.truncated for crawl in loaded.crawls),
         allow_mass_delete=allow_mass,
     )

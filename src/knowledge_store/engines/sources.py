@@ -32,12 +32,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CRAWL_PAGES_DDL",
     "DELETED_UIDS_SHOWN",
+    "DERIVED_MARK",
     "MASS_DELETE_SHARE",
     "SOURCES_DDL",
     "SourceRecord",
     "SourceSync",
     "SourceView",
-    "derived_prefix",
+    "derived_from",
     "plan_sync",
     "source_record",
     "source_views",
@@ -109,19 +110,25 @@ def statement(name: str, style: Style) -> str:
     return text if style == "sqlite" else _PARAM.sub(r"%(\1)s", text)
 
 
-def derived_prefix(uid: str) -> str:
-    """The uid prefix of the entities a loader derives from ``uid`` (its code samples)."""
-    return f"{uid}#code-"
+#: What a loader puts between a page's uid and its code sample's number (``loaders.code_samples``).
+DERIVED_MARK = "#code-"
+
+
+def derived_from(uid: str) -> str | None:
+    """The uid of the page a code sample was derived from (by its uid), else None."""
+    parent, mark, number = uid.rpartition(DERIVED_MARK)
+    return parent if mark and number.isdigit() else None
 
 
 @dataclass(frozen=True)
 class SourceSync:
     """An ingest under a source name; with ``sync``, the batch is the whole source.
 
-    ``present``: the uids the source holds now — the batch, what a crawl found
-    unchanged or could not read this time, records rejected in this load (their
-    stored version stays). With ``delete_missing`` False (a crawl cut short by
-    its page bound) nothing is deleted: what was not reached is not gone.
+    ``present``: the uids of the batch. ``kept``: uids the source still holds
+    but this load did not re-read — what a crawl found unchanged or could not
+    read this time, records rejected in this load: their stored versions stay,
+    with what was derived from them. With ``delete_missing`` False (a crawl cut
+    short by its page bound) nothing is deleted: what was not reached is not gone.
     """
 
     name: str
@@ -129,6 +136,7 @@ class SourceSync:
     locations: tuple[str, ...]
     sync: bool = False
     present: frozenset[str] = frozenset()
+    kept: frozenset[str] = frozenset()
     delete_missing: bool = True
     allow_mass_delete: bool = False
     max_share: float = MASS_DELETE_SHARE
@@ -159,14 +167,18 @@ class SourceSync:
 def plan_sync(stored: Iterable[str], sync: SourceSync) -> list[str]:
     """The stored uids of the source that a sync deletes (sorted); refuses a mass delete.
 
-    A stored entity is kept when its uid is present, or when it was derived from
-    a present one (a page kept as stored keeps its code samples).
+    A stored entity stays when the batch holds it, when it is kept, or when it was
+    derived from a kept one (a page kept as stored keeps its code samples; a page
+    read again brings its own, and a sample it no longer has goes).
     """
     stored = sorted(set(stored))
     if not sync.sync or not sync.delete_missing:
         return []
-    prefixes = tuple(derived_prefix(uid) for uid in sync.present)
-    doomed = [uid for uid in stored if uid not in sync.present and not uid.startswith(prefixes)]
+    doomed = [
+        uid
+        for uid in stored
+        if uid not in sync.present and uid not in sync.kept and derived_from(uid) not in sync.kept
+    ]
     if doomed and not sync.allow_mass_delete and len(doomed) > sync.max_share * len(stored):
         raise MassDeleteRefused(
             f"this sync of source {sync.name!r} would delete {len(doomed)} of its"
