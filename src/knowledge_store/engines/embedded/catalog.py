@@ -163,7 +163,7 @@ class Catalog:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA cache_size=-65536")
+            conn.execute("PRAGMA cache_size=-8192")
             self._local.conn = conn
         return conn
 
