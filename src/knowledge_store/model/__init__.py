@@ -15,6 +15,7 @@ rather than one module only to keep each file readable:
 """
 
 from knowledge_store.model.answers import (
+    DELETED_UIDS_SHOWN,
     AclChange,
     AclExplanation,
     AggregateAnswer,
@@ -32,6 +33,7 @@ from knowledge_store.model.answers import (
     GraphHit,
     GraphHits,
     IngestReport,
+    LastSync,
     MembershipsLoaded,
     PathStep,
     PrincipalInfo,
@@ -39,6 +41,8 @@ from knowledge_store.model.answers import (
     Result,
     SearchAnswer,
     SkippedPath,
+    SourcesAnswer,
+    SourceSummary,
     SqlHit,
     SqlHits,
     StoreStats,
@@ -138,6 +142,7 @@ from knowledge_store.model.vocabulary import (
 __all__ = [
     "DEFAULT_ORDER",
     "DEFAULT_QUERY_GRAPH_LIMIT",
+    "DELETED_UIDS_SHOWN",
     "DIMENSIONS",
     "DIRECTIONS",
     "ENTITY_FIELDS",
@@ -224,6 +229,7 @@ __all__ = [
     "Identity",
     "IngestReport",
     "Label",
+    "LastSync",
     "ListName",
     "MembershipsLoaded",
     "Metric",
@@ -234,6 +240,8 @@ __all__ = [
     "Result",
     "SearchAnswer",
     "SkippedPath",
+    "SourceSummary",
+    "SourcesAnswer",
     "SqlHit",
     "SqlHits",
     "StoreStats",
