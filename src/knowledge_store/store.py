@@ -24,7 +24,6 @@ from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
 from knowledge_store.ingest.embedding import Embedder, embedder_for, open_embedder, spec_of
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
-from knowledge_store.ingest.sync import check_sync, crawl_options, save_crawl_state, source_sync
 from knowledge_store.model import (
     DELETED_UIDS_SHOWN,
     MAX_ACL_PRINCIPALS,
@@ -210,6 +209,12 @@ class KnowledgeStore:
         state is kept in the store, per source, and saved once the publish is done.
         """
         from knowledge_store.ingest.loaders import load_paths
+        from knowledge_store.ingest.sync import (
+            check_sync,
+            crawl_options,
+            save_crawl_state,
+            source_sync,
+        )
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         check_sync(source, sync)
@@ -251,6 +256,7 @@ class KnowledgeStore:
         """
         from knowledge_store.errors import InvalidRecord, Rejection
         from knowledge_store.ingest.loaders import LoadedRecord, LoadResult, SourceInfo
+        from knowledge_store.ingest.sync import check_sync, source_sync
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         check_sync(source, sync)
@@ -348,19 +354,10 @@ class KnowledgeStore:
         max_wait_ms: int = 10_000,
         force_polling: bool | None = None,
     ) -> WatchSummary[IngestReport]:
-        """Sync ``paths`` into ``source`` now, then again after each burst of file changes.
-
-        Each sync is one publish; a bad file is rejected (and its stored version
-        kept) while the rest publishes; an error is handed to ``on_error`` and the
-        watch goes on, until Ctrl-C or ``stop``.
-        """
-        from knowledge_store.ingest.loaders import EXTENSIONS, check_format, is_url
-        from knowledge_store.ingest.watch import watch
-
-        check_format(format)
-        if any(isinstance(p, str) and is_url(p) for p in paths):
-            raise InvalidRequest("--watch watches folders; a web site can't be watched")
-        suffixes = EXTENSIONS.get(format or "", tuple(s for e in EXTENSIONS.values() for s in e))
+        """Sync ``paths`` into ``source`` now, then again after each burst of file changes
+        (``ingest.sync.watch_source``): each sync one publish, a bad file rejected (its
+        stored version kept), an error handed to ``on_error`` — until Ctrl-C or ``stop``."""
+        from knowledge_store.ingest.sync import watch_source
 
         def sync(_changed: list[Path]) -> IngestReport:
             return self.ingest(
@@ -373,15 +370,14 @@ class KnowledgeStore:
                 allow_mass_delete=allow_mass_delete,
             )
 
-        return watch(
+        return watch_source(
             paths,
             sync,
+            format=format,
             on_sync=on_sync,
             on_error=on_error,
-            suffixes=suffixes,
             quiet_ms=quiet_ms,
             max_wait_ms=max_wait_ms,
-            initial_sync=True,
             stop=stop,
             force_polling=force_polling,
         )

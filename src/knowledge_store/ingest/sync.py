@@ -3,24 +3,28 @@
 :func:`source_sync` turns a load into the :class:`~knowledge_store.engines.sql.sources.SourceSync`
 the publish takes (what the batch holds, what is kept as stored); :func:`crawl_options`
 loads the state the store keeps for each crawled site's source before a crawl, and
-:func:`save_crawl_state` writes what the crawl learned once the publish is done.
+:func:`save_crawl_state` writes what the crawl learned once the publish is done;
+:func:`watch_source` re-syncs a folder on every burst of changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from knowledge_store.engines.base import Writer
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.crawl_state import MemoryCrawlState, PageState
-from knowledge_store.ingest.loaders import LoadResult, is_url
+from knowledge_store.ingest.loaders import EXTENSIONS, LoadResult, check_format, is_url
 from knowledge_store.ingest.loaders.web import WebOptions, site_source
+from knowledge_store.ingest.watch import WatchSummary, watch
+from knowledge_store.model import IngestReport
 
-__all__ = ["check_sync", "crawl_options", "save_crawl_state", "source_sync"]
+__all__ = ["check_sync", "crawl_options", "save_crawl_state", "source_sync", "watch_source"]
 
 
 def check_sync(source: str | None, sync: bool) -> None:
@@ -75,3 +79,35 @@ def save_crawl_state(writer: Writer, loaded: LoadResult, kept: set[str]) -> None
                     for url, page in crawl.updates.items()
                 },
             )
+
+
+def watch_source(
+    paths: Sequence[str | Path],
+    sync: Callable[[list[Path]], IngestReport],
+    *,
+    format: str | None,
+    on_sync: Callable[[list[Path], IngestReport], None] | None,
+    on_error: Callable[[list[Path], Exception], None] | None,
+    quiet_ms: int,
+    max_wait_ms: int,
+    stop: threading.Event | None,
+    force_polling: bool | None,
+) -> WatchSummary[IngestReport]:
+    """Run ``sync`` now, then after each burst of changes to the files ``format`` reads
+    (every loader's extensions without one) under ``paths`` (folders, never sites)."""
+    check_format(format)
+    if any(isinstance(p, str) and is_url(p) for p in paths):
+        raise InvalidRequest("--watch watches folders; a web site can't be watched")
+    suffixes = EXTENSIONS.get(format or "", tuple(s for e in EXTENSIONS.values() for s in e))
+    return watch(
+        paths,
+        sync,
+        on_sync=on_sync,
+        on_error=on_error,
+        suffixes=suffixes,
+        quiet_ms=quiet_ms,
+        max_wait_ms=max_wait_ms,
+        initial_sync=True,
+        stop=stop,
+        force_polling=force_polling,
+    )

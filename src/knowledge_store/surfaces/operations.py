@@ -517,7 +517,6 @@ OPERATIONS: tuple[Operation, ...] = (
         admin=True,
         rest=(Rest("GET", "/admin/sources"),),
         graphql="sources",
-        mcp="list_sources",
         cli=Cli("sources"),
     ),
     Operation(
