@@ -190,7 +190,7 @@ def parameters(op: Operation, cli: Cli) -> list[inspect.Parameter]:
             show_default=False,
         )
         kind: Any = list[str] if listed else str
-        optional = not info.is_required()  # e.g. delete's uids, or --source instead
+        optional = name in cli.optional  # delete's uids, or --source instead
         out.append(
             inspect.Parameter(
                 name,

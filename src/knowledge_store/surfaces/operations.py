@@ -120,8 +120,9 @@ class Cli:
     """A ``ks`` command: which fields are positional, and how flags and placeholders read.
 
     Every other field of the request is an option ``--<field-with-dashes>``
-    (``flags`` renames one), FILTERS expand to the shared filter options, and
-    ``hidden`` fields are not offered on the command line.
+    (``flags`` renames one), FILTERS expand to the shared filter options,
+    ``hidden`` fields are not offered on the command line, and ``optional``
+    arguments may be left out (another option stands for them).
     """
 
     command: str
@@ -129,6 +130,7 @@ class Cli:
     flags: Mapping[str, str] = field(default_factory=dict)
     metavars: Mapping[str, str] = field(default_factory=dict)
     hidden: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -502,7 +504,12 @@ OPERATIONS: tuple[Operation, ...] = (
             Rest("DELETE", "/admin/sources/{name}", {"name": "source"}),
         ),
         mcp="delete_entities",
-        cli=Cli("delete", ("uids",), metavars={"uids": "UID", "source": "NAME"}),
+        cli=Cli(
+            "delete",
+            ("uids",),
+            metavars={"uids": "UID", "source": "NAME"},
+            optional=frozenset({"uids"}),  # or --source NAME
+        ),
     ),
     Operation(
         "sources",
