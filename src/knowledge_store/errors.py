@@ -7,6 +7,7 @@
     │   ├── InvalidRecord               invalid_record  422
     │   │   └── BatchRejected           invalid_record  422   (an ingest batch, every bad record)
     │   ├── InvalidRequest              invalid_request 400
+    │   │   └── MassDeleteRefused       invalid_request 400   (a sync would delete too much)
     │   ├── UnknownField                unknown_field   400
     │   ├── UnknownLabel                unknown_label   400
     │   ├── BoundExceeded               bound_exceeded  400
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidRecord",
     "InvalidRequest",
     "KnowledgeStoreError",
+    "MassDeleteRefused",
     "ModelMismatch",
     "NotFound",
     "QueryTimeout",
@@ -149,6 +151,10 @@ class BatchRejected(InvalidRecord):
 
 class InvalidRequest(InputError):
     """A request is malformed (bad option, inverted range, empty input …)."""
+
+
+class MassDeleteRefused(InvalidRequest):
+    """A sync would delete more of its source than the guard allows; nothing was published."""
 
 
 class UnknownField(InputError):

@@ -60,6 +60,7 @@ from knowledge_store.model import (
     MAX_FILTER_VALUE_CHARS,
     MAX_FILTER_VALUES,
     MAX_K,
+    MAX_NAME_CHARS,
     MAX_SEARCH_K,
     MAX_STARTS,
     MAX_TEXT_LENGTH,
@@ -102,6 +103,7 @@ __all__ = [
     "RelatedRequest",
     "Request",
     "SearchRequest",
+    "SourcesRequest",
     "SqlRequest",
     "StatsRequest",
     "VectorRequest",
@@ -298,6 +300,7 @@ def _listed(value: Any) -> Any:
 Text = Annotated[str, AfterValidator(_text)]
 Uid = Annotated[str, Field(min_length=1, max_length=MAX_UID_LENGTH), AfterValidator(_text)]
 Principal = Annotated[str, AfterValidator(check_principal)]
+SourceName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(_text)]
 Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
 
 
@@ -686,15 +689,48 @@ class IngestRequest(Request):
         default_factory=list, description="default ACL for records without an acl key"
     )
     skip_invalid: bool = Field(False, description="publish the good records, report the bad")
+    source: SourceName | None = Field(
+        None, description="the source of every record; the source's row records this ingest"
+    )
+    sync: bool = Field(
+        False, description="the records are the whole source: delete what it no longer holds"
+    )
+    allow_mass_delete: bool = Field(
+        False, description="let a sync delete more than half its source"
+    )
+
+    @model_validator(mode="after")
+    def _sync_names_source(self) -> Self:
+        if self.sync and self.source is None:
+            raise InvalidRequest(
+                "a sync replaces the content of one source: name it (source)", field="source"
+            )
+        return self
 
 
 class DeleteRequest(Request):
-    """Entities to delete, with their chunks and outgoing edges (one publish)."""
+    """Entities to delete — by uid, or a whole source — with their chunks and outgoing
+    edges (one publish)."""
 
     needs: ClassVar[dict[str, str]] = {"uids": "delete needs at least one uid"}
     uids: Annotated[list[Uid], BeforeValidator(_listed)] = Field(
-        ..., min_length=1, description="uids to delete"
+        default_factory=list, description="uids to delete"
     )
+    source: SourceName | None = Field(
+        None, description="delete every entity of this source (its row and crawl state too)"
+    )
+
+    @model_validator(mode="after")
+    def _uids_or_source(self) -> Self:
+        if self.source is not None and self.uids:
+            raise InvalidRequest("delete takes uids or a source, not both", field="source")
+        if self.source is None and not self.uids:
+            raise InvalidRequest("delete needs at least one uid", field="uids")
+        return self
+
+
+class SourcesRequest(Request):
+    """Every source: what it holds, its last ingest or sync (takes no arguments)."""
 
 
 class AclRequest(Request):
@@ -773,4 +809,5 @@ def request_models() -> tuple[type[Request], ...]:
         AclExplainRequest,
         MembershipsRequest,
         StatsRequest,
+        SourcesRequest,
     )

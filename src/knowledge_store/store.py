@@ -11,19 +11,21 @@ environment: the CLI and the server decide defaults (``KS_AS``, ``KS_STORE``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from knowledge_store.engines.base import Engine
-from knowledge_store.errors import InvalidRequest, ModelMismatch
+from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
 from knowledge_store.ingest.embedding import Embedder, embedder_for, open_embedder, spec_of
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
+    DELETED_UIDS_SHOWN,
     MAX_ACL_PRINCIPALS,
     MAX_UID_LENGTH,
     AclChange,
@@ -41,6 +43,7 @@ from knowledge_store.model import (
     PrincipalInfo,
     QueryAnswer,
     SearchAnswer,
+    SourceSummary,
     SqlHits,
     StoreStats,
     check_list_bound,
@@ -76,6 +79,10 @@ from knowledge_store.retrieval.docs_tools import (
 from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
 from knowledge_store.retrieval.reader import StoreReader, request_of
 from knowledge_store.retrieval.retrievers import Retriever
+
+if TYPE_CHECKING:
+    from knowledge_store.ingest.loaders.web import WebOptions
+    from knowledge_store.ingest.watch import WatchSummary
 
 __all__ = [
     "DEFAULT_STORE",
@@ -210,14 +217,33 @@ class KnowledgeStore:
         acl: Sequence[str] | None = None,
         skip_invalid: bool = False,
         progress: bool = False,
+        sync: bool = False,
+        allow_mass_delete: bool = False,
+        web: WebOptions | None = None,
     ) -> IngestReport:
-        """Load files/folders and publish them as one batch."""
+        """Load files, folders or web sites (``http(s)://`` strings) and publish them as one batch.
+
+        With ``source``, the source's catalog row records this ingest (``sources()``).
+        With ``sync`` (which needs ``source``), the batch is the whole source: what
+        the source holds beyond it is deleted in the same publish; more than half of
+        it only with ``allow_mass_delete`` (else ``MassDeleteRefused``). A crawl's
+        state is kept in the store, per source, and saved once the publish is done.
+        """
         from knowledge_store.ingest.loaders import load_paths
+        from knowledge_store.ingest.sync import (
+            check_sync,
+            crawl_options,
+            save_crawl_state,
+            source_sync,
+        )
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
-        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None)
-        return ingest_entities(
-            self.engine.writer,
+        check_sync(source, sync)
+        writer = self.engine.writer
+        web, kept = crawl_options(writer, paths, source, web)
+        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None, web=web)
+        report = ingest_entities(
+            writer,
             self.embedder,
             self.embedder_spec,
             [r.entity for r in loaded.records],
@@ -225,7 +251,13 @@ class KnowledgeStore:
             skipped=loaded.skipped,
             skip_invalid=skip_invalid,
             progress=progress,
+            source=None if source is None else source_sync(loaded, source, sync, allow_mass_delete),
         )
+        save_crawl_state(writer, loaded, kept)
+        if not loaded.crawls:
+            return report
+        crawls = [crawl.to_dict() for crawl in loaded.crawls]
+        return report.model_copy(update={"crawls": crawls})
 
     def ingest_records(
         self,
@@ -234,11 +266,21 @@ class KnowledgeStore:
         acl: Sequence[str] | None = None,
         skip_invalid: bool = False,
         progress: bool = False,
+        source: str | None = None,
+        sync: bool = False,
+        allow_mass_delete: bool = False,
     ) -> IngestReport:
-        """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch."""
+        """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch.
+
+        ``source`` sets every record's source and records the ingest in the source's
+        row; ``sync`` and ``allow_mass_delete`` as for :meth:`ingest`.
+        """
         from knowledge_store.errors import InvalidRecord, Rejection
+        from knowledge_store.ingest.loaders import LoadedRecord, LoadResult, SourceInfo
+        from knowledge_store.ingest.sync import check_sync, source_sync
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
+        check_sync(source, sync)
         entities: list[Entity] = []
         rejected: list[Rejection] = []
         seen: dict[str, int] = {}
@@ -250,7 +292,7 @@ class KnowledgeStore:
                     file="<records>",
                     line=line,
                     default_acl=acl,
-                    source=None,
+                    source=source,
                 )
             except InvalidRecord as exc:
                 rejected.append(exc.rejection)
@@ -268,6 +310,11 @@ class KnowledgeStore:
                 continue
             seen[entity.uid] = line
             entities.append(entity)
+        read = LoadResult(
+            records=[LoadedRecord("<records>", None, entity) for entity in entities],
+            rejections=rejected,
+            sources=[SourceInfo(source, "records", "<records>")],
+        )
         return ingest_entities(
             self.engine.writer,
             self.embedder,
@@ -276,16 +323,85 @@ class KnowledgeStore:
             rejected=rejected,
             skip_invalid=skip_invalid,
             progress=progress,
+            source=None if source is None else source_sync(read, source, sync, allow_mass_delete),
         )
 
-    def delete(self, uids: Sequence[str] | DeleteRequest) -> DeleteReport:
-        """Delete entities (their chunks and outgoing edges) as one publish."""
-        if not isinstance(uids, DeleteRequest) and not uids:
-            raise InvalidRequest("delete needs at least one uid", field="uids")
-        request = request_of(DeleteRequest, uids, uids=uids)
+    def delete(
+        self, uids: Sequence[str] | DeleteRequest | None = None, *, source: str | None = None
+    ) -> DeleteReport:
+        """Delete entities (their chunks and outgoing edges) — or a whole ``source`` — as one
+        publish."""
+        if isinstance(uids, DeleteRequest):
+            request = uids
+        else:
+            if not uids and source is None:
+                raise InvalidRequest("delete needs at least one uid", field="uids")
+            request = DeleteRequest.parse(uids=list(uids or []), source=source)
+        if request.source is not None:
+            return self.delete_source(request.source)
         unique = list(dict.fromkeys(request.uids))
         published = self.engine.writer.delete(unique)
         return DeleteReport(content_root=published.root, deleted=published.deleted)
+
+    def delete_source(self, name: str) -> DeleteReport:
+        """Delete every entity of source ``name`` (its row and crawl state too) as one publish."""
+        writer = self.engine.writer
+        if not any(view.source == name for view in writer.sources()):
+            raise NotFound(f"no source named {name!r}", source=name)
+        published = writer.delete_source(name)
+        return DeleteReport(
+            content_root=published.root,
+            deleted=published.deleted,
+            deleted_uids=list(published.deleted_uids[:DELETED_UIDS_SHOWN]),
+        )
+
+    def sources(self) -> list[SourceSummary]:
+        """Every source: entities and chunks it holds, and its last ingest (an admin view:
+        the counts are of all its entities, whatever their ACL)."""
+        return self.engine.writer.sources()
+
+    def watch(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        source: str,
+        format: str | None = None,
+        acl: Sequence[str] | None = None,
+        allow_mass_delete: bool = False,
+        on_sync: Callable[[list[Path], IngestReport], None] | None = None,
+        on_error: Callable[[list[Path], Exception], None] | None = None,
+        stop: threading.Event | None = None,
+        quiet_ms: int = 300,
+        max_wait_ms: int = 10_000,
+        force_polling: bool | None = None,
+    ) -> WatchSummary[IngestReport]:
+        """Sync ``paths`` into ``source`` now, then again after each burst of file changes
+        (``ingest.sync.watch_source``): each sync one publish, a bad file rejected (its
+        stored version kept), an error handed to ``on_error`` — until Ctrl-C or ``stop``."""
+        from knowledge_store.ingest.sync import watch_source
+
+        def sync(_changed: list[Path]) -> IngestReport:
+            return self.ingest(
+                paths,
+                format=format,
+                source=source,
+                acl=acl,
+                skip_invalid=True,
+                sync=True,
+                allow_mass_delete=allow_mass_delete,
+            )
+
+        return watch_source(
+            paths,
+            sync,
+            format=format,
+            on_sync=on_sync,
+            on_error=on_error,
+            quiet_ms=quiet_ms,
+            max_wait_ms=max_wait_ms,
+            stop=stop,
+            force_polling=force_polling,
+        )
 
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager

@@ -47,7 +47,8 @@ def test_ingest_json_shape_and_idempotence(cli_store: Path, estate_file: Path) -
     code, report = ks(cli_store, "ingest", str(estate_file), "--json")
     assert code == 0
     design = {"content_root", "added", "updated", "unchanged", "deleted", "rejected"}
-    assert set(report) == design | {"skipped"}  # DESIGN §6's keys, + the paths not read
+    # DESIGN §6's keys, + the paths not read and the uids a sync deleted (extensions)
+    assert set(report) == design | {"skipped", "deleted_uids"}
     assert report["unchanged"] == len(ESTATE) and report["added"] == 0
     assert report["skipped"] == []
 

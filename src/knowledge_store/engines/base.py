@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from knowledge_store.engines.sql.publish import PublishPlan
+from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
     AclExplanation,
@@ -38,6 +39,7 @@ from knowledge_store.model import (
     Order,
     PrincipalInfo,
     QueryAnswer,
+    SourceSummary,
     SqlHits,
     StoreStats,
     VectorInfo,
@@ -76,6 +78,7 @@ class Published:
     ``unchanged``: upserts whose stored content hash already matched when the
     publish ran (another writer got there first); they are left as they are.
     ``publish`` is the new publish id, or the previous one when nothing changed.
+    ``deleted_uids``: the uids it deleted, sorted.
     """
 
     publish: int
@@ -84,12 +87,21 @@ class Published:
     updated: int = 0
     deleted: int = 0
     unchanged: int = 0
+    deleted_uids: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, plan: PublishPlan) -> Published:
         if plan.empty:
             return cls(plan.publish - 1, plan.parent, unchanged=plan.unchanged)
-        return cls(plan.publish, plan.root, plan.added, plan.updated, plan.deleted, plan.unchanged)
+        return cls(
+            plan.publish,
+            plan.root,
+            plan.added,
+            plan.updated,
+            plan.deleted,
+            plan.unchanged,
+            tuple(sorted(plan.deletes)),
+        )
 
 
 @dataclass(frozen=True)
@@ -182,8 +194,30 @@ class Writer(Protocol):
         *,
         kind: str,
         model: str | None = None,
+        source: SourceSync | None = None,
     ) -> Published:
-        """One publish; with ``model``, refused (ModelMismatch) unless the store records it."""
+        """One publish; with ``model``, refused (ModelMismatch) unless the store records it.
+
+        With ``source``, the source's catalog row is written in the same transaction
+        (even when nothing changed), and a sync also deletes the source's entities
+        the batch does not hold (``engines.sql.sources.plan_sync`` feeding the planner).
+        """
+        ...
+
+    def sources(self) -> list[SourceSummary]:
+        """Every source: what it holds now (all entities: an administration view) and its row."""
+        ...
+
+    def delete_source(self, name: str) -> Published:
+        """Every entity of source ``name``, its row and its crawl state, gone in one publish."""
+        ...
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        """The crawl state remembered for ``source``: url → PageState as JSON."""
+        ...
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        """Remember (JSON) or forget (None) each url's crawl state, in one transaction."""
         ...
 
     def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:

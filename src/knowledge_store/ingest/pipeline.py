@@ -7,18 +7,20 @@ transaction. An unchanged estate embeds nothing and publishes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge_store.engines.base import PreparedEntity, Writer
+from knowledge_store.engines.base import PreparedEntity, Published, Writer
+from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
 from knowledge_store.ingest.loaders.files import Skipped
-from knowledge_store.model import Chunk, Entity, IngestReport, SkippedPath
+from knowledge_store.model import DELETED_UIDS_SHOWN, Chunk, Entity, IngestReport, SkippedPath
 
 __all__ = ["EMBED_BATCH", "chunk_entity", "embed_and_cache", "ingest_entities"]
 
@@ -92,13 +94,25 @@ def ingest_entities(
     skipped: Sequence[Skipped] = (),
     skip_invalid: bool = False,
     progress: bool = False,
+    source: SourceSync | None = None,
 ) -> IngestReport:
-    """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is."""
+    """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is.
+
+    With ``source``, the publish writes the source's row, and a sync deletes what
+    the source holds beyond ``source.present`` — in the same publish, even when no
+    entity of the batch changed.
+    """
     if rejected and not skip_invalid:
         raise BatchRejected(list(rejected))
     existing = engine.content_hashes([e.uid for e in entities])
     changed = [e for e in entities if existing.get(e.uid) != e.content_hash]
     unchanged = len(entities) - len(changed)
+    kind = "sync" if source is not None and source.sync else "ingest"
+    if source is not None:
+        source = dataclasses.replace(source, unchanged_before=unchanged)
+        if not changed:
+            published = engine.publish([], [], kind=kind, source=source)
+            return _report(published, len(entities), rejected, skipped)
     if not changed:
         return IngestReport(
             content_root=engine.content_root(),
@@ -136,14 +150,24 @@ def ingest_entities(
         )
         for p in pending
     ]
-    published = engine.publish(prepared, [], kind="ingest", model=embedder.model_id)
+    published = engine.publish(prepared, [], kind=kind, model=embedder.model_id, source=source)
+    return _report(published, len(entities), rejected, skipped)
+
+
+def _report(
+    published: Published,
+    entities: int,
+    rejected: Sequence[Rejection],
+    skipped: Sequence[Skipped],
+) -> IngestReport:
     # The counts are the publish's own (planned in its transaction), not a guess from before it.
     return IngestReport(
         content_root=published.root,
         added=published.added,
         updated=published.updated,
-        unchanged=len(entities) - published.added - published.updated,
-        deleted=0,
+        unchanged=entities - published.added - published.updated,
+        deleted=published.deleted,
+        deleted_uids=list(published.deleted_uids[:DELETED_UIDS_SHOWN]),
         rejected=list(rejected),
         skipped=_skipped(skipped),
     )

@@ -19,6 +19,7 @@ from knowledge_store.errors import Rejection
 from knowledge_store.model.vocabulary import LIST_NAMES
 
 __all__ = [
+    "DELETED_UIDS_SHOWN",
     "AclChange",
     "AclExplanation",
     "AggregateAnswer",
@@ -36,6 +37,7 @@ __all__ = [
     "GraphHit",
     "GraphHits",
     "IngestReport",
+    "LastSync",
     "MembershipsLoaded",
     "PathStep",
     "PrincipalInfo",
@@ -43,6 +45,8 @@ __all__ = [
     "Result",
     "SearchAnswer",
     "SkippedPath",
+    "SourceSummary",
+    "SourcesAnswer",
     "SqlHit",
     "SqlHits",
     "StoreStats",
@@ -53,12 +57,17 @@ __all__ = [
 Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
 
 
+#: How many deleted uids an answer lists (``deleted`` is always the exact count).
+DELETED_UIDS_SHOWN = 100
+
+
 def _absent(value: object) -> bool:
     return value is None
 
 
 def _empty(value: object) -> bool:
-    """Warnings appear in an answer only when there are some (DESIGN's shapes otherwise)."""
+    """Left out of the JSON when empty: warnings and deleted uids appear only when there are some
+    (DESIGN's shapes otherwise)."""
     return not value
 
 
@@ -168,15 +177,54 @@ class IngestReport(Answer):
     updated: int
     unchanged: int
     deleted: int
+    #: The uids deleted (a sync's), sorted, the first :data:`DELETED_UIDS_SHOWN`.
+    deleted_uids: list[str] = Field(default_factory=list)
     rejected: list[Rejection] = Field(default_factory=list)
     skipped: list[SkippedPath] = Field(default_factory=list)
+    #: What each crawled site did (``ingest.crawl.CrawlReport.to_dict()``), for ``--format web``.
+    crawls: list[dict[str, Any]] = Field(default_factory=list, exclude_if=_empty)
 
 
 class DeleteReport(Answer):
-    """What a delete did: the publish's root and how many entities it removed."""
+    """What a delete did: the publish's root and how many entities it removed.
+
+    ``deleted_uids`` (a whole source's delete): the uids, sorted, the first
+    :data:`DELETED_UIDS_SHOWN`; absent for a delete by uid (the caller named them).
+    """
 
     content_root: str
     deleted: int
+    deleted_uids: list[str] | None = Field(None, exclude_if=_absent)
+
+
+class LastSync(Answer):
+    """A source's last ingest under its name: when, how (``sync`` or ``upsert``), what it did."""
+
+    at: str
+    mode: str
+    content_root: str
+    added: int
+    updated: int
+    unchanged: int
+    deleted: int
+
+
+class SourceSummary(Answer):
+    """One source: what it holds now (every entity: an administration view), its last ingest."""
+
+    source: str
+    entities: int
+    chunks: int
+    loader: str | None
+    locations: list[str]
+    last_sync: LastSync | None
+
+
+class SourcesAnswer(Answer):
+    """Every source that holds entities or was ingested under its name, by name."""
+
+    content_root: str
+    sources: list[SourceSummary]
 
 
 class PathStep(Answer):

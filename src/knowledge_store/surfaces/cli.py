@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -219,7 +219,7 @@ def _run(
             err.print(f"[yellow]note[/] {safe(note)}")
 
 
-def _fail(exc: KnowledgeStoreError, as_json: bool) -> None:
+def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
     if as_json:
         sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
     else:
@@ -281,7 +281,10 @@ _register()
 @app.command(cls=_Command)
 def ingest(
     paths: Annotated[
-        list[Path], typer.Argument(metavar="PATH…", help="files or folders to ingest")
+        list[str],
+        typer.Argument(
+            metavar="PATH…", help="files, folders or web site URLs (http:// https://) to ingest"
+        ),
     ],
     format: Annotated[
         str | None,
@@ -305,9 +308,51 @@ def ingest(
     skip_invalid: Annotated[
         bool, typer.Option("--skip-invalid", help="publish the good records, report the bad ones")
     ] = False,
+    sync: Annotated[
+        bool,
+        typer.Option(
+            "--sync", help="the batch is the whole source: delete what it no longer holds"
+        ),
+    ] = False,
+    allow_mass_delete: Annotated[
+        bool,
+        typer.Option("--allow-mass-delete", help="let a sync delete more than half its source"),
+    ] = False,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="sync again on every burst of file changes (with --sync)"),
+    ] = False,
+    max_pages: Annotated[
+        int | None, typer.Option("--max-pages", help="web: pages to crawl at most (1000)")
+    ] = None,
+    max_depth: Annotated[
+        int | None, typer.Option("--max-depth", help="web: links from the start page (10)")
+    ] = None,
+    delay: Annotated[
+        float | None, typer.Option("--delay", help="web: seconds between requests (0.5)")
+    ] = None,
+    uid_prefix: Annotated[
+        str, typer.Option("--uid-prefix", help="web: put before every page's uid")
+    ] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest files or folders as one atomic batch (a failed batch publishes nothing)."""
+    """Ingest files, folders or web sites as one atomic batch (a failed batch publishes nothing)."""
+    from knowledge_store.surfaces import cli_sources
+
+    web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
+    if watch:
+        cli_sources.watch(
+            _store,
+            paths,
+            format=format,
+            source=source,
+            acl=acl,
+            sync=sync,
+            allow_mass_delete=allow_mass_delete,
+            as_json=as_json,
+            fail=_fail,
+        )
+        return
 
     def action() -> Any:
         with _store(create=True) as store:
@@ -318,22 +363,18 @@ def ingest(
                 acl=acl,
                 skip_invalid=skip_invalid,
                 progress=not as_json and sys.stderr.isatty(),
+                sync=sync,
+                allow_mass_delete=allow_mass_delete,
+                web=web,
             )
 
-    def show(report: Any) -> None:
-        skipped = f" · skipped {len(report.skipped)}" if report.skipped else ""
-        out.print(
-            f"added {report.added} · updated {report.updated} · unchanged {report.unchanged}"
-            f" · deleted {report.deleted} · rejected {len(report.rejected)}{skipped}"
-        )
-        for r in report.rejected:
-            err.print(f"[yellow]rejected[/] {safe(r.describe())}")
-        for s in report.skipped:
-            err.print(f"[yellow]skipped[/] {safe(s.path)}: {safe(s.reason)}")
-        out.print(f"[dim]content root {report.content_root}[/]")
-
-    names = {"acl": "--acl", "skip_invalid": "--skip-invalid", "format": "--format"}
-    _run(as_json, action, show, names)
+    names = {
+        "acl": "--acl",
+        "skip_invalid": "--skip-invalid",
+        "format": "--format",
+        "source": "--source",
+    }
+    _run(as_json, action, lambda report: cli_sources.show_ingest(out, err, report), names)
 
 
 @app.command(cls=_Command)

@@ -190,9 +190,13 @@ def parameters(op: Operation, cli: Cli) -> list[inspect.Parameter]:
             show_default=False,
         )
         kind: Any = list[str] if listed else str
+        optional = name in cli.optional  # delete's uids, or --source instead
         out.append(
             inspect.Parameter(
-                name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Annotated[kind, argument]
+                name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=Annotated[kind | None if optional else kind, argument],
+                default=None if optional else inspect.Parameter.empty,
             )
         )
     for name, info in fields.items():

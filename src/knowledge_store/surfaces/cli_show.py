@@ -14,8 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from knowledge_store.model import AggregateAnswer, ChunkHits, SearchAnswer, SqlHits
+from knowledge_store.model import AggregateAnswer, ChunkHits, DeleteReport, SearchAnswer, SqlHits
 from knowledge_store.surfaces.cli_graph import show_graph, show_query
+from knowledge_store.surfaces.cli_sources import show_sources, uids_line
 from knowledge_store.surfaces.terminal import safe, strip_controls
 
 __all__ = ["SHOW", "show_aggregate", "show_comparison", "show_search_explain", "show_sql"]
@@ -177,6 +178,12 @@ def _principal(out: Console, p: Any, request: Any) -> None:
         out.print(safe(f"  members:          {', '.join(p.members)}"))
 
 
+def show_deleted(out: Console, answer: DeleteReport, request: Any) -> None:
+    out.print(safe(f"deleted {answer.deleted} · root {answer.content_root}"))
+    if answer.deleted_uids:
+        out.print(f"[dim]{uids_line(answer.deleted, answer.deleted_uids)}[/]")
+
+
 def _line(text: Callable[[Any, Any], str]) -> Show:
     return lambda out, answer, request: out.print(safe(text(answer, request)))
 
@@ -190,7 +197,8 @@ SHOW: Mapping[str, Show] = {
     "aggregate": show_aggregate,
     "query_graph": lambda out, answer, request: show_query(out, answer),
     "stats": show_stats,
-    "delete": _line(lambda r, q: f"deleted {r.deleted} · root {r.content_root}"),
+    "delete": show_deleted,
+    "sources": lambda out, answer, request: show_sources(out, answer),
     "acl_grant": _acl_line,
     "acl_revoke": _acl_line,
     "acl_show": _acl_shown,

@@ -12,7 +12,8 @@ every other surface; a store error becomes a GraphQL error whose
 ``extensions`` are the one error shape's ``{"code", "message", "details"}``,
 its field names in GraphQL's spelling. An entity the caller can't read gives
 exactly the error of one that doesn't exist. Read-only: administration stays
-on REST.
+on REST, but for the administration views the table names a field for
+(``sources``), which answer a caller without the admin scope ``forbidden``.
 
 A document over the bounds of :mod:`.graphql_limits` (tokens, depth, aliases,
 top-level fields) is refused before anything runs, and the store calls of one
@@ -41,7 +42,7 @@ from strawberry.types import ExecutionContext, Info
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.model import LIST_NAMES
 from knowledge_store.requests import FilterSpec
-from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
 from knowledge_store.surfaces.operations import OPERATIONS, Operation
 from knowledge_store.surfaces.shapes import Capabilities
@@ -211,6 +212,11 @@ def _resolver(op: Operation) -> Callable[..., Any]:
         raw = {k: _plain(v) for k, v in arguments.items() if v is not None}
         svc: Service = info.context["service"]
         caller: Caller = info.context["caller"]
+        if op.admin and not caller.admin:
+            denied = AuthError(
+                403, f"{op.graphql} is an administration view: it needs the admin scope"
+            )
+            raise GraphQLError(denied.message, extensions=denied.to_dict()["error"])
         try:
             request = op.request.parse(raw)
             answer = await _run(info, op, op.run, svc.store, caller, request, weight=raw)
@@ -240,7 +246,7 @@ async def _capabilities(info: Ctx) -> Any:
 def _query_type() -> Any:
     fields: dict[str, Any] = {}
     for op in OPERATIONS:
-        if op.graphql is None or op.admin:
+        if op.graphql is None:
             continue
         fields[op.name] = strawberry.field(
             resolver=_resolver(op), name=op.graphql, description=op.summary

@@ -41,6 +41,7 @@ from knowledge_store.model import (
     PrincipalInfo,
     QueryAnswer,
     SearchAnswer,
+    SourcesAnswer,
     SqlHits,
     StoreStats,
 )
@@ -65,6 +66,7 @@ from knowledge_store.requests import (
     RelatedRequest,
     Request,
     SearchRequest,
+    SourcesRequest,
     SqlRequest,
     StatsRequest,
     VectorRequest,
@@ -118,8 +120,9 @@ class Cli:
     """A ``ks`` command: which fields are positional, and how flags and placeholders read.
 
     Every other field of the request is an option ``--<field-with-dashes>``
-    (``flags`` renames one), FILTERS expand to the shared filter options, and
-    ``hidden`` fields are not offered on the command line.
+    (``flags`` renames one), FILTERS expand to the shared filter options,
+    ``hidden`` fields are not offered on the command line, and ``optional``
+    arguments may be left out (another option stands for them).
     """
 
     command: str
@@ -130,6 +133,7 @@ class Cli:
     #: A writing command that makes the store where there is none (every other one on a
     #: path without a store is ``not_found`` and leaves nothing there).
     creates_store: bool = False
+    optional: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -477,8 +481,10 @@ OPERATIONS: tuple[Operation, ...] = (
         "Publish records as one atomic batch",
         "Administration: publish canonical records as one atomic batch (a bad record rejects"
         " the batch unless skip_invalid). Every record needs an ACL (its own 'acl' or the"
-        " default 'acl' argument). Returns added, updated, unchanged, deleted and the rejected"
-        " records with the reason.",
+        " default 'acl' argument). With source, every record gets that source; with sync too,"
+        " the records are the whole source and what it no longer holds is deleted in the same"
+        " publish (more than half of it only with allow_mass_delete). Returns added, updated,"
+        " unchanged, deleted (with deleted_uids) and the rejected records with the reason.",
         admin=True,
         heavy=True,
         rest=(Rest("POST", "/admin/ingest", body="records"),),
@@ -489,18 +495,40 @@ OPERATIONS: tuple[Operation, ...] = (
         DeleteRequest,
         _call("delete"),
         (DeleteReport,),
-        "Delete entities, their chunks and outgoing edges (one publish)",
+        "Delete entities (or a whole --source), their chunks and outgoing edges (one publish)",
         "Administration: delete entities by uid (their chunks and outgoing edges) as one"
-        " publish; an unknown uid deletes nothing and says which. Returns the new content root"
-        " and the number deleted.",
+        " publish; an unknown uid deletes nothing and says which. Or delete every entity of a"
+        " source (source, instead of uids). Returns the new content root and the number"
+        " deleted (a source's delete lists the uids too).",
         admin=True,
         heavy=True,
         rest=(
             Rest("POST", "/admin/delete"),
             Rest("DELETE", "/admin/entities/{uid}", {"uid": "uids"}),
+            Rest("DELETE", "/admin/sources/{name}", {"name": "source"}),
         ),
         mcp="delete_entities",
-        cli=Cli("delete", ("uids",), metavars={"uids": "UID"}),
+        cli=Cli(
+            "delete",
+            ("uids",),
+            metavars={"uids": "UID", "source": "NAME"},
+            optional=frozenset({"uids"}),  # or --source NAME
+        ),
+    ),
+    Operation(
+        "sources",
+        SourcesRequest,
+        runners.sources,
+        (SourcesAnswer,),
+        "Each source: entities and chunks it holds, its last ingest or sync, loader and paths",
+        "Administration: every source (the entities' source field) — how many entities and"
+        " chunks it holds (all of them, whatever their ACL), and its last ingest under its"
+        " name: when, sync or upsert, the content root, added/updated/unchanged/deleted, the"
+        " loader and the paths or URLs it came from.",
+        admin=True,
+        rest=(Rest("GET", "/admin/sources"),),
+        graphql="sources",
+        cli=Cli("sources"),
     ),
     Operation(
         "acl_grant",

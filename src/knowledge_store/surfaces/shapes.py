@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from knowledge_store.model import Answer, ContentChunk, ContentEdges
+from knowledge_store.model import Answer, ContentChunk, ContentEdges, SourcesAnswer
 from knowledge_store.requests import (
     AclExplainRequest,
     AclShowRequest,
     ContentRequest,
     IngestRequest,
     MembershipsRequest,
+    SourcesRequest,
     StatsRequest,
 )
 from knowledge_store.retrieval.knowledge import CODE_SAMPLE_TYPE, code_of
@@ -49,6 +50,7 @@ __all__ = [
     "fetch_content",
     "ingest",
     "load_memberships",
+    "sources",
     "stats",
 ]
 
@@ -191,8 +193,19 @@ def stats(store: KnowledgeStore, caller: Caller, request: StatsRequest) -> Answe
 
 def ingest(store: KnowledgeStore, caller: Caller, request: IngestRequest) -> Answer:
     return store.ingest_records(
-        request.records, acl=request.acl or None, skip_invalid=request.skip_invalid
+        request.records,
+        acl=request.acl or None,
+        skip_invalid=request.skip_invalid,
+        source=request.source,
+        sync=request.sync,
+        allow_mass_delete=request.allow_mass_delete,
     )
+
+
+def sources(store: KnowledgeStore, caller: Caller, request: SourcesRequest) -> Answer:
+    """The sources view, with the store's content root."""
+    root = store.content_root()
+    return SourcesAnswer(content_root=root, sources=store.sources())
 
 
 def acl_show(store: KnowledgeStore, caller: Caller, request: AclShowRequest) -> Answer:

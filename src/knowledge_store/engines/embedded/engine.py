@@ -54,9 +54,18 @@ from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, P
 from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import check_prepared, check_vectors, no_store
+from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
+from knowledge_store.engines.sql.sources import (
+    SourceSync,
+    read_crawl_pages,
+    read_sources,
+    record_source,
+    sync_deletes,
+    write_crawl_pages,
+)
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
-from knowledge_store.model import Entity, Filters, Identity, StoreStats
+from knowledge_store.model import Entity, Filters, Identity, SourceSummary, StoreStats
 
 __all__ = ["EmbeddedEngine"]
 
@@ -460,9 +469,13 @@ class EmbeddedEngine:
         kind: str,
         acl_only: Sequence[Entity] = (),
         model: str | None = None,
+        source: SourceSync | None = None,
     ) -> Published:
         """One publish: planned and written in the catalog's write transaction, the derived
         indexes updated before that transaction commits (see the module docstring).
+
+        With ``source``, a sync deletes what the source holds beyond the batch
+        (``engines.sql.sources``) and the source's row is written in that transaction.
 
         With ``model``, refused (ModelMismatch) unless the store records that model.
         Chunks and vectors a derived index could not take are refused before anything
@@ -479,13 +492,15 @@ class EmbeddedEngine:
             try:
                 with self.catalog.write() as conn:
                     latest = self.catalog.latest_publish(conn)
+                    deletes = sync_deletes(conn, SQLITE, source, deletes)
                     uids = [p.entity.uid for p in upserts] + list(deletes)
                     uids += [e.uid for e in acl_only]
                     existing = self.catalog.content_hashes(uids, conn)
                     plan = plan_publish(latest, existing, upserts, deletes, acl_only)
                     if plan.empty:
-                        return Published.of(plan)
+                        return record_source(conn, SQLITE, source, Published.of(plan))
                     self.catalog.apply(conn, plan, kind=kind)
+                    record_source(conn, SQLITE, source, Published.of(plan))
                     self._follow(conn, dense, plan.publish)
                     lexical_done = True
             except BaseException:
@@ -520,6 +535,22 @@ class EmbeddedEngine:
             except StoreError as exc:
                 dense.reload()
                 self._derived_failed(exc)
+
+    # -- sources and crawl state (engines.sql.sources) ----------------------------------------------
+    def sources(self) -> list[SourceSummary]:
+        with self.catalog.read() as conn:
+            return read_sources(conn, SQLITE)
+
+    def delete_source(self, name: str) -> Published:
+        return self.publish([], [], kind="delete", source=SourceSync.removal(name))
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        with self.catalog.read() as conn:
+            return read_crawl_pages(conn, SQLITE, source)
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        with self._writer(), self.catalog.write() as conn:
+            write_crawl_pages(conn, SQLITE, source, pages)
 
     def delete(self, uids: Sequence[str]) -> Published:
         missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))

@@ -1,6 +1,12 @@
-"""The SQLite catalog schema of the embedded engine (the source of truth)."""
+"""The SQLite catalog schema of the embedded engine (the source of truth).
+
+Every table is ``CREATE … IF NOT EXISTS``, run on each open: a table added by a
+later version (``sources``, ``crawl_pages``) appears in an existing store then.
+"""
 
 from __future__ import annotations
+
+from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 
 SCHEMA_VERSION = 1
 
@@ -104,4 +110,10 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     key    TEXT PRIMARY KEY,
     vector BLOB NOT NULL
 ) WITHOUT ROWID;
+"""
+SCHEMA += f"""
+-- One row per source name: its last ingest (engines/sql/sources.py).
+{SOURCES_DDL};
+-- A crawl's validators per (source, url), saved after the publish commits.
+{CRAWL_PAGES_DDL};
 """

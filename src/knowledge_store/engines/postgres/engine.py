@@ -47,7 +47,14 @@ from knowledge_store.engines.shared import (
     check_vectors,
     no_store,
 )
+from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
+from knowledge_store.engines.sql.sources import (
+    SourceSync,
+    read_crawl_pages,
+    read_sources,
+    write_crawl_pages,
+)
 from knowledge_store.errors import (
     InvalidRequest,
     ModelMismatch,
@@ -62,6 +69,7 @@ from knowledge_store.model import (
     Identity,
     MembershipsLoaded,
     PrincipalInfo,
+    SourceSummary,
     StoreStats,
     check_principal,
     compose_context,
@@ -394,6 +402,7 @@ class PostgresEngine:
         *,
         kind: str,
         model: str | None = None,
+        source: SourceSync | None = None,
     ) -> Published:
         recorded_model = self.model()
         check_prepared(upserts, None if recorded_model is None else recorded_model[1])
@@ -406,9 +415,25 @@ class PostgresEngine:
                     store_model=recorded,
                     model=model,
                 )
-            plan = writes.apply_publish(conn, upserts, deletes, kind=kind)
-        self._after_write(sum(len(p.chunks) for p in upserts) + len(deletes))
+            plan = writes.apply_publish(conn, upserts, deletes, kind=kind, source=source)
+        self._after_write(sum(len(p.chunks) for p in upserts) + plan.deleted)
         return Published.of(plan)
+
+    # -- sources and crawl state (engines.sql.sources) ----------------------------------------------
+    def sources(self) -> list[SourceSummary]:
+        with self.db.read() as conn, translate("reading the sources"):
+            return read_sources(conn, POSTGRES)
+
+    def delete_source(self, name: str) -> Published:
+        return self.publish([], [], kind="delete", source=SourceSync.removal(name))
+
+    def crawl_pages(self, source: str) -> dict[str, str]:
+        with self.db.read() as conn, translate("reading the crawl state"):
+            return read_crawl_pages(conn, POSTGRES, source)
+
+    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
+        with self.db.write() as conn, translate("saving the crawl state"):
+            write_crawl_pages(conn, POSTGRES, source, pages)
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""

@@ -34,6 +34,7 @@ from knowledge_store.engines.sql.publish import (
     content_root_of,
     plan_publish,
 )
+from knowledge_store.engines.sql.sources import SourceSync, record_source, sync_deletes
 from knowledge_store.errors import StoreError
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
@@ -354,15 +355,20 @@ def apply_publish(
     *,
     kind: str,
     acl_only: Sequence[Entity] = (),
+    source: SourceSync | None = None,
 ) -> PublishPlan:
     """Plan (:func:`~knowledge_store.engines.sql.publish.plan_publish`) and write one publish
     inside the caller's write transaction (which holds the lock).
+
+    With ``source``, a sync deletes the source's entities the batch does not hold, and
+    the source's catalog row is written here (``engines.sql.sources``).
 
     ``acl_only`` are entities whose ACL changed and nothing else: they keep their
     chunks and postings; only their ACL set (and content hash) changes — the ACL
     is a join in every statement, so nothing else needs touching.
     """
     latest = latest_publish(conn)
+    deletes = sync_deletes(conn, POSTGRES, source, deletes)
     uids = [p.entity.uid for p in upserts] + list(deletes) + [e.uid for e in acl_only]
     existing: dict[str, int] = {}  # uid → row id
     hashes: dict[str, str] = {}  # uid → content hash, read under the lock
@@ -373,6 +379,7 @@ def apply_publish(
         hashes[str(uid)] = str(content_hash)
     plan = plan_publish(latest, hashes, upserts, deletes, acl_only)
     if plan.empty:
+        record_source(conn, POSTGRES, source, Published.of(plan))
         return plan
     replaced = [existing[u] for u in plan.replaced]
     _drop_chunks(conn, replaced + [existing[u] for u in plan.deletes])
@@ -407,6 +414,7 @@ def apply_publish(
             plan.deleted,
         ),
     )
+    record_source(conn, POSTGRES, source, Published.of(plan))
     return plan
 
 

@@ -23,6 +23,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
+
 __all__ = [
     "ADVISORY_LOCK_MIGRATE",
     "ADVISORY_LOCK_WRITE",
@@ -291,9 +293,13 @@ _V2: tuple[str, ...] = (
     " WHERE key !~ '^[0-9a-f]{64}$'",  # a principal list never looks like that
 )
 
+#: Version 3: a row per source (its last ingest) and a crawl's validators per (source, url).
+_V3: tuple[str, ...] = (SOURCES_DDL, CRAWL_PAGES_DDL)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
+    Migration(3, "sources and crawl state", _V3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -44,6 +44,8 @@ __all__ = [
     "LoadedRecord",
     "Skipped",
     "SourceInfo",
+    "check_format",
+    "is_url",
     "load_paths",
 ]
 
@@ -61,11 +63,13 @@ PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
 _PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": read_html_page}
 
 
-def _is_url(path: str | Path) -> bool:
+def is_url(path: str | Path) -> bool:
+    """A string naming a web site to crawl (``http://`` or ``https://``)."""
     return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
 
 
-def _check_format(format: str | None) -> None:
+def check_format(format: str | None) -> None:
+    """Raise ``InvalidRequest`` naming the formats unless ``format`` is one (or None)."""
     if format is not None and format not in FORMATS:
         raise InvalidRequest(
             f"unknown format {format!r}; use one of: {', '.join(FORMATS)}",
@@ -196,18 +200,18 @@ def load_paths(
     out). Raises :class:`InvalidRequest` for an unknown format, a missing path,
     a bad ``--acl`` principal, or a site that can't be crawled at all.
     """
-    _check_format(format)
+    check_format(format)
     if default_acl is not None:
         default_acl = tuple(check_principal(principal) for principal in default_acl)
     if not paths:
         raise InvalidRequest("no path to load; give at least one file, folder or URL")
-    urls = [str(path) for path in paths if _is_url(path)]
+    urls = [str(path) for path in paths if is_url(path)]
     if urls and format not in (None, "web"):
         raise InvalidRequest(
             f"{urls[0]!r} is a web site; read it with the format 'web', not {format}",
             path=urls[0],
         )
-    plans = [(Path(path), _plan(Path(path), format)) for path in paths if not _is_url(path)]
+    plans = [(Path(path), _plan(Path(path), format)) for path in paths if not is_url(path)]
     plan = [step for _, steps in plans for step in steps]
     options = Options(
         source=source, default_acl=None if default_acl is None else tuple(default_acl)

@@ -14,6 +14,7 @@ import textwrap
 from collections import Counter
 from typing import Any
 
+from knowledge_store.engines.sql.sources import DERIVED_MARK
 from knowledge_store.errors import InvalidRecord, Rejection
 from knowledge_store.ingest.chunking import heading_paths, scan_blocks
 from knowledge_store.ingest.records import record_to_entity
@@ -60,7 +61,7 @@ def code_sample_records(page: Entity) -> list[dict[str, Any]]:
                 seen[heading, language] += 1
                 records.append(
                     {
-                        "uid": f"{page.uid}#code-{ordinal}",
+                        "uid": f"{page.uid}{DERIVED_MARK}{ordinal}",
                         "type": CODE_SAMPLE_TYPE,
                         "title": sample_title(
                             page.title, heading, language, seen[heading, language]
