@@ -291,9 +291,16 @@ _V2: tuple[str, ...] = (
     " WHERE key !~ '^[0-9a-f]{64}$'",  # a principal list never looks like that
 )
 
+#: Version 3: the ``language`` filter field (a code sample's language).
+_V3: tuple[str, ...] = (
+    "ALTER TABLE entities ADD COLUMN IF NOT EXISTS language text COLLATE \"C\" NOT NULL DEFAULT ''",
+    "CREATE INDEX IF NOT EXISTS entities_by_language ON entities (language)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
+    Migration(3, "the language filter field", _V3),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
