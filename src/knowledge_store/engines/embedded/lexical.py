@@ -123,12 +123,12 @@ class LexicalDoc:
     type: str
     source: str
     status: str
-    language: str
     created_at: str | None  # "YYYY-MM-DDTHH:MM:SSZ" or None
     updated_at: str | None
     title: str
     heading: tuple[str, ...]
     text: str
+    language: str = ""
 
 
 T = TypeVar("T")
