@@ -1,9 +1,20 @@
-"""Shared fixtures: the real embedding model (loaded once), fresh stores, a small estate."""
+"""Shared fixtures: the engine under test, the real embedding model (loaded once), fresh stores,
+a small estate.
+
+``engine`` is parametrised over both engines for every test that uses a store
+(``store``, ``estate_store``, or a module's estate opened with
+:meth:`EngineUnderTest.location`). A test, class or module marked
+``embedded_only(reason=…)`` runs on the embedded engine alone — the reason says
+why (it reads SQLite or Tantivy directly, or it tests a surface over the store,
+not the engine). Nothing is deselected behind the reader's back.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +23,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from knowledge_store.ingest.embedding import Embedder, open_embedder
+from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
 
 ESTATE: list[dict[str, Any]] = [
@@ -83,14 +94,77 @@ ESTATE: list[dict[str, Any]] = [
 ]
 
 
+ENGINES = ("embedded", "postgres")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "embedded_only(reason): runs on the embedded engine only; the reason says why",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses ``engine`` runs once per engine, unless marked ``embedded_only``."""
+    chosen = any(
+        "engine" in str(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")
+    )
+    if "engine" in metafunc.fixturenames and not chosen:
+        only = metafunc.definition.get_closest_marker("embedded_only")
+        kinds = ["embedded"] if only is not None else list(ENGINES)
+        metafunc.parametrize("engine", kinds, indirect=True, scope="session")
+
+
+@dataclass
+class EngineUnderTest:
+    """One engine of the suite: where its fresh stores go."""
+
+    kind: str
+    root: Path
+    database: str | None = None  # PostgreSQL: one database for the session, a schema a store
+    _names: Iterator[int] = field(default_factory=itertools.count)
+
+    def location(self, name: str = "store") -> str | Path:
+        """A new, empty store location: a directory, or a fresh PostgreSQL schema."""
+        if self.database is not None:
+            from tests import postgres_support
+
+            return postgres_support.store_url(self.database)
+        return self.root / f"{name}-{next(self._names)}"
+
+    def open(self, embedder: Embedder, name: str = "store") -> KnowledgeStore:
+        return KnowledgeStore.open(self.location(name), embedder=embedder)
+
+
 @pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    return open_embedder()
+def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    kind = str(request.param)
+    database = None
+    if kind == "postgres":
+        from tests import postgres_support
+
+        database = postgres_support.fresh_database("suite")
+    return EngineUnderTest(kind, tmp_path_factory.mktemp(f"engine-{kind}"), database)
+
+
+@pytest.fixture(scope="session")
+def embedder(request: pytest.FixtureRequest) -> Embedder:
+    """The real model, memoised: each distinct text is embedded once per run (same vectors),
+    and the vectors of the fixture texts are kept in pytest's cache directory between runs."""
+    from tests.conformance import memo
+
+    shared = memo.shared()
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        path = Path(cache.mkdir("ks-embeddings")) / "conformance.npz"
+        shared.load(path)
+        request.addfinalizer(lambda: shared.save(path))
+    return shared
 
 
 @pytest.fixture
-def store(tmp_path: Path, embedder: Embedder) -> Iterator[KnowledgeStore]:
-    with KnowledgeStore.open(tmp_path / "store", embedder=embedder) as s:
+def store(engine: EngineUnderTest, embedder: Embedder) -> Iterator[KnowledgeStore]:
+    with engine.open(embedder) as s:
         yield s
 
 

@@ -9,7 +9,6 @@ to a visible, an invisible and a missing successor.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,11 +236,9 @@ def visible_records(principal: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def fields_store(
-    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
-) -> Iterator[KnowledgeStore]:
-    path: Path = tmp_path_factory.mktemp("fields") / "s"
-    with KnowledgeStore.open(path, embedder=embedder) as store:
+def fields_store(engine: Any, embedder: Embedder) -> Iterator[KnowledgeStore]:
+    """The fields estate, once per engine (``engine``: tests.conftest.EngineUnderTest)."""
+    with engine.open(embedder, "fields") as store:
         store.ingest_records(RECORDS, acl=["everyone"])
         store.add_member("group:sre", "user:sam")
         store.add_member("group:finance", "user:fay")

@@ -159,7 +159,7 @@ RECORDS: list[dict[str, Any]] = [
 UNREADABLE_BY_EVERYONE = frozenset(r["uid"] for r in RECORDS if "everyone" not in r["acl"])
 
 
-def build(path: Path, embedder: Embedder) -> KnowledgeStore:
+def build(path: Path | str, embedder: Embedder) -> KnowledgeStore:
     """The estate in a new store at ``path`` (through the real ingest)."""
     store = KnowledgeStore.open(path, embedder=embedder)
     report = store.ingest_records(RECORDS)

@@ -90,6 +90,10 @@ def test_principals_load_replaces_the_named_groups_only(store: KnowledgeStore) -
     assert store.principal_show("group:y").members == ("user:keep",)
 
 
+@pytest.mark.embedded_only(
+    reason="reads the embedded catalog's publish log; tests/conformance/test_acl_contracts.py"
+    " has the engine-neutral version"
+)
 def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
     estate_store: KnowledgeStore,
 ) -> None:

@@ -30,6 +30,10 @@ from knowledge_store.requests import (
 )
 from knowledge_store.store import KnowledgeStore
 
+pytestmark = pytest.mark.embedded_only(
+    reason="request parsing at the store boundary, before any engine"
+)
+
 
 def _properties(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
     out = []

@@ -1,8 +1,9 @@
-"""Permissions on both engines: the suite's ACL tests and its hypothesis state machine.
+"""Permissions on both engines: engine-neutral ACL tests and the hypothesis state machine.
 
-The state machine of ``tests/test_acl.py`` runs here on PostgreSQL (its own
-module runs it on the embedded engine), with the same rules, the same
-plain-Python oracle and the same settings; only the store factory differs.
+``tests/test_acl.py`` runs on both engines through the ``engine`` fixture; its
+state machine runs here on PostgreSQL (its own module runs it on the embedded
+engine), with the same rules, the same plain-Python oracle and the same
+settings; only the store factory differs.
 """
 
 from __future__ import annotations
@@ -15,15 +16,6 @@ from knowledge_store.model import Filters
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support, test_acl
 from tests.conformance import memo
-from tests.conformance.contracts import contract_tests
-
-globals().update(
-    contract_tests(
-        test_acl,
-        # reads the embedded catalog's publish log; the engine-neutral version is below
-        skip=["test_grant_and_revoke_are_immediate_and_touch_only_that_entity"],
-    )
-)
 
 
 def _chunk_ids(store: KnowledgeStore, who: str) -> dict[str, set[int]]:

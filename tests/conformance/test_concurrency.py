@@ -151,7 +151,7 @@ def test_writers_and_readers_at_once(store: KnowledgeStore) -> None:
     assert final == set(expected[chain[-1]])
 
 
-@pytest.mark.parametrize("engine_kind", ["postgres"], indirect=True)
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)  # the embedded: one writer lock
 def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     """A reader answers at the old root while a big publish is still uncommitted."""
     store.engine.writer.publish([_entity("before")], [], kind="ingest")

@@ -79,9 +79,19 @@ def test_a_store_of_a_newer_version_is_refused_with_what_to_do(database: str) ->
         PostgresEngine.open(url)
 
 
+def _as_version_1(url: str) -> PostgresEngine:
+    """A store at schema version 1 that this build's publish can write to: it writes the
+    ``language`` column (version 4), so the old schema gets that column, nothing else."""
+    engine = PostgresEngine.open(url, migrations=MIGRATIONS[:1])
+    with engine.db.write() as conn:
+        for statement in MIGRATIONS[3].statements:
+            conn.execute(statement)
+    return engine
+
+
 def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(database: str) -> None:
     url = postgres_support.store_url(database, "older")
-    with KnowledgeStore(PostgresEngine.open(url, migrations=MIGRATIONS[:1])) as old:
+    with KnowledgeStore(_as_version_1(url)) as old:
         old.engine.publish(
             [
                 PreparedEntity(
@@ -124,7 +134,7 @@ def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None
         entity = Entity(uid, "page", uid, "alpha", created_at="2024-01-01T00:00:00Z", acl=acl)
         return PreparedEntity(entity, (), np.zeros((0, 1), np.float32))
 
-    old = PostgresEngine.open(url, migrations=MIGRATIONS[:1])
+    old = _as_version_1(url)
     old.publish([prepared("a")], [], kind="ingest")
     with old.db.write() as conn:  # what version 1 wrote
         conn.execute("UPDATE entities SET created_at = '1-01-01T00:00:00Z'")

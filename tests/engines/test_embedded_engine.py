@@ -21,6 +21,10 @@ from knowledge_store.model import Entity, Filters
 from knowledge_store.store import KnowledgeStore
 from tests.conftest import ESTATE
 
+pytestmark = pytest.mark.embedded_only(
+    reason="the embedded engine's own behaviour (its catalog, Tantivy, faiss)"
+)
+
 
 class CountingEmbedder:
     """The real model, counting the texts it is asked to embed."""

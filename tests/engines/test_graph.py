@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,10 +25,9 @@ from tests import graph_estate
 
 
 @pytest.fixture(scope="module")
-def estate(
-    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
-) -> Iterator[KnowledgeStore]:
-    store = graph_estate.build(tmp_path_factory.mktemp("graph") / "store", embedder)
+def estate(engine: Any, embedder: Embedder) -> Iterator[KnowledgeStore]:
+    """The graph estate, once per engine."""
+    store = graph_estate.build(engine.location("graph"), embedder)
     yield store
     store.close()
 
@@ -165,6 +165,7 @@ def test_k_cuts_the_ranking(estate: KnowledgeStore) -> None:
     assert [h.uid for h in top.hits] == [h.uid for h in full.hits[:3]]
 
 
+@pytest.mark.embedded_only(reason="walks the embedded catalog's connection with the SQLite dialect")
 def test_fan_out_cap_is_reported(estate: KnowledgeStore) -> None:
     catalog = estate.engine.catalog  # type: ignore[attr-defined]
     with catalog.read() as conn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,9 +13,8 @@ from tests import graph_estate
 
 
 @pytest.fixture(scope="package")
-def estate(
-    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
-) -> Iterator[KnowledgeStore]:
-    store = graph_estate.build(tmp_path_factory.mktemp("graph-estate") / "store", embedder)
+def estate(engine: Any, embedder: Embedder) -> Iterator[KnowledgeStore]:
+    """The graph estate, once per engine."""
+    store = graph_estate.build(engine.location("graph"), embedder)
     yield store
     store.close()

@@ -316,6 +316,7 @@ def test_strict_mode_raises_the_first_problem_only(estate: KnowledgeStore) -> No
 # -- time: guards removed after the query ------------------------------------------------------------------------
 
 
+@pytest.mark.embedded_only(reason="the guard is SQLite's progress handler and authorizer")
 def test_the_time_guard_is_removed_after_each_query(estate: KnowledgeStore) -> None:
     estate.query_graph("MATCH (n) RETURN count(*)", {})
     catalog = estate.engine.catalog  # type: ignore[attr-defined]

@@ -63,7 +63,12 @@ values = st.one_of(
 
 
 def _state(store: KnowledgeStore) -> tuple[Any, ...]:
-    catalog = store.engine.catalog  # type: ignore[attr-defined]
+    """What a write would change: SQLite's data_version and row counts on the embedded engine;
+    the content root and the counts of stats on PostgreSQL (which runs queries read-only)."""
+    catalog = getattr(store.engine, "catalog", None)
+    if catalog is None:
+        stats = store.stats()
+        return store.content_root(), stats.entities, stats.chunks, dict(stats.edges)
     other = sqlite3.connect(catalog.path)
     try:
         version = other.execute("PRAGMA data_version").fetchone()[0]

@@ -21,6 +21,10 @@ from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.model import LABELS
 from knowledge_store.store import KnowledgeStore
 
+pytestmark = pytest.mark.embedded_only(
+    reason="traces the statements on the embedded catalog's SQLite connection"
+)
+
 MARK = "zqx9"  # in every input value and user-chosen name below
 
 

@@ -21,6 +21,10 @@ from knowledge_store.ingest.watch import ChangeFilter, WatchSummary, watch
 from knowledge_store.model import IngestReport
 from knowledge_store.store import KnowledgeStore
 
+pytestmark = pytest.mark.embedded_only(
+    reason="the watcher over a folder; what it publishes is the engines' ingest, tested on both"
+)
+
 QUIET_MS = 800  # generous: a loaded machine may pause between two writes of a storm
 
 

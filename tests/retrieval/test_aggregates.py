@@ -168,7 +168,11 @@ def _oracle(
     field, _, gran = dimension.partition(":")
     groups: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        key = r[field] if not gran else (None if r[field] is None else bucket_key(r[field], gran))  # type: ignore[arg-type]
+        key = (
+            r.get(field, "")
+            if not gran
+            else (None if r[field] is None else bucket_key(r[field], gran))
+        )  # type: ignore[arg-type]
         groups[key].append(r)
     if not gran:
         return sorted(((k, value(g)) for k, g in groups.items()), key=lambda kv: (-kv[1], kv[0]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -20,10 +21,9 @@ from tests import graph_estate
 
 
 @pytest.fixture(scope="module")
-def estate(
-    tmp_path_factory: pytest.TempPathFactory, embedder: Embedder
-) -> Iterator[KnowledgeStore]:
-    store = graph_estate.build(tmp_path_factory.mktemp("docs-tools") / "store", embedder)
+def estate(engine: Any, embedder: Embedder) -> Iterator[KnowledgeStore]:
+    """The graph estate, once per engine."""
+    store = graph_estate.build(engine.location("graph"), embedder)
     yield store
     store.close()
 

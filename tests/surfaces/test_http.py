@@ -14,6 +14,10 @@ from knowledge_store.surfaces.auth import TokenTable
 from knowledge_store.surfaces.http import create_app
 from tests.surfaces.serve_estate import ANN, BOB, ROOT, TOKENS, call
 
+pytestmark = pytest.mark.embedded_only(
+    reason="a surface over the store: the engines agree in tests/conformance"
+)
+
 ERROR_KEYS = {"code", "message", "details"}
 
 

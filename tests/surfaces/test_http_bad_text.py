@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
 from tests.surfaces.serve_estate import BOB, ROOT, TOKENS, call
+
+pytestmark = pytest.mark.embedded_only(
+    reason="a surface over the store: the engines agree in tests/conformance"
+)
 
 
 def _error(response: Any, status: int, code: str) -> dict[str, Any]:

@@ -392,3 +392,69 @@ def test_version_and_readable_help() -> None:
     assert re.search(r"--explain\s{2,}include the lists", shown)  # a plain flag
     assert re.search(r"--k\s+N \[1<=x<=100\]", shown) and "TEXT" in shown
     assert re.search(r"--created-from\s+ISO-DATE", shown)
+
+
+# -- every operation on every surface, or a stated reason why not ----------------------------------
+SURFACES = ("rest", "graphql", "mcp", "cli")
+_ADMIN_ACL = (
+    "acl_grant",
+    "acl_revoke",
+    "acl_show",
+    "acl_explain",
+    "principals_add_member",
+    "principals_remove_member",
+    "principals_show",
+    "principals_load",
+)
+#: Where an operation is deliberately absent, and why. A new operation is on every surface
+#: unless it is named here; an operation put on a surface must leave this table.
+ABSENT: dict[tuple[str, str], str] = {
+    **{("graphql", name): "GraphQL is read-only" for name in ("ingest", "delete", *_ADMIN_ACL)},
+    **{("mcp", name): "MCP tools administer content, not access" for name in _ADMIN_ACL},
+    **{
+        ("cli", name): "a tool for models (DESIGN §6 names the commands)"
+        for name in (
+            "docs_search",
+            "code_sample_search",
+            "search_knowledge",
+            "fetch_content",
+            "get_related",
+            "get_learning_path",
+            "resolve_xref",
+            "graph_facets",
+        )
+    },
+    **{
+        ("mcp", name): "MCP tools go by intent (DESIGN §6): search and fetch_content cover it"
+        for name in ("lexical", "vector", "content", "graph_facets", "stats")
+    },
+    ("rest", "fetch_content"): "the model-sized view of GET /v1/content/{uid}",
+    ("graphql", "fetch_content"): "the model-sized view of the content field",
+    ("cli", "content"): "DESIGN §6 has no content command: content is read over HTTP and MCP",
+    ("cli", "ingest"): "ks ingest loads files and URLs (its own command), not records",
+}
+
+
+def test_every_operation_is_on_every_surface_or_says_why() -> None:
+    missing = {
+        (surface, op.name) for op in OPERATIONS for surface in SURFACES if not getattr(op, surface)
+    }
+    assert missing == set(ABSENT), (
+        f"on no surface and no reason given: {sorted(missing - set(ABSENT))};"
+        f" stale reasons: {sorted(set(ABSENT) - missing)}"
+    )
+    # what the table declares, each surface really serves (REST: the test below)
+    fields = graphql_schema._schema.query_type.fields
+    for op in OPERATIONS:
+        if op.graphql:
+            assert op.graphql in fields, op.name
+        if op.mcp:
+            assert op in ALL_TOOLS[op.mcp].operations, op.name
+        if op.cli:
+            assert _cli_command(op.cli.command) is not None, op.name
+
+
+def test_every_rest_route_of_the_table_is_served(openapi: dict[str, Any]) -> None:
+    for op in OPERATIONS:
+        for rest in op.rest:
+            assert rest.method.lower() in openapi["paths"].get(f"/v1{rest.path}", {}), op.name

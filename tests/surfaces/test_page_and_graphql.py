@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app as cli
 from knowledge_store.surfaces.http import create_app
 from tests.surfaces.serve_estate import ANN, BOB, call
+
+pytestmark = pytest.mark.embedded_only(
+    reason="a surface over the store: the engines agree in tests/conformance"
+)
 
 
 # -- the page -----------------------------------------------------------------------------------------

@@ -28,6 +28,10 @@ from tests.surfaces import limits_corpus
 from tests.surfaces.limits_corpus import Case, encoded, target, verdict
 from tests.surfaces.serve_estate import BOB, ROOT, TOKENS, call
 
+pytestmark = pytest.mark.embedded_only(
+    reason="a surface over the store: the engines agree in tests/conformance"
+)
+
 CHUNK = 64 * 1024
 
 

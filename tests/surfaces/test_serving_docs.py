@@ -47,6 +47,55 @@ def test_python_examples_compile() -> None:
         compile(text, "docs/serving.md", "exec")
 
 
+def _example(marker: str) -> str:
+    found = [b for b in _blocks("python") if marker in b]
+    assert len(found) == 1, marker
+    return found[0]
+
+
+def test_the_python_embedding_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It opens a store, makes the ASGI app and the MCP server, as written."""
+    from mcp.server.lowlevel import Server
+    from starlette.applications import Starlette
+
+    monkeypatch.chdir(tmp_path)
+    names: dict[str, Any] = {}
+    exec(compile(_example("create_mcp_server"), "docs/serving.md", "exec"), names)
+    try:
+        assert isinstance(names["app"], Starlette)
+        assert isinstance(names["server"], Server)
+        assert (tmp_path / ".ks" / "demo").is_dir()
+    finally:
+        names["store"].close()
+
+
+def test_the_python_mcp_client_example_runs_against_a_live_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK client example, pointed at a live server with the docs' token: it prints the
+    context search_knowledge gives ann (a member of group:sre, who reads the lag ticket)."""
+    import anyio
+
+    from knowledge_store.store import KnowledgeStore
+    from knowledge_store.surfaces.http import create_app
+    from tests.surfaces.serve_estate import MEMBERSHIPS, RECORDS, LiveServer
+
+    code = _example("streamable_http_client")
+    token = re.search(r"Bearer (\S+?)\"", code)
+    assert token is not None
+    with KnowledgeStore.open(tmp_path / "store", embedder="hash:64") as store:
+        store.ingest_records(RECORDS)
+        for group, member in MEMBERSHIPS:
+            store.add_member(group, member)
+        with LiveServer(create_app(store, tokens={token.group(1): "user:ann"})) as server:
+            names: dict[str, Any] = {}
+            runnable = code.replace("http://127.0.0.1:8000", server.url)
+            exec(compile(runnable, "docs/serving.md", "exec"), names)
+            anyio.run(names["main"])
+    printed = capsys.readouterr().out
+    assert "Replica lag alert" in printed, printed
+
+
 @pytest.fixture(scope="module")
 def spec(app: Any) -> dict[str, Any]:
     return dict(call(app, "GET", "/openapi.json").json())

@@ -11,12 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
 from knowledge_store.surfaces.mcp import create_mcp_server
 from tests.surfaces.serve_estate import BOB, TOKENS, call
+
+pytestmark = pytest.mark.embedded_only(
+    reason="a surface over the store: the engines agree in tests/conformance"
+)
 
 RECORDS = [
     {

@@ -197,6 +197,10 @@ def _properties() -> dict[str, dict[str, Any]]:
             " is given replaces it."
         ),
         "status": _optional_name("A free status (published, open, closed, …); a filter."),
+        "language": _optional_name(
+            "A code sample's language (python, bash, …); a filter and an aggregate dimension."
+            " The code-sample loader sets it from the fence."
+        ),
         "created_at": _date("When the entity was created; a filter and an aggregate dimension."),
         "updated_at": _date("When it last changed; a filter, an order and a dimension."),
         "href": _nullable(

@@ -485,6 +485,7 @@ def record_to_entity(
         body=body,
         source=_source(reject, obj, source),
         status=_optional_name(reject, obj, "status"),
+        language=_optional_name(reject, obj, "language"),
         created_at=_timestamp(reject, obj, "created_at"),
         updated_at=_timestamp(reject, obj, "updated_at"),
         href=_href(reject, obj),

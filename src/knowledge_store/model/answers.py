@@ -307,6 +307,7 @@ class ContentEntity(Answer):
     body: str
     source: str
     status: str
+    language: str
     created_at: str | None
     updated_at: str | None
     href: str | None

@@ -40,6 +40,7 @@ ENTITY_FIELDS: tuple[str, ...] = (
     "body",
     "source",
     "status",
+    "language",
     "created_at",
     "updated_at",
     "href",
@@ -57,6 +58,7 @@ class Entity:
     body: str
     source: str = ""
     status: str = ""
+    language: str = ""  # a code sample's language ("" when none)
     created_at: str | None = None
     updated_at: str | None = None
     href: str | None = None
@@ -83,6 +85,8 @@ class Entity:
                     (e.label, e.dst, -1 if e.position is None else e.position) for e in self.edges
                 ),
                 "acl": sorted(self.acl),
+                # only when set: the hashes (and content roots) of entities without one stay
+                **({"language": self.language} if self.language else {}),
             },
             sort_keys=True,
             ensure_ascii=False,
@@ -99,6 +103,7 @@ class Entity:
             "body": self.body,
             "source": self.source,
             "status": self.status,
+            **({"language": self.language} if self.language else {}),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "href": self.href,

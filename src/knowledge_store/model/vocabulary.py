@@ -165,6 +165,7 @@ FILTER_FIELDS: tuple[FilterField, ...] = (
     FilterField("source", "keyword", help="origin system"),
     FilterField("status", "keyword", help="status"),
     FilterField("uid", "keyword", dimension=False, help="entity uid"),
+    FilterField("language", "keyword", help="a code sample's language"),
     FilterField("created_at", "date", help="creation date"),
     FilterField("updated_at", "date", help="last update"),
 )

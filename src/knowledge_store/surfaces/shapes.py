@@ -163,12 +163,12 @@ def fetch_content(
     )
     return FetchedContent(
         content_root=content.content_root,
-        **entity.model_dump(exclude={"body"}),
+        **entity.model_dump(exclude={"body", "language"}),
         body=entity.body[: request.max_chars],
         body_truncated=len(entity.body) > request.max_chars,
         body_chars=len(entity.body),
         code=code,
-        language=language,
+        language=entity.language or language,
         edges=content.edges,
         chunks=content.chunks if request.include_chunks else None,
     )

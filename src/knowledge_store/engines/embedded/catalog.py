@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity, Vector
-from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
+from knowledge_store.engines.embedded.schema import ADDED_COLUMNS, SCHEMA, SCHEMA_VERSION
 from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import SQLITE
@@ -83,6 +83,7 @@ class ChunkRow:
     created_at: str | None
     updated_at: str | None
     ordinal: int = 0
+    language: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class PublishOp:
 
 _CHUNK_ROWS = """
 SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
-       e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal
+       e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal, e.language
 FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity
 WHERE c.id IN (SELECT value FROM json_each(:ids))
 """
@@ -117,7 +118,16 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
         created_at=r[12],
         updated_at=r[13],
         ordinal=r[14],
+        language=r[15],
     )
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Add the ``ADDED_COLUMNS`` an older store lacks (a new store gets them from ``SCHEMA``)."""
+    for table, column, declaration in ADDED_COLUMNS:
+        present = {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
+        if present and column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -142,6 +152,7 @@ class Catalog:
         self._pool_lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
         try:
+            _add_columns(self._conn())
             self._conn().executescript(SCHEMA)
             version = self.get_meta("schema_version")
             if version is None:
@@ -340,10 +351,11 @@ class Catalog:
             body=row[3],
             source=row[4],
             status=row[5],
-            created_at=row[6],
-            updated_at=row[7],
-            href=row[8],
-            attributes=json.loads(row[9]),
+            language=row[6],
+            created_at=row[7],
+            updated_at=row[8],
+            href=row[9],
+            attributes=json.loads(row[10]),
             edges=edges,
             acl=acl,
         )
@@ -400,6 +412,7 @@ class Catalog:
                 entity.body,
                 entity.source,
                 entity.status,
+                entity.language,
                 entity.created_at,
                 entity.updated_at,
                 entity.href,
@@ -412,9 +425,9 @@ class Catalog:
             row = conn.execute("SELECT id FROM entities WHERE uid = ?", (entity.uid,)).fetchone()
             if row is None:
                 cur = conn.execute(
-                    "INSERT INTO entities(type, title, body, source, status, created_at,"
-                    " updated_at, href, attributes, acl_set, content_hash, publish, uid)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "INSERT INTO entities(type, title, body, source, status, language,"
+                    " created_at, updated_at, href, attributes, acl_set, content_hash, publish,"
+                    " uid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     values,
                 )
                 entity_row = int(cur.lastrowid or 0)
@@ -422,7 +435,7 @@ class Catalog:
                 entity_row = int(row[0])
                 conn.execute(
                     "UPDATE entities SET type=?, title=?, body=?, source=?, status=?,"
-                    " created_at=?, updated_at=?, href=?, attributes=?, acl_set=?,"
+                    " language=?, created_at=?, updated_at=?, href=?, attributes=?, acl_set=?,"
                     " content_hash=?, publish=? WHERE uid=?",
                     values,
                 )

@@ -60,7 +60,8 @@ __all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", 
 log = logging.getLogger(__name__)
 
 #: Bumped whenever fields or analyzers change; an index of another version is rebuilt.
-SCHEMA_VERSION = 3  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document
+SCHEMA_VERSION = 4  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
+# 4: the language field
 #: The chunk id of the document that records, inside each commit, the publish it holds.
 WATERMARK_ID = -1
 SIDECAR = "ks-lexical.json"
@@ -127,6 +128,7 @@ class LexicalDoc:
     title: str
     heading: tuple[str, ...]
     text: str
+    language: str = ""
 
 
 T = TypeVar("T")

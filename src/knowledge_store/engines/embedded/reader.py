@@ -316,7 +316,7 @@ class EmbeddedReader:
             direction: self._run(*statements.content_edges(SQLITE, self._held, uid, near, far))
             for direction, near, far in EDGE_DIRECTIONS
         }
-        entity = (*row[1:10], json.loads(row[10]))
+        entity = (*row[1:-1], json.loads(row[-1]))  # ENTITY_FIELDS, attributes last
         return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------

@@ -10,6 +10,13 @@ from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 
 SCHEMA_VERSION = 1
 
+#: Columns added after a store may have been made: ``(table, column, declaration)``. Opening
+#: an older store adds them (before ``SCHEMA``, whose indexes name them); older code keeps
+#: working on the store, as each has a default.
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("entities", "language", "TEXT NOT NULL DEFAULT ''"),
+)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -37,6 +44,7 @@ CREATE TABLE IF NOT EXISTS entities (
     body         TEXT NOT NULL,
     source       TEXT NOT NULL,
     status       TEXT NOT NULL,
+    language     TEXT NOT NULL DEFAULT '',
     created_at   TEXT,
     updated_at   TEXT,
     href         TEXT,
@@ -48,6 +56,7 @@ CREATE TABLE IF NOT EXISTS entities (
 CREATE INDEX IF NOT EXISTS entities_by_type       ON entities (type);
 CREATE INDEX IF NOT EXISTS entities_by_source     ON entities (source);
 CREATE INDEX IF NOT EXISTS entities_by_status     ON entities (status);
+CREATE INDEX IF NOT EXISTS entities_by_language   ON entities (language);
 CREATE INDEX IF NOT EXISTS entities_by_created_at ON entities (created_at);
 CREATE INDEX IF NOT EXISTS entities_by_updated_at ON entities (updated_at);
 CREATE INDEX IF NOT EXISTS entities_by_acl_set    ON entities (acl_set);

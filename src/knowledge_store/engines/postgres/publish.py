@@ -129,19 +129,19 @@ WHERE f.field = d.field
 """
 
 _UPSERT_ENTITIES = """
-INSERT INTO entities (uid, type, title, source, status, created_at, updated_at, href,
+INSERT INTO entities (uid, type, title, source, status, language, created_at, updated_at, href,
                       acl_set, content_hash, publish, chunk_count)
-SELECT u.uid, u.type, u.title, u.source, u.status, u.created_at, u.updated_at, u.href,
-       u.acl_set, u.content_hash, %(publish)s, u.chunk_count
+SELECT u.uid, u.type, u.title, u.source, u.status, u.language, u.created_at, u.updated_at,
+       u.href, u.acl_set, u.content_hash, %(publish)s, u.chunk_count
 FROM unnest(%(uid)s::text[], %(type)s::text[], %(title)s::text[],
-            %(source)s::text[], %(status)s::text[], %(created_at)s::text[],
+            %(source)s::text[], %(status)s::text[], %(language)s::text[], %(created_at)s::text[],
             %(updated_at)s::text[], %(href)s::text[],
             %(acl_set)s::bigint[], %(content_hash)s::text[], %(chunk_count)s::integer[])
-     AS u(uid, type, title, source, status, created_at, updated_at, href,
+     AS u(uid, type, title, source, status, language, created_at, updated_at, href,
           acl_set, content_hash, chunk_count)
 ON CONFLICT (uid) DO UPDATE SET
-    type = excluded.type, title = excluded.title,
-    source = excluded.source, status = excluded.status, created_at = excluded.created_at,
+    type = excluded.type, title = excluded.title, source = excluded.source,
+    status = excluded.status, language = excluded.language, created_at = excluded.created_at,
     updated_at = excluded.updated_at, href = excluded.href,
     acl_set = excluded.acl_set, content_hash = excluded.content_hash,
     publish = excluded.publish, chunk_count = excluded.chunk_count
@@ -213,10 +213,11 @@ def load_entity(conn: Connection, uid: str) -> Entity | None:
         body=row[3],
         source=row[4],
         status=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        href=row[8],
-        attributes=row[9],
+        language=row[6],
+        created_at=row[7],
+        updated_at=row[8],
+        href=row[9],
+        attributes=row[10],
         edges=edges,
         acl=acl,
     )
@@ -269,6 +270,7 @@ def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -
         columns["body"].append(e.body)
         columns["source"].append(e.source)
         columns["status"].append(e.status)
+        columns["language"].append(e.language)
         columns["created_at"].append(e.created_at)
         columns["updated_at"].append(e.updated_at)
         columns["href"].append(e.href)

@@ -296,10 +296,17 @@ _V2: tuple[str, ...] = (
 #: Version 3: a row per source (its last ingest) and a crawl's validators per (source, url).
 _V3: tuple[str, ...] = (SOURCES_DDL, CRAWL_PAGES_DDL)
 
+#: Version 4: the ``language`` filter field (a code sample's language).
+_V4: tuple[str, ...] = (
+    "ALTER TABLE entities ADD COLUMN IF NOT EXISTS language text COLLATE \"C\" NOT NULL DEFAULT ''",
+    "CREATE INDEX IF NOT EXISTS entities_by_language ON entities (language)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
     Migration(3, "sources and crawl state", _V3),
+    Migration(4, "the language filter field", _V4),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

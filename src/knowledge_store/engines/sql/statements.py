@@ -145,8 +145,8 @@ def content_entity(d: SqlDialect, held: Sequence[str], uid: str) -> Statement:
     head = _acl(d, held, params)
     join, body, attributes = d.body("e")
     return (
-        head + f"SELECT e.id, e.uid, e.type, e.title, {body}, e.source, e.status, e.created_at,"
-        f" e.updated_at, e.href, {attributes} FROM entities AS e{join}"
+        head + f"SELECT e.id, e.uid, e.type, e.title, {body}, e.source, e.status, e.language,"
+        f" e.created_at, e.updated_at, e.href, {attributes} FROM entities AS e{join}"
         f" WHERE e.uid = {d.param('uid')} AND {d.visible('e', 'probe')}",
         params,
     )
@@ -197,8 +197,8 @@ def load_entity(d: SqlDialect, uid: str) -> tuple[Statement, Statement, Statemen
     p = d.param("uid")
     return (
         (
-            f"SELECT e.uid, e.type, e.title, {body}, e.source, e.status, e.created_at,"
-            f" e.updated_at, e.href, {attributes}, e.acl_set FROM entities AS e{join}"
+            f"SELECT e.uid, e.type, e.title, {body}, e.source, e.status, e.language,"
+            f" e.created_at, e.updated_at, e.href, {attributes}, e.acl_set FROM entities AS e{join}"
             f" WHERE e.uid = {p}",
             {"uid": uid},
         ),

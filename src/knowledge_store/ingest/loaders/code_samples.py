@@ -69,6 +69,7 @@ def code_sample_records(page: Entity) -> list[dict[str, Any]]:
                         "body": lead + fence,
                         "source": page.source,
                         "status": page.status,
+                        "language": language,
                         "created_at": page.created_at,
                         "updated_at": page.updated_at,
                         "href": page.href,
