@@ -131,6 +131,19 @@ def test_a_sync_that_raises_is_reported_and_the_watch_goes_on(
     assert (seen.summary.syncs, seen.summary.failures) == (2, 1)
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal, whatever handler an earlier test left
+    installed (with another one the SIGINT was swallowed and the watch ran on to the suite's
+    time limit)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_stops_the_watch_cleanly(folder: Path) -> None:
     calls: list[list[Path]] = []
 

@@ -432,6 +432,8 @@ ABSENT: dict[tuple[str, str], str] = {
     ("graphql", "fetch_content"): "the model-sized view of the content field",
     ("cli", "content"): "DESIGN §6 has no content command: content is read over HTTP and MCP",
     ("cli", "ingest"): "ks ingest loads files and URLs (its own command), not records",
+    ("mcp", "sources"): "an operator's view (paths, sync figures) taking no arguments: REST,"
+    " GraphQL and ks sources serve it; models read counts through sql aggregate --by source",
 }
 
 
