@@ -31,6 +31,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.model import FUSION_MODES, Filters, Identity
+from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.cli_options import (
     FILTER_PREFIX,
@@ -173,14 +174,12 @@ JsonOpt = Annotated[bool, typer.Option(JSON_FLAG, help="print one JSON object on
 
 
 def _identity(given: str | None) -> Identity:
-    return Identity(given or os.environ.get("KS_AS") or "everyone")
+    return environment.identity(given)
 
 
 @contextmanager
 def _store() -> Iterator[Any]:
-    from knowledge_store.surfaces.serve import open_store
-
-    store = open_store(state.store_location)  # $KS_STORE comes in through --store
+    store = environment.open_store(state.store_location)  # $KS_STORE comes in through --store
     try:
         yield store
     finally:
@@ -358,7 +357,7 @@ def rebuild(
         progress = not as_json and sys.stderr.isatty()
         with _store() as store:
             if reembed:
-                store.reembed(embedder or os.environ.get("KS_EMBEDDER"), progress=progress)
+                store.reembed(embedder or environment.embedder_spec(), progress=progress)
             else:
                 store.rebuild(progress=progress)
             return store.stats()

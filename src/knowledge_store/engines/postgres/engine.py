@@ -12,7 +12,6 @@ are serialised by an advisory lock and never block readers (MVCC).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,11 +62,9 @@ from knowledge_store.model import (
     compose_context,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "split_location"]
 
 DEFAULT_SCHEMA = "ks"
-#: Overrides the lexical ranker (``bm25``, ``ts_rank_cd``, ``pg_search``, ``pg_textsearch``).
-LEXICAL_ENV = "KS_PG_LEXICAL"
 #: ANALYZE after a publish that changed at least this many chunks (fresh planner statistics).
 _ANALYZE_AFTER = 2_000
 _PLAN_CACHE = 256
@@ -119,8 +116,9 @@ class PostgresEngine:
         self.path = url if schema == DEFAULT_SCHEMA else _with_schema(url, schema)
         self.db = Database(url, schema)
         self.features = self._open(migrations)
-        ranker = lexical_ranker or os.environ.get(LEXICAL_ENV) or None
-        self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
+        self.lexical_ranker = (
+            lexical_ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
+        )
         if self.lexical_ranker not in lexical_sql.LEXICAL_RANKERS:
             lexical_sql.lexical_statement(self.lexical_ranker, [EVERYONE], "", 1, Filters())
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
@@ -129,8 +127,11 @@ class PostgresEngine:
         self.chunk_ids = self._chunk_ids()
 
     @classmethod
-    def open(cls, location: str | Path, **kwargs: Any) -> PostgresEngine:
-        """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance).
+    def open(
+        cls, location: str | Path, *, keep_server: bool = False, **kwargs: Any
+    ) -> PostgresEngine:
+        """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance;
+        ``keep_server`` leaves it running after this process exits).
 
         A ``schema=NAME`` query parameter of a URL names the schema the store lives
         in (default ``ks``), so one database can hold several stores.
@@ -142,7 +143,7 @@ class PostgresEngine:
             directory = text[3:]
             if not directory:
                 raise InvalidRequest("pg: needs a directory, e.g. pg:./.ks-pg", store=text)
-            engine = cls(local_server_url(directory), **kwargs)
+            engine = cls(local_server_url(directory, keep_running=keep_server), **kwargs)
         else:
             url, schema = split_location(text)
             if schema is not None:
