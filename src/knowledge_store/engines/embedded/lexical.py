@@ -37,9 +37,8 @@ from typing import Any, TypeVar
 
 import tantivy
 
+from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.analysis import (
-    IDENTIFIER_BOOST,
-    TITLE_BOOST,
     Analyzers,
     QueryTerms,
     bound,
@@ -394,18 +393,22 @@ class LexicalIndex:
         clauses = [
             (tantivy.Occur.Should, query.term_query(self._schema, "body", w)) for w in terms.words
         ]
-        if TITLE_BOOST > 0:
+        if analysis.TITLE_BOOST > 0:  # read at query time: bench/tune_lexical.py varies it
             clauses += [
                 (
                     tantivy.Occur.Should,
-                    query.boost_query(query.term_query(self._schema, "title", w), TITLE_BOOST),
+                    query.boost_query(
+                        query.term_query(self._schema, "title", w), analysis.TITLE_BOOST
+                    ),
                 )
                 for w in terms.words
             ]
         clauses += [
             (
                 tantivy.Occur.Should,
-                query.boost_query(query.term_query(self._schema, "ident", t), IDENTIFIER_BOOST),
+                query.boost_query(
+                    query.term_query(self._schema, "ident", t), analysis.IDENTIFIER_BOOST
+                ),
             )
             for t in terms.idents
         ]
