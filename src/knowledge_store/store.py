@@ -19,9 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.engines.base import Engine
+from knowledge_store.engines.base import Engine, EngineSettings
 from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
-from knowledge_store.ingest.embedding import Embedder, embedder_for, open_embedder, spec_of
+from knowledge_store.ingest.embedding import (
+    Embedder,
+    EmbedderSettings,
+    embedder_for,
+    open_embedder,
+    spec_of,
+)
 from knowledge_store.ingest.pipeline import ingest_entities
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
@@ -122,17 +128,25 @@ def _identity(who: IdentityLike) -> Identity:
     return Identity(who or "everyone")
 
 
-def open_engine(location: str | Path, *, create: bool = True) -> Engine:
+def open_engine(
+    location: str | Path, settings: EngineSettings | None = None, *, create: bool = True
+) -> Engine:
     """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL.
 
     ``create=False`` opens only a store that exists: anything else is ``NotFound``
     ("no store at …"), and nothing is left behind where none was.
     """
     text = str(location)
+    chosen = settings or EngineSettings()
     if text.startswith(("postgresql://", "postgres://", "pg:")):
         from knowledge_store.engines.postgres.engine import PostgresEngine
 
-        return PostgresEngine.open(text, create=create)
+        return PostgresEngine.open(
+            text,
+            create=create,
+            keep_server=chosen.keep_server,
+            lexical_ranker=chosen.lexical_ranker,
+        )
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
 
     return EmbeddedEngine(Path(text), create=create)
@@ -141,9 +155,16 @@ def open_engine(location: str | Path, *, create: bool = True) -> Engine:
 class KnowledgeStore:
     """A knowledge store: ingest an estate, search it under the caller's identity."""
 
-    def __init__(self, engine: Engine, *, embedder: str | Embedder | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        embedder: str | Embedder | None = None,
+        embedder_settings: EmbedderSettings | None = None,
+    ) -> None:
         self.engine = engine
         self._embedder_arg = embedder
+        self._embedder_settings = embedder_settings or EmbedderSettings()
         self._embedder: Embedder | None = embedder if not isinstance(embedder, str | None) else None
 
     @classmethod
@@ -153,17 +174,26 @@ class KnowledgeStore:
         *,
         embedder: str | Embedder | None = None,
         create: bool = True,
+        engine_settings: EngineSettings | None = None,
+        embedder_settings: EmbedderSettings | None = None,
     ) -> KnowledgeStore:
         """Open (or create) the store at ``location`` (default ``./.ks``).
 
         ``embedder``: a spec or an :class:`Embedder`; without one, the store embeds
-        with the model it records, and a new store with the default. (The library
-        reads no environment: ``ks`` maps ``KS_STORE`` and ``KS_EMBEDDER``.)
+        with the model it records, and a new store with the default.
+        ``engine_settings`` / ``embedder_settings``: how the engine opens and how
+        embedders run. (The library reads no environment: ``ks`` and the servers
+        map ``KS_STORE``, ``KS_EMBEDDER``, ``KS_PG_*``, ``KS_ONNX_*`` —
+        :mod:`knowledge_store.surfaces.environment`.)
         ``create=False``: a store that does not exist is ``NotFound`` and is not made
         (what a read does: a mistyped path must not become an empty store).
         """
         where = location or DEFAULT_STORE
-        return cls(open_engine(where, create=create), embedder=embedder)
+        return cls(
+            open_engine(where, engine_settings, create=create),
+            embedder=embedder,
+            embedder_settings=embedder_settings,
+        )
 
     def close(self) -> None:
         self.engine.close()
@@ -191,11 +221,13 @@ class KnowledgeStore:
         recorded = writer.model()
         if self._embedder is None:
             if isinstance(self._embedder_arg, str):
-                self._embedder = open_embedder(self._embedder_arg)
+                self._embedder = open_embedder(self._embedder_arg, self._embedder_settings)
             elif recorded is None:
-                self._embedder = open_embedder()
+                self._embedder = open_embedder(None, self._embedder_settings)
             else:
-                self._embedder = embedder_for(recorded[0], writer.model_spec())
+                self._embedder = embedder_for(
+                    recorded[0], writer.model_spec(), self._embedder_settings
+                )
         if recorded is not None and recorded != (self._embedder.model_id, self._embedder.dimension):
             raise ModelMismatch(
                 f"this store's vectors are {recorded[0]} ({recorded[1]} dimensions), not"
@@ -622,7 +654,11 @@ class KnowledgeStore:
         """
         from knowledge_store.ingest.reembed import reembed_store
 
-        target = embedder if isinstance(embedder, Embedder) else open_embedder(embedder)
+        target = (
+            embedder
+            if isinstance(embedder, Embedder)
+            else open_embedder(embedder, self._embedder_settings)
+        )
         root = reembed_store(self.engine.writer, target, progress=progress)
         self._embedder_arg = self._embedder = target
         return root

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from knowledge_store.engines.embedded.lexical import _epoch
+from knowledge_store.engines.embedded.analysis import epoch
 from knowledge_store.model import (
     TIMESTAMP_FORM,
     Filters,
@@ -59,7 +59,7 @@ def test_every_moment_of_the_years_0001_to_9999_round_trips(moment: datetime) ->
     assert stored_timestamp(stamp) == expected
     assert normalize_timestamp(stamp) == stamp  # idempotent: a stored stamp is its own form
     # the lexical document's date field: seconds since the epoch, exactly
-    assert _epoch(stamp) == int(expected.timestamp())
+    assert epoch(stamp) == int(expected.timestamp())
 
 
 @settings(max_examples=300, deadline=None)

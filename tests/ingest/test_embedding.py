@@ -21,6 +21,7 @@ from knowledge_store.ingest.embedding import (
     DEFAULT_MODEL_ID,
     DEFAULT_SPEC,
     Embedder,
+    EmbedderSettings,
     HashingEmbedder,
     OnnxEmbedder,
     OpenAIEmbedder,
@@ -242,9 +243,10 @@ def server(minilm) -> Iterator[EmbeddingServer]:
     s.close()
 
 
-def test_openai_embedder_against_a_real_endpoint(server, minilm, monkeypatch):
-    monkeypatch.setenv("KS_EMBEDDINGS_API_KEY", "sekret")
-    remote = open_embedder(f"openai:{server.base_url}#text-embedding-minilm")
+def test_openai_embedder_against_a_real_endpoint(server, minilm):
+    remote = open_embedder(
+        f"openai:{server.base_url}#text-embedding-minilm", EmbedderSettings(api_key="sekret")
+    )
     assert isinstance(remote, OpenAIEmbedder)
     assert remote.model_id == "openai:text-embedding-minilm"
     server.requests.clear()

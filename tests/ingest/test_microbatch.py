@@ -122,8 +122,6 @@ def test_it_keeps_the_identity_of_what_it_wraps(embedder):
         batcher.embed_query(3)  # type: ignore[arg-type]
 
 
-def test_the_window_comes_from_the_environment(embedder, monkeypatch):
-    monkeypatch.setenv("KS_EMBED_WINDOW_MS", "4")
-    assert MicroBatchingEmbedder(embedder).window_s == pytest.approx(0.004)
-    monkeypatch.setenv("KS_EMBED_WINDOW_MS", "soon")
+def test_the_window_is_a_parameter(embedder):
+    assert MicroBatchingEmbedder(embedder, window_s=0.004).window_s == pytest.approx(0.004)
     assert MicroBatchingEmbedder(embedder).window_s == pytest.approx(WINDOW_MS / 1000)

@@ -24,6 +24,7 @@ from knowledge_store.ingest.embedders import export
 from knowledge_store.ingest.embedders.onnx import MODEL_IDS, OnnxEmbedder, _providers
 from knowledge_store.ingest.embedding import (
     DEFAULT_MODEL_ID,
+    EmbedderSettings,
     SentenceTransformerEmbedder,
     cache_id_of,
     open_embedder,
@@ -150,8 +151,8 @@ def test_providers_prefer_a_gpu_and_fall_back_to_the_cpu():
 
 @pytest.mark.slow
 def test_export_once_into_a_fresh_cache_even_when_two_ask_at_once(tmp_path, monkeypatch):
-    monkeypatch.setenv("KS_ONNX_CACHE", str(tmp_path / "cache"))
-    target = export.model_file("fp32")
+    cache = tmp_path / "cache"
+    target = export.model_file("fp32", cache=cache)
     assert target.parent.parent == tmp_path / "cache"
     assert target.parent.name.endswith(export.RECIPE)
     found: list[Path] = []
@@ -159,7 +160,7 @@ def test_export_once_into_a_fresh_cache_even_when_two_ask_at_once(tmp_path, monk
 
     def first_use() -> None:
         try:
-            found.append(export.ensure_model("fp32"))
+            found.append(export.ensure_model("fp32", cache))
         except BaseException as exc:
             errors.append(exc)
 
@@ -177,10 +178,10 @@ def test_export_once_into_a_fresh_cache_even_when_two_ask_at_once(tmp_path, monk
     ]  # no temporary file left behind
     # Cached now: no second export (a subprocess would fail here).
     monkeypatch.setattr(export.subprocess, "run", None)
-    assert export.ensure_model("fp32") == target
+    assert export.ensure_model("fp32", cache) == target
     # The digest is memoised: the 90 MB of weights are hashed once per cache.
     assert len(list((tmp_path / "cache" / "digests").iterdir())) == 1
-    same = OnnxEmbedder()
+    same = OnnxEmbedder(settings=EmbedderSettings(onnx_cache=cache))
     assert same.embed_query(TOPIC[0]) @ open_embedder("onnx:fp32").embed_query(TOPIC[0]) > 0.99999
 
 

@@ -87,3 +87,45 @@ def test_every_list_of_a_reader_shares_its_content_root(estate_store: KnowledgeS
             r.query_graph("MATCH (n {uid: $u}) RETURN n.uid", {"u": "ticket:1042"}).content_root,
         }
     assert roots == {estate_store.content_root()}
+
+
+def _hydrations(explained: dict[str, Any]) -> int:
+    """How many times the reader ran the chunk hydration statement."""
+    from knowledge_store.engines.sql import statements
+    from knowledge_store.engines.sql.dialect import POSTGRES, SQLITE
+
+    dialect = POSTGRES if explained["engine"] == "postgres" else SQLITE
+    hydrate = statements.chunk_cards(dialect, [1])[0]
+    return sum(s["runs"] for s in explained["statements"] if s["sql"] == hydrate)
+
+
+def test_a_fused_search_hydrates_once_after_fusion(estate_store: KnowledgeStore) -> None:
+    with estate_store.reader() as r:
+        answer = r.search("vacuum dead tuples", k=3)
+        assert _hydrations(r.explain()) == 1  # the returned results' evidence, not each list
+    assert answer.results and all(len(res.evidence) <= 3 for res in answer.results)
+    assert any(res.evidence for res in answer.results)
+
+
+def test_code_sample_search_hydrates_no_evidence(estate_store: KnowledgeStore) -> None:
+    with estate_store.reader() as r:
+        plain = r.search("vacuum dead tuples", k=3, evidence=0)
+        assert _hydrations(r.explain()) == 0
+    assert plain.results and not any(res.evidence for res in plain.results)
+    estate_store.ingest_records(
+        [
+            {
+                "uid": "sample:vacuum",
+                "type": "codeSample",
+                "title": "VACUUM a table",
+                "body": "```sql\nVACUUM (VERBOSE, ANALYZE) orders;\n```\n",
+                "acl": ["everyone"],
+                "edges": [{"label": "partOf", "to": "guide:vacuum"}],
+            }
+        ]
+    )
+    with estate_store.reader() as r:
+        samples = r.code_sample_search("vacuum orders")
+        assert _hydrations(r.explain()) == 0  # the code comes from the entity itself
+    assert [s.uid for s in samples.results] == ["sample:vacuum"]
+    assert samples.results[0].code == "VACUUM (VERBOSE, ANALYZE) orders;"

@@ -49,6 +49,7 @@ __all__ = [
     "AclAdmin",
     "ChunkRecord",
     "Engine",
+    "EngineSettings",
     "EntityCard",
     "PreparedEntity",
     "Published",
@@ -59,6 +60,22 @@ __all__ = [
 ]
 
 Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How an engine opens, beyond its location — given by the caller, never read from
+    the environment (``ks`` and the servers map ``KS_PG_LEXICAL`` and
+    ``KS_PG_KEEP_RUNNING`` here: :mod:`knowledge_store.surfaces.environment`).
+
+    ``lexical_ranker``: PostgreSQL's BM25 ranker (``bm25``, ``ts_rank_cd``,
+    ``pg_search``, ``pg_textsearch``; None: the best the server has);
+    ``keep_server``: ``pg:DIR`` leaves its local server running after exit.
+    The embedded engine has no setting.
+    """
+
+    lexical_ranker: str | None = None
+    keep_server: bool = False
 
 
 @dataclass(frozen=True)

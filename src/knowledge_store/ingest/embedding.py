@@ -38,6 +38,7 @@ from knowledge_store.ingest.embedders.core import (
     DEFAULT_MODEL_ID,
     DelegatingEmbedder,
     Embedder,
+    EmbedderSettings,
     Vectors,
     WindowedEmbedder,
     cache_id_of,
@@ -55,6 +56,7 @@ __all__ = [
     "EMBEDDER_SPECS",
     "DelegatingEmbedder",
     "Embedder",
+    "EmbedderSettings",
     "HashingEmbedder",
     "MicroBatchingEmbedder",
     "OnnxEmbedder",
@@ -92,13 +94,13 @@ def embedding_key(model_id: str, text: str) -> str:
     return hashlib.sha256(f"{model_id}\0{text}".encode()).hexdigest()
 
 
-_SCHEMES: dict[str, Callable[[str], Embedder]] = {
-    "onnx": OnnxEmbedder.from_spec,
-    "st": SentenceTransformerEmbedder.from_spec,
-    "openai": OpenAIEmbedder.from_spec,
-    "hash": HashingEmbedder.from_spec,
+_SCHEMES: dict[str, Callable[[str, EmbedderSettings], Embedder]] = {
+    "onnx": lambda rest, settings: OnnxEmbedder.from_spec(rest, settings),
+    "st": lambda rest, _: SentenceTransformerEmbedder.from_spec(rest),
+    "openai": lambda rest, settings: OpenAIEmbedder.from_spec(rest, api_key=settings.api_key),
+    "hash": lambda rest, _: HashingEmbedder.from_spec(rest),
 }
-_CACHE: dict[str, Embedder] = {}
+_CACHE: dict[tuple[str, EmbedderSettings], Embedder] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -111,11 +113,13 @@ def _canonical(spec: str | None) -> str:
     return key
 
 
-def open_embedder(spec: str | None = None) -> Embedder:
-    """The embedder named by ``spec``, created once per process (models load on first use)."""
+def open_embedder(spec: str | None = None, settings: EmbedderSettings | None = None) -> Embedder:
+    """The embedder named by ``spec``, created once per process and settings (models load on
+    first use). ``settings``: how it runs (device, threads, model cache, API key)."""
     key = _canonical(spec)
+    settings = settings or EmbedderSettings()
     with _CACHE_LOCK:
-        cached = _CACHE.get(key)
+        cached = _CACHE.get((key, settings))
         if cached is not None:
             return cached
         scheme, sep, rest = key.partition(":")
@@ -126,11 +130,11 @@ def open_embedder(spec: str | None = None) -> Embedder:
                 spec=key,
                 allowed=list(EMBEDDER_SPECS),
             )
-        embedder = factory(rest)  # cheap: models load on first use
+        embedder = factory(rest, settings)  # cheap: models load on first use
         # Two names of one embedder (st:all-MiniLM-L6-v2, st:sentence-transformers/…)
         # share one instance, so the model loads once.
-        embedder = _CACHE.setdefault(spec_of(embedder), embedder)
-        _CACHE[key] = embedder
+        embedder = _CACHE.setdefault((spec_of(embedder), settings), embedder)
+        _CACHE[(key, settings)] = embedder
         return embedder
 
 
@@ -138,7 +142,9 @@ def open_embedder(spec: str | None = None) -> Embedder:
 _FASTEST = {model_id: f"onnx:{quantization}" for quantization, model_id in MODEL_IDS.items()}
 
 
-def embedder_for(model_id: str, spec: str | None) -> Embedder:
+def embedder_for(
+    model_id: str, spec: str | None, settings: EmbedderSettings | None = None
+) -> Embedder:
     """The embedder for a store whose vectors are ``model_id``, built with ``spec``.
 
     The bundled model's vector spaces are read on ONNX, whatever runtime built
@@ -146,5 +152,5 @@ def embedder_for(model_id: str, spec: str | None) -> Embedder:
     """
     fastest = _FASTEST.get(model_id)
     if fastest is not None:
-        return open_embedder(fastest)
-    return open_embedder(spec)
+        return open_embedder(fastest, settings)
+    return open_embedder(spec, settings)

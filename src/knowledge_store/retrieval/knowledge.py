@@ -123,7 +123,8 @@ def code_sample_search(r: StoreReader, request: DocsSearchRequest) -> CodeSample
             field="filters.type",
         )
     filters = {**request.filters.as_mapping(), "type": [CODE_SAMPLE_TYPE]}
-    answer = r.search(request.query, k=request.k, filters=filters)
+    # Each sample's code is read from its entity below: no evidence chunks to hydrate.
+    answer = r.search(request.query, k=request.k, filters=filters, evidence=0)
     samples: list[CodeSample] = []
     for result in answer.results:
         content = r.content(result.uid)

@@ -303,8 +303,12 @@ class StoreReader:
         explain: bool = False,
         retrievers: Sequence[str | Retriever] | None = None,
         after_each: planner.Hook | None = None,
+        evidence: int = planner.EVIDENCE_PER_RESULT,
     ) -> SearchAnswer:
-        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request.
+
+        ``evidence``: chunks hydrated per result (0 for a caller that reads the entities).
+        """
         request = request_of(
             SearchRequest,
             text,
@@ -323,6 +327,7 @@ class StoreReader:
             weights=request.weights,
             explain=request.explain,
             retrievers=retrievers,
+            evidence=evidence,
         )
         return planner.search(self, plan, after_each=after_each)
 

@@ -60,15 +60,21 @@ __all__ = [
 
 #: Chunk hits a chunk retriever asks for per entity candidate. Chunks fold to their
 #: entity, and on the shared eval sets 100 chunk hits folded to only 32–42 entities,
-#: so a list's "top 100" was a top 35: vector Recall@100 0.970 on postgres-docs and
-#: 0.833 on sqlite-git-faq against 0.990 and 0.948 for the same vectors ranked
-#: exhaustively. Four per entity restores it (0.986 and 0.939 through the store;
-#: bench/eval_dense.py, docs/relevance.md) but leaves fused nDCG@10 and Recall@100
-#: as they were. It cost 2.2× the fused search's time while every chunk hit was
-#: hydrated before fusion (bench/bench_fetch_latency.py); since issue 12 the
-#: primitives rank ids and only the returned results are hydrated, so the cost is
-#: the deeper primitive itself. It stays 1 here so that the redesign leaves every
-#: ranking as it was; raising it is a relevance change of its own.
+#: so a list's "top 100" was a top 35. Four per entity restores each list's recall,
+#: but the fused answer — what search returns — does not gain: measured again after
+#: issue 12 made the primitives rank ids and hydrate only what the answer returns
+#: (``bench/eval_overfetch.py``, ``ks eval``'s path, code samples excluded; ×4 − ×1
+#: with the paired bootstrap 95 % interval):
+#:
+#: ==============  =========================  ===========================  ==========================
+#: set             lexical / vector R@100     fused nDCG@10                fused R@100
+#: ==============  =========================  ===========================  ==========================
+#: postgres-docs   +0.011 / +0.016 (both >0)  +0.0016 [−0.0009, +0.0041]  −0.0019 [−0.0055, +0.0012]
+#: sqlite-git-faq  +0.133 / +0.107 (both >0)  −0.0023 [−0.0216, +0.0130]  −0.0071 [−0.0214, +0.0000]
+#: ==============  =========================  ===========================  ==========================
+#:
+#: Fused Recall@100 does not rise on either set (the fused list already draws on both
+#: lists' ~35 entities plus the graph), so it stays 1: a deeper primitive for no gain.
 CHUNKS_PER_ENTITY = 1
 
 Granularity = Literal["chunk", "entity"]

@@ -227,6 +227,8 @@ class Plan:
     #: resolves to its base mode with per-query weights, ``adapted`` says why).
     mode: str = DEFAULT_MODE
     adapted: AdaptiveWeights | None = None
+    #: Evidence chunks hydrated per result (0: the caller reads the entities instead).
+    evidence: int = EVIDENCE_PER_RESULT
 
     @property
     def request(self) -> Request:
@@ -248,6 +250,7 @@ def plan(
     explain: bool = False,
     retrievers: Sequence[str | Retriever] | None = None,
     depth: int = DEFAULT_DEPTH,
+    evidence: int = EVIDENCE_PER_RESULT,
 ) -> Plan:
     """Validate and choose: the retrievers, the fusion and its weights (each list named)."""
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= GRAPH_MAX_DEPTH:
@@ -272,7 +275,9 @@ def plan(
     query = text if text is not None and text.strip() else None
     requested = Fusion.of(fusion.mode, weights)
     chosen, adapted = requested.for_query(query)
-    return Plan(query, filters, k, chosen, configured, depth, explain, requested.mode, adapted)
+    return Plan(
+        query, filters, k, chosen, configured, depth, explain, requested.mode, adapted, evidence
+    )
 
 
 # -- run ------------------------------------------------------------------------------------------------
@@ -352,7 +357,7 @@ def _successors(reader: StoreReader, uids: Sequence[str], filters: Filters) -> d
 
 
 # -- answer --------------------------------------------------------------------------------------------
-def _evidence(rankings: Mapping[str, Ranking]) -> dict[str, list[int]]:
+def _evidence(rankings: Mapping[str, Ranking], per_result: int) -> dict[str, list[int]]:
     """uid → its best chunk ids across the chunk lists (Σ 1/(60 + chunk rank)), best first."""
     best: dict[int, tuple[float, str]] = {}
     for ranking in rankings.values():
@@ -367,7 +372,7 @@ def _evidence(rankings: Mapping[str, Ranking]) -> dict[str, list[int]]:
     for chunk_id, (score, uid) in best.items():
         grouped.setdefault(uid, []).append((score, chunk_id))
     return {
-        uid: [c for _, c in sorted(items, key=lambda t: (-t[0], t[1]))][:EVIDENCE_PER_RESULT]
+        uid: [c for _, c in sorted(items, key=lambda t: (-t[0], t[1]))][:per_result]
         for uid, items in grouped.items()
     }
 
@@ -380,7 +385,7 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
         for c in ranking.candidates:
             if c.card is not None:
                 cards.setdefault(c.uid, c.card)
-    evidence = _evidence(r.rankings)
+    evidence = _evidence(r.rankings, p.evidence)
     similarity = _best_scores(r.rankings.get("vector"))
     window = r.ordered[: p.k]
     wanted = [cid for uid, _ in window for cid in evidence.get(uid, ())]

@@ -31,6 +31,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.model import FUSION_MODES, Filters, Identity
+from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.cli_options import (
     FILTER_PREFIX,
@@ -175,17 +176,15 @@ JsonOpt = Annotated[bool, typer.Option(JSON_FLAG, help="print one JSON object on
 
 
 def _identity(given: str | None) -> Identity:
-    return Identity(given or os.environ.get("KS_AS") or "everyone")
+    return environment.identity(given)
 
 
 @contextmanager
 def _store(*, create: bool = False) -> Iterator[Any]:
     """The store of ``--store``. Only a writing command passes ``create``: a read on a
     path that holds no store is ``not_found`` and leaves nothing there."""
-    from knowledge_store.surfaces.serve import open_store
-
     # $KS_STORE comes in through --store
-    store = open_store(state.store_location, create=create)
+    store = environment.open_store(state.store_location, create=create)
     try:
         yield store
     finally:
@@ -406,7 +405,7 @@ def rebuild(
         progress = not as_json and sys.stderr.isatty()
         with _store() as store:
             if reembed:
-                store.reembed(embedder or os.environ.get("KS_EMBEDDER"), progress=progress)
+                store.reembed(embedder or environment.embedder_spec(), progress=progress)
             else:
                 store.rebuild(progress=progress)
             return store.stats()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import re
 import socket
 import sys
@@ -23,6 +22,8 @@ from typing import Any
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces import environment
+from knowledge_store.surfaces.environment import EMBEDDER_ENV
 
 __all__ = [
     "EMBEDDER_ENV",
@@ -35,17 +36,12 @@ __all__ = [
     "uvicorn_config",
 ]
 
-#: The embedder spec every ``ks`` command (and the servers) open the store with.
-EMBEDDER_ENV = "KS_EMBEDDER"
-
 
 def open_store(location: str | Path | None, *, create: bool = True) -> KnowledgeStore:
-    """The store at ``location`` with ``$KS_EMBEDDER``'s embedder, if set (the library
-    reads no environment; the command line and the servers map it). ``create=False``:
-    only a store that exists (``NotFound`` else)."""
-    return KnowledgeStore.open(
-        location, embedder=os.environ.get(EMBEDDER_ENV) or None, create=create
-    )
+    """The store at ``location`` with the settings the environment names (``$KS_EMBEDDER``,
+    ``$KS_PG_*``, ``$KS_ONNX_*``: the library reads no environment; :mod:`.environment`).
+    ``create=False``: only a store that exists (``NotFound`` else)."""
+    return environment.open_store(location, create=create)
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -93,7 +89,7 @@ def serve(
     if mcp_stdio:
         if tokens is not None or anonymous:
             raise InvalidRequest("--tokens and --anonymous are for HTTP; over stdio use --as")
-        _serve_stdio(location, identity or os.environ.get("KS_AS") or "everyone")
+        _serve_stdio(location, environment.identity(identity).principal)
         return
     if identity is not None:
         raise InvalidRequest(
@@ -167,7 +163,7 @@ def _serve_http(location: str | Path | None, host: str, sock: socket.socket, tab
     from knowledge_store.surfaces.workers import with_embedding_slots
 
     with open_store(location) as opened:
-        store = with_embedding_slots(opened)
+        store = with_embedding_slots(opened, window_s=environment.embed_window_s())
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
         app = create_app(store, tokens=table, allowed_hosts=allowed)

@@ -127,11 +127,13 @@ class SlotEmbedder(DelegatingEmbedder):
             return self.inner.embed_query(text)
 
 
-def with_embedding_slots(store: KnowledgeStore, slots: int = EMBED_SLOTS) -> KnowledgeStore:
+def with_embedding_slots(
+    store: KnowledgeStore, slots: int = EMBED_SLOTS, *, window_s: float | None = None
+) -> KnowledgeStore:
     """The same store (same engine) whose query embeddings take a slot; loads the model now.
 
-    Concurrent query embeddings are batched (:class:`MicroBatchingEmbedder`,
-    ``$KS_EMBED_WINDOW_MS``) and each batch takes one slot.
+    Concurrent query embeddings are batched (:class:`MicroBatchingEmbedder`, within
+    ``window_s``: ``ks serve`` passes ``$KS_EMBED_WINDOW_MS``) and each batch takes one slot.
     """
-    batched = MicroBatchingEmbedder(SlotEmbedder(store.embedder, slots))
+    batched = MicroBatchingEmbedder(SlotEmbedder(store.embedder, slots), window_s=window_s)
     return KnowledgeStore(store.engine, embedder=batched)

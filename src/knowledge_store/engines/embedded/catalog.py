@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import sqlite3
-import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity, Vector
+from knowledge_store.engines.embedded.db import Database
 from knowledge_store.engines.embedded.schema import ADDED_COLUMNS, SCHEMA, SCHEMA_VERSION
 from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
 from knowledge_store.engines.sql import statements
@@ -53,8 +52,6 @@ log = logging.getLogger(__name__)
 _STAMPS_REPAIRED = "timestamps_four_digit"
 _STAMP_GLOB = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]Z"
 _CHUNK_BATCH = 900  # below SQLite's default host-parameter limit
-#: Reader connections kept open for reuse (each keeps its prepared statements).
-_POOL = 8
 
 
 def _repaired(stamp: str | None) -> str | None:
@@ -130,27 +127,12 @@ def _add_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), WAL, foreign keys on."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute("PRAGMA busy_timeout=30000")
-    conn.execute("PRAGMA cache_size=-8192")  # per connection: a server holds many
-    return conn
-
-
 class Catalog:
-    """SQLite in WAL mode: one connection per writing thread, a pool for readers."""
+    """The catalog's statements, on SQLite in WAL mode (connections: :class:`Database`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._local = threading.local()
-        self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
-        self._pooled = 0
-        self._pool_lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
+        self.db = Database(path)
         try:
             _add_columns(self._conn())
             self._conn().executescript(SCHEMA)
@@ -165,70 +147,27 @@ class Catalog:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the catalog {path}: {exc}") from exc
 
-    # -- connections and transactions -----------------------------------------
+    # -- connections and transactions (engines/embedded/db.py) ---------------------------
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = connect(self.path)
-            self._local.conn = conn
-            with self._pool_lock:
-                self._all.append(conn)
-        return conn
+        return self.db.conn()
 
-    @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> AbstractContextManager[sqlite3.Connection]:
         """One consistent snapshot for the whole block (nested blocks share it)."""
-        conn = self._conn()
-        if conn.in_transaction:
-            yield conn
-            return
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        return self.db.read()
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> AbstractContextManager[sqlite3.Connection]:
         """One atomic write transaction; rolled back on any error."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        else:
-            conn.execute("COMMIT")
+        return self.db.write()
 
     def borrow(self) -> sqlite3.Connection:
         """A connection for one reader, for as long as it lives (give it back with :meth:`give`)."""
-        try:
-            return self._pool.get_nowait()
-        except queue.Empty:
-            conn = connect(self.path)
-            with self._pool_lock:
-                self._all.append(conn)
-            return conn
+        return self.db.borrow()
 
     def give(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("COMMIT")
-        with self._pool_lock:
-            if self._pool.qsize() < _POOL:
-                self._pool.put(conn)
-                return
-            self._all.remove(conn)
-        conn.close()
+        self.db.give(conn)
 
     def close(self) -> None:
-        with self._pool_lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
-        self._pool = queue.SimpleQueue()
+        self.db.close()
 
     # -- meta ---------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

@@ -14,11 +14,7 @@ crash after it leaves the HNSW file behind, which the next open catches up.
 
 **A reader** (:meth:`EmbeddedEngine.reader`) opens a catalog read transaction
 — publish ``P`` — and pins the Tantivy searcher and the dense generation of
-exactly ``P``: a view is kept per publish and made again only when the
-catalog moves on. Derived indexes behind ``P`` are caught up first (another
-process published; or a writer died); ahead of ``P`` (a publish landed in
-between), the transaction is reopened. A bounded number of tries, then a
-clear ``StoreError``.
+exactly ``P`` (:mod:`.views`).
 
 **A derived index that fails** never blocks the catalog (the truth): a publish
 whose index update fails commits its catalog transaction anyway, the index stays
@@ -33,14 +29,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from rich.progress import Progress
@@ -48,10 +39,11 @@ from rich.progress import Progress
 from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.embedded.admin import EmbeddedAdmin
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
-from knowledge_store.engines.embedded.dense import DenseIndex, Generation, file_watermark
+from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
-from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, Pinned
+from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
 from knowledge_store.engines.embedded.reader import EmbeddedReader
+from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import check_prepared, check_vectors, no_store
 from knowledge_store.engines.sql.dialect import SQLITE
@@ -65,7 +57,7 @@ from knowledge_store.engines.sql.sources import (
     write_crawl_pages,
 )
 from knowledge_store.errors import ModelMismatch, NotFound, StoreError
-from knowledge_store.model import Entity, Filters, Identity, SourceSummary, StoreStats
+from knowledge_store.model import Entity, Identity, SourceSummary, StoreStats
 
 __all__ = ["EmbeddedEngine"]
 
@@ -73,31 +65,6 @@ log = logging.getLogger(__name__)
 
 _DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
-#: How long a reader waits for the derived indexes to reach its snapshot (another
-#: process between its index commit and its catalog commit), in tries × backoff.
-_VIEW_TRIES = 60
-#: Dense pre-filter selections kept (one per publish, held principals and FILTERS).
-_ALLOWED_CACHE = 64
-
-
-@dataclass(frozen=True)
-class View:
-    """The derived indexes at one publish: what every reader of that publish pins."""
-
-    publish: int
-    lexical: Pinned
-    dense: Generation | None
-    #: Why an index could not reach ``publish`` (its primitive refuses; the catalog answers).
-    lexical_error: str | None = None
-    dense_error: str | None = None
-
-
-def behind(message: str) -> str:
-    """The error of a primitive whose derived index is behind the catalog."""
-    return (
-        f"{message}. The derived indexes are behind the catalog: sql, aggregate, graph,"
-        " query_graph and content still answer; `ks rebuild` rebuilds them"
-    )
 
 
 def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
@@ -129,10 +96,7 @@ class EmbeddedEngine:
         self._write_lock = WriteLock(self.path)
         self.lexical_index = self._open_lexical()
         self._dense: DenseIndex | None = None
-        self._allowed: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
-        self._allowed_lock = threading.Lock()
-        self._view: View | None = None
-        self._view_lock = threading.Lock()
+        self.views = Views(self)
         self._admin = EmbeddedAdmin(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
@@ -288,87 +252,7 @@ class EmbeddedEngine:
 
     def _open_snapshot(self, conn: sqlite3.Connection) -> tuple[int, str, View]:
         """Begin a read transaction on ``conn`` whose publish the derived indexes are at."""
-        for attempt in range(_VIEW_TRIES):
-            try:
-                conn.execute("BEGIN")
-                publish, root = self.catalog.latest_publish(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot read the catalog {self.catalog.path}: {exc}") from exc
-            view = self._view
-            if view is None or view.publish != publish:
-                view = self._view_at(publish)
-            if view is not None:
-                return publish, root, view
-            conn.execute("COMMIT")
-            time.sleep(min(0.001 * 2**attempt, 0.05))
-        raise StoreError(
-            f"the derived indexes of {self.path} did not reach publish {publish} in time"
-            " (a writer may be stuck); try again, or run `ks rebuild` if it lasts"
-        )
-
-    def _view_at(self, publish: int) -> View | None:
-        """The indexes pinned at ``publish``, caught up if behind; None if one is ahead."""
-        with self._view_lock:
-            if self._view is not None and self._view.publish == publish:
-                return self._view
-            lexical = self.lexical_index.pin()
-            if lexical.watermark != publish:
-                self.lexical_index.reload()
-                lexical = self.lexical_index.pin()
-            lexical_error = dense_error = None
-            if lexical.watermark != publish:
-                # Behind: another process published, a writer died, or its index update
-                # failed. Ahead with nobody writing: a writer died between its index
-                # commit and its catalog commit (``_catch_up`` rebuilds the index).
-                with self._writer(wait=False) as acquired:
-                    if acquired:
-                        try:
-                            self._catch_up(persist=False)
-                        except StoreError as exc:
-                            self._derived_failed(exc)
-                            lexical_error = behind(exc.message)
-                        lexical = self.lexical_index.pin()
-            dense = self.dense
-            if dense is not None and dense.watermark < publish:
-                dense.reload_if_newer()
-                if dense.watermark < publish:  # in memory only: the writing process saves
-                    try:
-                        with self.catalog.read() as conn:
-                            self._apply_dense(conn, dense, dense.watermark, publish)
-                    except StoreError as exc:
-                        self._derived_failed(exc)
-                        dense_error = behind(exc.message)
-            generation = None if dense is None else dense.generation()
-            if lexical.watermark != publish and lexical_error is None:
-                return None
-            if generation is not None and generation.watermark != publish and dense_error is None:
-                return None
-            if lexical.watermark == publish:
-                lexical_error = None
-            view = View(publish, lexical, generation, lexical_error, dense_error)
-            if self._view is None or self._view.publish < publish:
-                self._view = view
-            return view
-
-    def visible_chunks(self, reader: EmbeddedReader, filters: Filters) -> np.ndarray | None:
-        """Visible chunk ids for the dense pre-filter (None: everything is visible).
-
-        Cached per (publish, held principals, filters): entity ACLs change only
-        by a publish, and the held principals are the reader's own expansion, so
-        a membership change or a revocation gets a new key at once.
-        """
-        key = (reader.publish, reader.held, filters)
-        with self._allowed_lock:
-            if key in self._allowed:
-                self._allowed.move_to_end(key)
-                return self._allowed[key]
-        ids = reader.visible_chunk_ids(filters)
-        allowed = None if len(ids) == reader.count_chunks() else ids
-        with self._allowed_lock:
-            self._allowed[key] = allowed
-            while len(self._allowed) > _ALLOWED_CACHE:
-                self._allowed.popitem(last=False)
-        return allowed
+        return self.views.open_snapshot(conn)
 
     # -- model and content ----------------------------------------------------------------------
     def model(self) -> tuple[str, int] | None:
@@ -632,10 +516,7 @@ class EmbeddedEngine:
             self.lexical_index.commit(latest)
             if dense is not None:
                 dense.save(latest)
-            with self._view_lock:
-                self._view = None
-            with self._allowed_lock:
-                self._allowed.clear()
+            self.views.reset()
             self.derived_error = None
 
     def close(self) -> None:

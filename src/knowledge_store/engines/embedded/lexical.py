@@ -6,22 +6,7 @@ with a watermark (the publish id) committed after the Tantivy commit. The
 catalog decides permissions; this index only applies the principals and the
 filters it is given, *inside* the query, before ranking.
 
-Fields of a chunk document:
-
-==============  =========================================  ==========================
-field           what                                       how
-==============  =========================================  ==========================
-chunk_id        the catalog's chunk row id                 i64, indexed, fast, stored
-uid             the entity uid                             raw string, stored
-acl             the principals of the entity's ACL set     raw strings, one per principal
-type/source/    entity fields for filters                  raw strings
-status
-created_at/     entity dates, seconds since the epoch      i64, indexed, fast
-updated_at
-body            title + heading path + text                English: words, stop words, stems
-title           the entity title                           English analyzer (boosted)
-ident           title + heading path + text                identifiers kept whole, lowercased
-==============  =========================================  ==========================
+Fields, analyzers and query terms: :mod:`.analysis`.
 
 A query is a disjunction of term queries (BM25, k1=1.2, b=0.75): every word on
 ``body`` and ``title``, and every token that is not a plain word (``pg_hba.conf``,
@@ -52,8 +37,16 @@ from typing import Any, TypeVar
 
 import tantivy
 
+from knowledge_store.engines.embedded import analysis
+from knowledge_store.engines.embedded.analysis import (
+    Analyzers,
+    QueryTerms,
+    bound,
+    epoch,
+    schema,
+)
 from knowledge_store.errors import StoreError
-from knowledge_store.model import FILTER_FIELDS, Filters, compose_context, stored_timestamp
+from knowledge_store.model import FILTER_FIELDS, Filters, compose_context
 
 __all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", "QueryTerms"]
 
@@ -65,32 +58,6 @@ SCHEMA_VERSION = 4  # 2: the ACL as principals, not an ACL-set id; 3: the waterm
 #: The chunk id of the document that records, inside each commit, the publish it holds.
 WATERMARK_ID = -1
 SIDECAR = "ks-lexical.json"
-
-# Analyzer and scoring choices, measured with bench/tune_lexical.py on postgres-docs
-# (1500 queries, page-level nDCG@10; bm25s baseline 0.740): 0.801 with these; 0.789
-# without the identifier field; 0.796 with every token on it; 0.776 with title boost
-# 1.0; 0.790 without the title field. Without stop words 0.803 (SQL keywords such as
-# IS, NOT, INTO count in that corpus) — within noise, so the stop list stays: a smaller
-# index, shorter posting lists, and a stop-word-only query finds nothing.
-USE_STOPWORDS = True
-#: Boost of the identifier field (0 leaves it out of the query).
-IDENTIFIER_BOOST = 1.0
-#: Boost of the title field (0 leaves it out of the query): a light touch; every
-#: chunk repeats its page title, so a heavy boost drowns the body.
-TITLE_BOOST = 0.25
-#: Query the identifier field only with tokens that are not plain words
-#: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
-IDENTIFIER_ONLY_CODES = True
-
-#: Words: runs of letters, digits and ``_`` (so ``pg_stat_activity`` stays one word).
-_WORD_PATTERN = r"\w+"
-#: Identifiers as written: a run of word characters and inner punctuation
-#: (``pg_hba.conf``, ``ERR-1042``, ``$libdir``, ``c++``), with surrounding
-#: punctuation stripped.
-_IDENT_PATTERN = r"[\w$](?:[\w$.\-/:+#@]*[\w$+#])?"
-_MAX_TOKEN = 64
-#: At most this many distinct query terms per field (a 10k-character query stays cheap).
-_MAX_QUERY_TERMS = 256
 
 #: Up to this many held principals the ACL clause is a union of term queries, above
 #: it a term set. At 100k chunks, 50 % visible, p50 of the filtered query: 8 held
@@ -141,100 +108,6 @@ def _translate(action: str, call: Callable[[], T]) -> T:
         raise StoreError(f"lexical index: {action} failed: {exc}", action=action) from exc
 
 
-def _epoch(stamp: str) -> int | None:
-    """A stored ``YYYY-MM-DDTHH:MM:SSZ`` → seconds since the epoch (negative before 1970).
-
-    Total over what a catalog may hold: a stamp that can't be read (none can be
-    written since validation normalises every date) gives None — the document is
-    indexed without that date rather than not at all.
-    """
-    moment = stored_timestamp(stamp)
-    if moment is None:
-        log.warning("lexical index: the date %r can't be read; indexed without it", stamp)
-        return None
-    return int(moment.timestamp())
-
-
-def _bound(stamp: str) -> int:
-    """A FILTERS date (normalised by ``Filters.build``) as a range bound."""
-    seconds = _epoch(stamp)
-    if seconds is None:
-        raise StoreError(f"lexical index: the filter date {stamp!r} is not normalised")
-    return seconds
-
-
-def _word_analyzer() -> tantivy.TextAnalyzer:
-    builder = (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_WORD_PATTERN))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
-    )
-    if USE_STOPWORDS:
-        builder = builder.filter(tantivy.Filter.stopword("english"))
-    return builder.filter(tantivy.Filter.stemmer("english")).build()
-
-
-def _ident_analyzer() -> tantivy.TextAnalyzer:
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_IDENT_PATTERN))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
-        .build()
-    )
-
-
-@dataclass(frozen=True)
-class QueryTerms:
-    """A query text as the index matches it: ``words`` on body and title, ``idents`` on ident."""
-
-    words: tuple[str, ...]  # lowercased, stop words out, stemmed
-    idents: tuple[str, ...]  # identifiers as written, lowercased, that are not plain words
-
-
-class Analyzers:
-    """The index's two analyzers, and a query's terms under them.
-
-    One definition for the index and for anything that must agree with it (the
-    search page highlights the tokens a query's terms match).
-    """
-
-    def __init__(self) -> None:
-        self.words = _word_analyzer()
-        self.ident = _ident_analyzer()
-
-    def query_terms(self, text: str) -> QueryTerms:
-        words = _unique(self.words.analyze(text))
-        idents: list[str] = []
-        if IDENTIFIER_BOOST > 0:
-            # Stop words are never identifiers: "a" or "the" must not match everything.
-            idents = [t for t in _unique(self.ident.analyze(text)) if self.words.analyze(t)]
-            if IDENTIFIER_ONLY_CODES:
-                idents = [t for t in idents if not t.isalpha()]
-        return QueryTerms(tuple(words), tuple(idents))
-
-
-def _schema() -> tantivy.Schema:
-    builder = tantivy.SchemaBuilder()
-    builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
-    builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_text_field("acl", tokenizer_name="raw", index_option="basic")
-    for field in FILTER_FIELDS:
-        if field.name == "uid":  # the stored key of a hit, above
-            continue
-        if field.kind == "keyword":
-            builder.add_text_field(field.name, tokenizer_name="raw", index_option="basic")
-        else:
-            builder.add_integer_field(field.name, indexed=True, fast=True)
-    builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
-    builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
-    builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
-    return builder.build()
-
-
-def _unique(tokens: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(tokens))[:_MAX_QUERY_TERMS]
-
-
 class LexicalIndex:
     """BM25 over chunk documents in one Tantivy directory, with a watermark sidecar.
 
@@ -247,7 +120,7 @@ class LexicalIndex:
         self._path = Path(path)
         self._lock = threading.RLock()
         self._writer: tantivy.IndexWriter | None = None
-        self._schema = _schema()
+        self._schema = schema()
         self._analyzers = Analyzers()
         self._watermark = 0
         self._pinned: Pinned | None = None
@@ -419,7 +292,7 @@ class LexicalIndex:
             value = getattr(doc, field.name)
             if field.kind == "keyword":
                 out.add_text(field.name, value)
-            elif value and (seconds := _epoch(value)) is not None:
+            elif value and (seconds := epoch(value)) is not None:
                 out.add_integer(field.name, seconds)
         full = compose_context(doc.title, doc.heading, doc.text)
         out.add_text("body", full)
@@ -522,18 +395,22 @@ class LexicalIndex:
         clauses = [
             (tantivy.Occur.Should, query.term_query(self._schema, "body", w)) for w in terms.words
         ]
-        if TITLE_BOOST > 0:
+        if analysis.TITLE_BOOST > 0:  # read at query time: bench/tune_lexical.py varies it
             clauses += [
                 (
                     tantivy.Occur.Should,
-                    query.boost_query(query.term_query(self._schema, "title", w), TITLE_BOOST),
+                    query.boost_query(
+                        query.term_query(self._schema, "title", w), analysis.TITLE_BOOST
+                    ),
                 )
                 for w in terms.words
             ]
         clauses += [
             (
                 tantivy.Occur.Should,
-                query.boost_query(query.term_query(self._schema, "ident", t), IDENTIFIER_BOOST),
+                query.boost_query(
+                    query.term_query(self._schema, "ident", t), analysis.IDENTIFIER_BOOST
+                ),
             )
             for t in terms.idents
         ]
@@ -568,8 +445,8 @@ class LexicalIndex:
                     self._schema,
                     field.name,
                     tantivy.FieldType.Integer,
-                    lower_bound=None if lo is None else _bound(lo),
-                    upper_bound=None if hi is None else _bound(hi),
+                    lower_bound=None if lo is None else bound(lo),
+                    upper_bound=None if hi is None else bound(hi),
                 )
                 clauses.append((must, const(bounds)))
                 continue

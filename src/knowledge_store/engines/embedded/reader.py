@@ -52,7 +52,8 @@ from knowledge_store.model import (
 )
 
 if TYPE_CHECKING:
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine, View
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+    from knowledge_store.engines.embedded.views import View
 
 __all__ = ["EmbeddedReader"]
 
@@ -215,7 +216,7 @@ class EmbeddedReader:
                 f" {model[0] if model else '?'} has {dense.owner.dimension}",
             )
         started = time.perf_counter()
-        allowed = self._engine.visible_chunks(self, filters)
+        allowed = self._engine.views.visible_chunks(self, filters)
         t_acl = time.perf_counter()
         ids, scores, info = dense.search(vector, k + _SLACK, allowed=allowed)
         details: dict[str, Any] = {

@@ -12,7 +12,6 @@ are serialised by an advisory lock and never block readers (MVCC).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -75,11 +74,9 @@ from knowledge_store.model import (
     compose_context,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "LEXICAL_ENV", "PostgresEngine", "split_location"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "split_location"]
 
 DEFAULT_SCHEMA = "ks"
-#: Overrides the lexical ranker (``bm25``, ``ts_rank_cd``, ``pg_search``, ``pg_textsearch``).
-LEXICAL_ENV = "KS_PG_LEXICAL"
 #: ANALYZE after a publish that changed at least this many chunks (fresh planner statistics).
 _ANALYZE_AFTER = 2_000
 _PLAN_CACHE = 256
@@ -134,8 +131,9 @@ class PostgresEngine:
         if not create and not self._exists():
             raise no_store(_redacted(self.path))
         self.features = self._open(migrations)
-        ranker = lexical_ranker or os.environ.get(LEXICAL_ENV) or None
-        self.lexical_ranker = ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
+        self.lexical_ranker = (
+            lexical_ranker or self.features.bm25_extension or lexical_sql.DEFAULT_RANKER
+        )
         if self.lexical_ranker not in lexical_sql.LEXICAL_RANKERS:
             lexical_sql.lexical_statement(self.lexical_ranker, [EVERYONE], "", 1, Filters())
         self._plans: OrderedDict[tuple[Any, ...], tuple[int, int]] = OrderedDict()
@@ -144,8 +142,16 @@ class PostgresEngine:
         self.chunk_ids = self._chunk_ids()
 
     @classmethod
-    def open(cls, location: str | Path, *, create: bool = True, **kwargs: Any) -> PostgresEngine:
-        """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance).
+    def open(
+        cls,
+        location: str | Path,
+        *,
+        create: bool = True,
+        keep_server: bool = False,
+        **kwargs: Any,
+    ) -> PostgresEngine:
+        """``postgresql://…`` / ``postgres://…``, or ``pg:DIR`` (a local pgserver instance;
+        ``keep_server`` leaves it running after this process exits).
 
         A ``schema=NAME`` query parameter of a URL names the schema the store lives
         in (default ``ks``), so one database can hold several stores. ``create=False``:
@@ -161,7 +167,9 @@ class PostgresEngine:
             if not create and not (Path(directory).expanduser() / "pgdata").is_dir():
                 raise no_store(text)
             try:
-                engine = cls(local_server_url(directory), create=create, **kwargs)
+                engine = cls(
+                    local_server_url(directory, keep_running=keep_server), create=create, **kwargs
+                )
             except NotFound as exc:
                 raise no_store(text) from exc
         else:

@@ -4,25 +4,22 @@ The data directory is ``DIR/pgdata``; the server listens on a Unix socket only.
 Lifetime: pgserver counts the processes that use the directory; the **last
 one to exit stops the server** (``pg_ctl stop``, a clean shutdown), so a
 ``ks --store pg:DIR …`` command leaves nothing running, a ``ks serve`` keeps it
-up while it serves, and concurrent commands share one server. Set
-``KS_PG_KEEP_RUNNING=1`` to leave it running after exit (the next command
-then connects in milliseconds instead of starting it, ~1 s).
+up while it serves, and concurrent commands share one server. ``keep_running``
+leaves it running after exit (``ks`` sets it from ``KS_PG_KEEP_RUNNING=1``; the
+next command then connects in milliseconds instead of starting it, ~1 s).
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
 from knowledge_store.errors import StoreError
 
-__all__ = ["KEEP_RUNNING_ENV", "local_server_url"]
-
-KEEP_RUNNING_ENV = "KS_PG_KEEP_RUNNING"
+__all__ = ["local_server_url"]
 
 
-def local_server_url(directory: str | Path) -> str:
+def local_server_url(directory: str | Path, *, keep_running: bool = False) -> str:
     """Start (or reuse) the local server of ``directory``; its connection URL."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR at import
@@ -36,10 +33,9 @@ def local_server_url(directory: str | Path) -> str:
     root = Path(directory).expanduser().resolve()
     try:
         root.mkdir(parents=True, exist_ok=True)
-        keep = os.environ.get(KEEP_RUNNING_ENV, "") not in ("", "0")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            server = get_server(root / "pgdata", cleanup_mode=None if keep else "stop")
+            server = get_server(root / "pgdata", cleanup_mode=None if keep_running else "stop")
         return str(server.get_uri())
     except Exception as exc:  # pgserver raises bare subprocess/OS errors
         raise StoreError(

@@ -13,7 +13,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +29,10 @@ __all__ = [
     "DEFAULT_DIMENSION",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_MODEL_ID",
+    "DEVICES",
     "DelegatingEmbedder",
     "Embedder",
+    "EmbedderSettings",
     "Vectors",
     "WindowedEmbedder",
     "cache_id_of",
@@ -49,6 +53,40 @@ DEFAULT_DIMENSION = 384
 #: sentence-transformers' ``max_seq_length`` for this model (sentence_bert_config.json);
 #: its tokenizer.json says 128, which sentence-transformers overrides.
 DEFAULT_MAX_TOKENS = 256
+#: Where the ONNX embedder runs: CUDA when onnxruntime has it (``auto``), or as named.
+DEVICES = ("auto", "cpu", "gpu")
+Device = Literal["auto", "cpu", "gpu"]
+
+
+@dataclass(frozen=True)
+class EmbedderSettings:
+    """How embedders run, beyond their spec — given by the caller, never read from the
+    environment (``ks`` and the servers map ``KS_ONNX_*`` and ``KS_EMBEDDINGS_API_KEY``
+    here: :mod:`knowledge_store.surfaces.environment`).
+
+    ``device``/``threads``: the ONNX embedder's execution provider and intra-op
+    threads (None: one per core it may use); ``onnx_cache``: where exported ONNX
+    models are kept (None: ``~/.cache/knowledge-store/onnx``); ``api_key``: the
+    Bearer token of an ``openai:`` endpoint.
+    """
+
+    device: Device = "auto"
+    threads: int | None = None
+    onnx_cache: Path | None = None
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise InvalidRequest(
+                f"the embedding device {self.device!r} is not one of: {', '.join(DEVICES)}",
+                field="device",
+                allowed=list(DEVICES),
+            )
+        if self.threads is not None and (isinstance(self.threads, bool) or self.threads < 1):
+            raise InvalidRequest(
+                f"the embedder's threads must be a whole number ≥ 1, not {self.threads!r}",
+                field="threads",
+            )
 
 
 @runtime_checkable

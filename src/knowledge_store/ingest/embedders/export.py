@@ -2,12 +2,12 @@
 
 ::
 
-    python -m knowledge_store.ingest.embedders.export [--quantization fp32|int8|all]
+    python -m knowledge_store.ingest.embedders.export [--quantization fp32|int8|all] [--cache DIR]
 
 ``make install`` runs it; otherwise the first use does, in a subprocess, so
-the process that embeds never imports torch. Files land in
-``$KS_ONNX_CACHE`` (else ``$XDG_CACHE_HOME/knowledge-store/onnx``, else
-``~/.cache/knowledge-store/onnx``) under ``<weights sha256>-<recipe>/``:
+the process that embeds never imports torch. Files land in the cache folder
+given (``EmbedderSettings.onnx_cache``: ``ks`` passes ``$KS_ONNX_CACHE``, else
+``$XDG_CACHE_HOME/knowledge-store/onnx``), else ``~/.cache/knowledge-store/onnx``, under ``<weights sha256>-<recipe>/``:
 ``model.onnx`` (fp32) and ``model-int8.onnx`` (dynamic int8, made from the
 fp32 file by onnxruntime's quantizer: the MatMul weights, per output channel,
 in 7 bits — ``reduce_range`` keeps the u8×s8 products clear of the 16-bit
@@ -56,13 +56,15 @@ _PROBE = (
 )
 
 
-def cache_root() -> Path:
-    """Where exported models are kept (``$KS_ONNX_CACHE`` wins)."""
-    explicit = os.environ.get("KS_ONNX_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "knowledge-store" / "onnx"
+def cache_root(given: Path | None = None) -> Path:
+    """Where exported models are kept: ``given``, else ``~/.cache/knowledge-store/onnx``.
+
+    The library reads no environment: ``ks`` and the servers pass ``$KS_ONNX_CACHE``
+    (or ``$XDG_CACHE_HOME/knowledge-store/onnx``) through ``EmbedderSettings.onnx_cache``.
+    """
+    if given is not None:
+        return Path(given).expanduser()
+    return Path.home() / ".cache" / "knowledge-store" / "onnx"
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -77,7 +79,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def weights_digest(model_dir: Path) -> str:
+def weights_digest(model_dir: Path, cache: Path | None = None) -> str:
     """sha256 of the model's config and weights; memoised by their paths, sizes and mtimes."""
     files = [model_dir / "config.json", model_dir / "model.safetensors"]
     try:
@@ -87,7 +89,7 @@ def weights_digest(model_dir: Path) -> str:
     stamp_key = "\n".join(
         f"{f.resolve()}|{s.st_size}|{s.st_mtime_ns}" for f, s in zip(files, stats, strict=True)
     )
-    stamp = cache_root() / "digests" / hashlib.sha256(stamp_key.encode()).hexdigest()
+    stamp = cache_root(cache) / "digests" / hashlib.sha256(stamp_key.encode()).hexdigest()
     try:
         known = stamp.read_text().strip()
         if len(known) == 64:
@@ -108,22 +110,24 @@ def weights_digest(model_dir: Path) -> str:
     return value
 
 
-def model_file(quantization: str, model_dir: Path | None = None) -> Path:
+def model_file(quantization: str, model_dir: Path | None = None, cache: Path | None = None) -> Path:
     """Where the ONNX file for ``quantization`` is (or will be) cached."""
     if quantization not in QUANTIZATIONS:
         raise InvalidRequest(
             f"unknown quantization {quantization!r}; use one of: {', '.join(QUANTIZATIONS)}"
         )
     source = model_dir or bundled_model_path()
-    return cache_root() / f"{weights_digest(source)[:32]}-{RECIPE}" / _FILES[quantization]
+    digest = weights_digest(source, cache)
+    return cache_root(cache) / f"{digest[:32]}-{RECIPE}" / _FILES[quantization]
 
 
-def ensure_model(quantization: str) -> Path:
+def ensure_model(quantization: str, cache: Path | None = None) -> Path:
     """The cached ONNX file, exported first (in a subprocess) when it is not there yet."""
-    path = model_file(quantization)
+    path = model_file(quantization, cache=cache)
     if path.is_file():
         return path
     command = [sys.executable, "-m", __name__, "--quantization", quantization]
+    command += ["--cache", str(cache_root(cache))]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=_EXPORT_TIMEOUT_S, check=False
@@ -160,7 +164,9 @@ def _export_fp32(model_dir: Path, dest: Path) -> None:
     import torch
     from transformers import AutoModel
 
-    model: Any = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    model: Any = AutoModel.from_pretrained(
+        str(model_dir), attn_implementation="eager", local_files_only=True
+    ).eval()
 
     class Encoder(torch.nn.Module):
         def __init__(self) -> None:
@@ -240,10 +246,10 @@ def _quantize_int8(fp32: Path, dest: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def export(quantization: str, model_dir: Path | None = None) -> Path:
+def export(quantization: str, model_dir: Path | None = None, cache: Path | None = None) -> Path:
     """Export (and quantize) into the cache unless it is there; returns the file."""
     source = model_dir or bundled_model_path()
-    path = model_file(quantization, source)
+    path = model_file(quantization, source, cache)
     fp32 = path.with_name(_FILES["fp32"])
     with _locked(path.parent):
         if not fp32.is_file():
@@ -264,10 +270,10 @@ def export(quantization: str, model_dir: Path | None = None) -> Path:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quantization", choices=[*QUANTIZATIONS, "all"], default="all")
+    parser.add_argument("--cache", type=Path, default=None, help="the model cache folder")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for quantization in QUANTIZATIONS if args.quantization == "all" else [args.quantization]:
-        print(export(quantization))
+        print(export(quantization, cache=args.cache))
 
 
 if __name__ == "__main__":

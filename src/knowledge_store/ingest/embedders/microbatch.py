@@ -6,15 +6,14 @@ pass to finish, takes every text that joined meanwhile and embeds them in one
 call. The others wait for their row. With one caller at a time nothing waits
 but the window; under load, the texts that queue behind a running pass go
 together in the next — one pass of a few short texts costs little more than
-one text alone. ``window`` defaults to ``$KS_EMBED_WINDOW_MS`` (else
-:data:`WINDOW_MS`). bench/bench_serve.py ``--window-ms`` measures it; the runs so
+one text alone. ``window`` defaults to :data:`WINDOW_MS` (``ks serve`` passes
+``$KS_EMBED_WINDOW_MS``). bench/bench_serve.py ``--window-ms`` measures it; the runs so
 far (0, 1 and 3 ms on a shared, oversubscribed 2-core machine) did not tell the
 windows apart from the load's drift, so 1 ms is provisional.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -43,14 +42,6 @@ class _Batch:
         self.error: BaseException | None = None
 
 
-def _window_s() -> float:
-    value = os.environ.get("KS_EMBED_WINDOW_MS", "")
-    try:
-        return max(0.0, float(value)) / 1000.0 if value else WINDOW_MS / 1000.0
-    except ValueError:
-        return WINDOW_MS / 1000.0
-
-
 class MicroBatchingEmbedder(DelegatingEmbedder):
     """Wraps an embedder; ``embed_query`` calls from many threads share forward passes.
 
@@ -61,7 +52,7 @@ class MicroBatchingEmbedder(DelegatingEmbedder):
         self, inner: Embedder, *, window_s: float | None = None, max_batch: int = MAX_BATCH
     ) -> None:
         super().__init__(inner)
-        self.window_s = _window_s() if window_s is None else max(0.0, window_s)
+        self.window_s = WINDOW_MS / 1000.0 if window_s is None else max(0.0, window_s)
         self.max_batch = max(1, max_batch)
         self._lock = threading.Lock()
         self._running = threading.Lock()

@@ -19,8 +19,8 @@ quantization) gives different vectors: its ``model_id`` ends in ``@int8``.
 longest; a thread tokenizes the next slice of texts while the model runs on
 this one. ``embed_query`` runs one text with no batching at all. Ingest-sized
 batches run with as many intra-op threads as the process has cores
-(``$KS_ONNX_THREADS``), a single query with one (see ``_loaded``);
-on the CUDA execution provider when onnxruntime has one (``$KS_ONNX_DEVICE``:
+(``EmbedderSettings.threads``), a single query with one (see ``_loaded``);
+on the CUDA execution provider when onnxruntime has one (``EmbedderSettings.device``:
 ``auto``, ``cpu`` or ``gpu``), with the CPU as the fallback.
 """
 
@@ -42,6 +42,7 @@ from knowledge_store.ingest.embedders.core import (
     DEFAULT_DIMENSION,
     DEFAULT_MAX_TOKENS,
     DEFAULT_MODEL_ID,
+    EmbedderSettings,
     Vectors,
     check_query,
     check_texts,
@@ -57,7 +58,6 @@ Ids = npt.NDArray[np.int64]
 
 #: ``model_id`` by quantization: fp32 gives PyTorch's vectors, int8 its own.
 MODEL_IDS = {"fp32": DEFAULT_MODEL_ID, "int8": f"{DEFAULT_MODEL_ID}@int8"}
-_DEVICES = ("auto", "cpu", "gpu")
 
 
 def mean_pool(hidden: npt.NDArray[np.float32], mask: Ids) -> Vectors:
@@ -165,8 +165,7 @@ class OnnxEmbedder:
         batch_size: int = 32,
         overlap: int = 32,
         slice_size: int = 128,
-        threads: int | None = None,
-        device: str | None = None,
+        settings: EmbedderSettings | None = None,
     ) -> None:
         if quantization not in MODEL_IDS:
             raise InvalidRequest(
@@ -175,23 +174,22 @@ class OnnxEmbedder:
             )
         if batch_size < 1 or slice_size < 1:
             raise InvalidRequest("batch_size and slice_size must be at least 1")
-        chosen = (device or os.environ.get("KS_ONNX_DEVICE") or "auto").lower()
-        if chosen not in _DEVICES:
-            raise InvalidRequest(f"KS_ONNX_DEVICE={chosen!r} is not one of: {', '.join(_DEVICES)}")
+        settings = settings or EmbedderSettings()
         self.quantization = quantization
         self.spec = f"onnx:{quantization}"
         self.batch_size = batch_size
         self.overlap = overlap
         self.slice_size = slice_size
-        self.device = chosen
-        self.threads = threads or _setting("KS_ONNX_THREADS") or _cores()
+        self.device = settings.device
+        self.threads = settings.threads or _cores()
+        self.cache = settings.onnx_cache
         self._sessions: dict[int, Any] = {}
         self._tokens: Tokens | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, rest: str) -> OnnxEmbedder:
-        return cls(rest.strip() or "fp32")
+    def from_spec(cls, rest: str, settings: EmbedderSettings | None = None) -> OnnxEmbedder:
+        return cls(rest.strip() or "fp32", settings=settings)
 
     def __repr__(self) -> str:
         return f"OnnxEmbedder({self.spec!r})"
@@ -246,7 +244,7 @@ class OnnxEmbedder:
     def _session(self, threads: int) -> Any:
         from knowledge_store.ingest.embedders.export import ensure_model
 
-        path = ensure_model(self.quantization)
+        path = ensure_model(self.quantization, self.cache)
         try:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - a core dependency
@@ -382,7 +380,7 @@ def _providers(device: str, available: Sequence[str]) -> list[str]:
     """CUDA first when there is one (and it is not turned off), always the CPU after it."""
     if device == "gpu" and "CUDAExecutionProvider" not in available:
         raise StoreError(
-            "KS_ONNX_DEVICE=gpu, but this onnxruntime has no CUDAExecutionProvider;"
+            "the embedding device is gpu, but this onnxruntime has no CUDAExecutionProvider;"
             " install onnxruntime-gpu (docs/embedding.md)",
             available=list(available),
         )
@@ -396,8 +394,3 @@ def _cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def _setting(name: str) -> int | None:
-    value = os.environ.get(name, "")
-    return int(value) if value.isdigit() and int(value) > 0 else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,8 +20,8 @@ __all__ = ["OpenAIEmbedder"]
 class OpenAIEmbedder(WindowedEmbedder):
     """``POST {base_url}/embeddings`` with ``{"model", "input": [...]}`` (OpenAI's shape).
 
-    The API key comes from ``$KS_EMBEDDINGS_API_KEY`` (sent as a Bearer token)
-    when set. The dimension is learnt from the first answer (a one-text probe if
+    ``api_key`` is sent as a Bearer token when given (``ks`` passes
+    ``$KS_EMBEDDINGS_API_KEY``: ``EmbedderSettings.api_key``). The dimension is learnt from the first answer (a one-text probe if
     it is asked for before anything was embedded). Texts are split at about 4
     characters a token.
     """
@@ -45,7 +44,7 @@ class OpenAIEmbedder(WindowedEmbedder):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.url = f"{self.base_url}/embeddings"
-        self.api_key = api_key if api_key is not None else os.environ.get("KS_EMBEDDINGS_API_KEY")
+        self.api_key = api_key
         self.timeout = timeout
         self._max_tokens = max_tokens
         self._dimension: int | None = None
@@ -53,7 +52,7 @@ class OpenAIEmbedder(WindowedEmbedder):
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, rest: str) -> OpenAIEmbedder:
+    def from_spec(cls, rest: str, *, api_key: str | None = None) -> OpenAIEmbedder:
         base_url, sep, model = rest.strip().rpartition("#")
         if not sep or not base_url or not model:
             raise InvalidRequest(
@@ -64,7 +63,7 @@ class OpenAIEmbedder(WindowedEmbedder):
             raise InvalidRequest(
                 f"the base URL {base_url!r} of an openai: embedder must start with http:// or https://"
             )
-        return cls(base_url, model)
+        return cls(base_url, model, api_key=api_key)
 
     @property
     def dimension(self) -> int:

@@ -7,7 +7,6 @@ imports neither torch nor sentence-transformers; loading a model does.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -106,9 +105,6 @@ class SentenceTransformerEmbedder(WindowedEmbedder):
         return self._model
 
     def _load(self) -> None:
-        if self.offline:
-            os.environ["HF_HUB_OFFLINE"] = "1"
-            os.environ["TRANSFORMERS_OFFLINE"] = "1"
         try:
             from sentence_transformers import SentenceTransformer
             from transformers.utils import logging as transformers_logging
@@ -118,7 +114,10 @@ class SentenceTransformerEmbedder(WindowedEmbedder):
             bars = hf_logging.is_progress_bar_enabled()
             hf_logging.disable_progress_bar()
             try:
-                model = SentenceTransformer(self.name_or_path, device=self.device)
+                # local_files_only, not HF_HUB_OFFLINE: the library sets no environment
+                model = SentenceTransformer(
+                    self.name_or_path, device=self.device, local_files_only=self.offline
+                )
             finally:
                 if bars:
                     hf_logging.enable_progress_bar()

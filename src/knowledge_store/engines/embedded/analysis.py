@@ -1,0 +1,169 @@
+"""How the embedded engine's lexical index sees text and fields: its document schema,
+its two analyzers, a query's terms, and dates as seconds since the epoch.
+
+One definition for the index (:mod:`.lexical`) and for anything that must agree
+with it (the search page highlights the tokens a query's terms match). A change
+to the fields or the analyzers bumps ``lexical.SCHEMA_VERSION`` (the index is rebuilt).
+
+Fields of a chunk document:
+
+==============  =========================================  ==========================
+field           what                                       how
+==============  =========================================  ==========================
+chunk_id        the catalog's chunk row id                 i64, indexed, fast, stored
+uid             the entity uid                             raw string, stored
+acl             the principals of the entity's ACL set     raw strings, one per principal
+type/source/    entity fields for filters                  raw strings
+status
+created_at/     entity dates, seconds since the epoch      i64, indexed, fast
+updated_at
+body            title + heading path + text                English: words, stop words, stems
+title           the entity title                           English analyzer (boosted)
+ident           title + heading path + text                identifiers kept whole, lowercased
+==============  =========================================  ==========================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import tantivy
+
+from knowledge_store.errors import StoreError
+from knowledge_store.model import FILTER_FIELDS, stored_timestamp
+
+__all__ = [
+    "IDENTIFIER_BOOST",
+    "IDENTIFIER_ONLY_CODES",
+    "TITLE_BOOST",
+    "USE_STOPWORDS",
+    "Analyzers",
+    "QueryTerms",
+    "bound",
+    "epoch",
+    "schema",
+]
+
+log = logging.getLogger(__name__)
+
+# Analyzer and scoring choices, measured with bench/tune_lexical.py on postgres-docs
+# (1500 queries, page-level nDCG@10; bm25s baseline 0.740): 0.801 with these; 0.789
+# without the identifier field; 0.796 with every token on it; 0.776 with title boost
+# 1.0; 0.790 without the title field. Without stop words 0.803 (SQL keywords such as
+# IS, NOT, INTO count in that corpus) — within noise, so the stop list stays: a smaller
+# index, shorter posting lists, and a stop-word-only query finds nothing.
+USE_STOPWORDS = True
+#: Boost of the identifier field (0 leaves it out of the query).
+IDENTIFIER_BOOST = 1.0
+#: Boost of the title field (0 leaves it out of the query): a light touch; every
+#: chunk repeats its page title, so a heavy boost drowns the body.
+TITLE_BOOST = 0.25
+#: Query the identifier field only with tokens that are not plain words
+#: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
+IDENTIFIER_ONLY_CODES = True
+
+#: Words: runs of letters, digits and ``_`` (so ``pg_stat_activity`` stays one word).
+_WORD_PATTERN = r"\w+"
+#: Identifiers as written: a run of word characters and inner punctuation
+#: (``pg_hba.conf``, ``ERR-1042``, ``$libdir``, ``c++``), with surrounding
+#: punctuation stripped.
+_IDENT_PATTERN = r"[\w$](?:[\w$.\-/:+#@]*[\w$+#])?"
+_MAX_TOKEN = 64
+#: At most this many distinct query terms per field (a 10k-character query stays cheap).
+_MAX_QUERY_TERMS = 256
+
+
+def epoch(stamp: str) -> int | None:
+    """A stored ``YYYY-MM-DDTHH:MM:SSZ`` → seconds since the epoch (negative before 1970).
+
+    Total over what a catalog may hold: a stamp that can't be read (none can be
+    written since validation normalises every date) gives None — the document is
+    indexed without that date rather than not at all.
+    """
+    moment = stored_timestamp(stamp)
+    if moment is None:
+        log.warning("lexical index: the date %r can't be read; indexed without it", stamp)
+        return None
+    return int(moment.timestamp())
+
+
+def bound(stamp: str) -> int:
+    """A FILTERS date (normalised by ``Filters.build``) as a range bound."""
+    seconds = epoch(stamp)
+    if seconds is None:
+        raise StoreError(f"lexical index: the filter date {stamp!r} is not normalised")
+    return seconds
+
+
+def _word_analyzer() -> tantivy.TextAnalyzer:
+    builder = (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_WORD_PATTERN))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
+    )
+    if USE_STOPWORDS:
+        builder = builder.filter(tantivy.Filter.stopword("english"))
+    return builder.filter(tantivy.Filter.stemmer("english")).build()
+
+
+def _ident_analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_IDENT_PATTERN))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
+        .build()
+    )
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """A query text as the index matches it: ``words`` on body and title, ``idents`` on ident."""
+
+    words: tuple[str, ...]  # lowercased, stop words out, stemmed
+    idents: tuple[str, ...]  # identifiers as written, lowercased, that are not plain words
+
+
+class Analyzers:
+    """The index's two analyzers, and a query's terms under them.
+
+    One definition for the index and for anything that must agree with it (the
+    search page highlights the tokens a query's terms match).
+    """
+
+    def __init__(self) -> None:
+        self.words = _word_analyzer()
+        self.ident = _ident_analyzer()
+
+    def query_terms(self, text: str) -> QueryTerms:
+        words = _unique(self.words.analyze(text))
+        idents: list[str] = []
+        if IDENTIFIER_BOOST > 0:
+            # Stop words are never identifiers: "a" or "the" must not match everything.
+            idents = [t for t in _unique(self.ident.analyze(text)) if self.words.analyze(t)]
+            if IDENTIFIER_ONLY_CODES:
+                idents = [t for t in idents if not t.isalpha()]
+        return QueryTerms(tuple(words), tuple(idents))
+
+
+def schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
+    builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("acl", tokenizer_name="raw", index_option="basic")
+    for field in FILTER_FIELDS:
+        if field.name == "uid":  # the stored key of a hit, above
+            continue
+        if field.kind == "keyword":
+            builder.add_text_field(field.name, tokenizer_name="raw", index_option="basic")
+        else:
+            builder.add_integer_field(field.name, indexed=True, fast=True)
+    builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
+    builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
+    builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
+    return builder.build()
+
+
+def _unique(tokens: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(tokens))[:_MAX_QUERY_TERMS]

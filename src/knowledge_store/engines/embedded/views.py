@@ -1,0 +1,167 @@
+"""What an embedded reader pins: the derived indexes at its catalog snapshot's publish.
+
+A reader opens a catalog read transaction — publish ``P`` — and pins the
+Tantivy searcher and the dense generation of exactly ``P``
+(:meth:`Views.open_snapshot`). A :class:`View` is kept per publish and made
+again only when the catalog moves on. Derived indexes behind ``P`` are caught
+up first (another process published, or a writer died); ahead of ``P`` (a
+publish landed in between), the transaction is reopened: a bounded number of
+tries, then a clear ``StoreError``. A derived index that can't reach ``P``
+leaves its reason in the view: its primitive refuses, the catalog answers the
+rest.
+
+The dense pre-filter selection (visible chunk ids under an identity and
+FILTERS) is cached here too, per publish: it is a function of the snapshot.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from knowledge_store.engines.embedded.dense import Generation
+from knowledge_store.engines.embedded.lexical import Pinned
+from knowledge_store.errors import StoreError
+from knowledge_store.model import Filters
+
+if TYPE_CHECKING:
+    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+    from knowledge_store.engines.embedded.reader import EmbeddedReader
+
+__all__ = ["View", "Views", "behind"]
+
+#: How long a reader waits for the derived indexes to reach its snapshot (another
+#: process between its index commit and its catalog commit), in tries × backoff.
+_VIEW_TRIES = 60
+#: Dense pre-filter selections kept (one per publish, held principals and FILTERS).
+_ALLOWED_CACHE = 64
+
+
+@dataclass(frozen=True)
+class View:
+    """The derived indexes at one publish: what every reader of that publish pins."""
+
+    publish: int
+    lexical: Pinned
+    dense: Generation | None
+    #: Why an index could not reach ``publish`` (its primitive refuses; the catalog answers).
+    lexical_error: str | None = None
+    dense_error: str | None = None
+
+
+def behind(message: str) -> str:
+    """The error of a primitive whose derived index is behind the catalog."""
+    return (
+        f"{message}. The derived indexes are behind the catalog: sql, aggregate, graph,"
+        " query_graph and content still answer; `ks rebuild` rebuilds them"
+    )
+
+
+class Views:
+    """The views of one engine (see the module docstring)."""
+
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        self._engine = engine
+        self._view: View | None = None
+        self._lock = threading.Lock()
+        self._allowed: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
+        self._allowed_lock = threading.Lock()
+
+    def reset(self) -> None:
+        """Forget every view and selection (the indexes were rebuilt)."""
+        with self._lock:
+            self._view = None
+        with self._allowed_lock:
+            self._allowed.clear()
+
+    def open_snapshot(self, conn: sqlite3.Connection) -> tuple[int, str, View]:
+        """Begin a read transaction on ``conn`` whose publish the derived indexes are at."""
+        catalog = self._engine.catalog
+        for attempt in range(_VIEW_TRIES):
+            try:
+                conn.execute("BEGIN")
+                publish, root = catalog.latest_publish(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read the catalog {catalog.path}: {exc}") from exc
+            view = self._view
+            if view is None or view.publish != publish:
+                view = self.at(publish)
+            if view is not None:
+                return publish, root, view
+            conn.execute("COMMIT")
+            time.sleep(min(0.001 * 2**attempt, 0.05))
+        raise StoreError(
+            f"the derived indexes of {self._engine.path} did not reach publish {publish} in"
+            " time (a writer may be stuck); try again, or run `ks rebuild` if it lasts"
+        )
+
+    def at(self, publish: int) -> View | None:
+        """The indexes pinned at ``publish``, caught up if behind; None if one is ahead."""
+        engine = self._engine
+        with self._lock:
+            if self._view is not None and self._view.publish == publish:
+                return self._view
+            lexical = engine.lexical_index.pin()
+            if lexical.watermark != publish:
+                engine.lexical_index.reload()
+                lexical = engine.lexical_index.pin()
+            lexical_error = dense_error = None
+            if lexical.watermark != publish:
+                # Behind: another process published, a writer died, or its index update
+                # failed. Ahead with nobody writing: a writer died between its index
+                # commit and its catalog commit (``_catch_up`` rebuilds the index).
+                with engine._writer(wait=False) as acquired:
+                    if acquired:
+                        try:
+                            engine._catch_up(persist=False)
+                        except StoreError as exc:
+                            engine._derived_failed(exc)
+                            lexical_error = behind(exc.message)
+                        lexical = engine.lexical_index.pin()
+            dense = engine.dense
+            if dense is not None and dense.watermark < publish:
+                dense.reload_if_newer()
+                if dense.watermark < publish:  # in memory only: the writing process saves
+                    try:
+                        with engine.catalog.read() as conn:
+                            engine._apply_dense(conn, dense, dense.watermark, publish)
+                    except StoreError as exc:
+                        engine._derived_failed(exc)
+                        dense_error = behind(exc.message)
+            generation = None if dense is None else dense.generation()
+            if lexical.watermark != publish and lexical_error is None:
+                return None
+            if generation is not None and generation.watermark != publish and dense_error is None:
+                return None
+            if lexical.watermark == publish:
+                lexical_error = None
+            view = View(publish, lexical, generation, lexical_error, dense_error)
+            if self._view is None or self._view.publish < publish:
+                self._view = view
+            return view
+
+    def visible_chunks(self, reader: EmbeddedReader, filters: Filters) -> np.ndarray | None:
+        """Visible chunk ids for the dense pre-filter (None: everything is visible).
+
+        Cached per (publish, held principals, filters): entity ACLs change only
+        by a publish, and the held principals are the reader's own expansion, so
+        a membership change or a revocation gets a new key at once.
+        """
+        key = (reader.publish, reader.held, filters)
+        with self._allowed_lock:
+            if key in self._allowed:
+                self._allowed.move_to_end(key)
+                return self._allowed[key]
+        ids = reader.visible_chunk_ids(filters)
+        allowed = None if len(ids) == reader.count_chunks() else ids
+        with self._allowed_lock:
+            self._allowed[key] = allowed
+            while len(self._allowed) > _ALLOWED_CACHE:
+                self._allowed.popitem(last=False)
+        return allowed
