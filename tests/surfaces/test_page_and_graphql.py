@@ -143,6 +143,27 @@ def test_graphql_answers_like_rest(app: Any, served: KnowledgeStore) -> None:
     assert rows["data"]["queryGraph"]["rows"] == [["Database Roles"]]
 
 
+def test_graphql_chunk_ids_are_the_53_bit_ids_rest_gives(app: Any) -> None:
+    """GraphQL's Int is 32-bit; a chunk id (up to 2^53) has its own scalar, the same number."""
+    query = """query ($q: String!) { search(query: $q, k: 3) { results { uid evidence { chunkId } } }
+        lexical(query: $q, k: 3) { hits { chunkId } }
+        content(uid: "unit:vacuum") { chunks { chunkId } } }"""
+    got = _gql(app, query, ANN, q="dead tuples")
+    assert "errors" not in got, got
+    rest = call(app, "POST", "/v1/search", json={"query": "dead tuples", "k": 3}, headers=ANN)
+    rest_ids = [[e["chunk_id"] for e in r["evidence"]] for r in rest.json()["results"]]
+    ids = [[e["chunkId"] for e in r["evidence"]] for r in got["data"]["search"]["results"]]
+    assert ids == rest_ids and any(i >= 2**31 for row in ids for i in row)
+    lexical = call(app, "POST", "/v1/lexical", json={"query": "dead tuples", "k": 3}, headers=ANN)
+    assert [h["chunkId"] for h in got["data"]["lexical"]["hits"]] == [
+        h["chunk_id"] for h in lexical.json()["hits"]
+    ]
+    content = call(app, "GET", "/v1/content/unit:vacuum", headers=ANN).json()
+    assert [c["chunkId"] for c in got["data"]["content"]["chunks"]] == [
+        c["chunk_id"] for c in content["chunks"]
+    ]
+
+
 def test_graphql_errors_carry_the_error_shape(app: Any) -> None:
     bad = _gql(app, '{ graph(starts: ["unit:vacuum"], depth: 5) { capped } }', BOB)
     extensions = bad["errors"][0]["extensions"]

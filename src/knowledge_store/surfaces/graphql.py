@@ -27,7 +27,7 @@ import inspect
 import types
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NewType, TypeVar, Union, get_args, get_origin
 
 import strawberry
 from fastapi import Depends
@@ -37,7 +37,9 @@ from pydantic_core import PydanticUndefined
 from strawberry.experimental import pydantic as strawberry_pydantic
 from strawberry.fastapi import GraphQLRouter
 from strawberry.scalars import JSON
+from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, Info
+from strawberry.types.scalar import ScalarDefinition
 
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.model import LIST_NAMES
@@ -80,11 +82,28 @@ def _ranks_type() -> Any:
 Ranks = _ranks_type()
 
 
+#: Public chunk ids are 53-bit (engines.shared.ChunkIds); GraphQL's ``Int`` is 32-bit, so
+#: they have a scalar of their own, serialised as the same JSON number REST and MCP give.
+ChunkId = NewType("ChunkId", int)
+_SCALARS: dict[object, ScalarDefinition] = {
+    ChunkId: ScalarDefinition(
+        name="ChunkId",
+        description="A chunk's public id: an integer below 2^53 (a JSON number).",
+        specified_by_url=None,
+        serialize=int,
+        parse_value=int,
+        parse_literal=None,
+    )
+}
+
+
 def _output(kind: Any, field: str) -> Any:
     """The GraphQL-able annotation of an answer field's annotation."""
     origin = get_origin(kind)
     if field == "ranks":
         return Ranks
+    if field == "chunk_id" and kind is int:
+        return ChunkId
     if kind is Any or origin is dict or kind is dict:
         return JSON
     if origin in (Union, types.UnionType):
@@ -268,7 +287,11 @@ class _Schema(strawberry.Schema):
         super().process_errors(unexpected, execution_context)
 
 
-schema = _Schema(query=_query_type(), extensions=[RequestBounds])
+schema = _Schema(
+    query=_query_type(),
+    extensions=[RequestBounds],
+    config=StrawberryConfig(scalar_map=_SCALARS),
+)
 
 
 async def _context(svc: Annotated[Service, Depends(service)], who: AnyCaller) -> dict[str, Any]:
