@@ -83,7 +83,7 @@ from knowledge_store.retrieval.docs_tools import (
     XrefResolution,
 )
 from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
-from knowledge_store.retrieval.reader import StoreReader, request_of
+from knowledge_store.retrieval.reader import StoreReader, TypesSeen, request_of
 from knowledge_store.retrieval.retrievers import Retriever
 
 if TYPE_CHECKING:
@@ -163,6 +163,7 @@ class KnowledgeStore:
         embedder_settings: EmbedderSettings | None = None,
     ) -> None:
         self.engine = engine
+        self._types_seen = TypesSeen()
         self._embedder_arg = embedder
         self._embedder_settings = embedder_settings or EmbedderSettings()
         self._embedder: Embedder | None = embedder if not isinstance(embedder, str | None) else None
@@ -445,7 +446,7 @@ class KnowledgeStore:
         expanded once: every answer carries the same content root.
         """
         with self.engine.reader(_identity(identity)) as engine_reader:
-            yield StoreReader(engine_reader, lambda: self.embedder)
+            yield StoreReader(engine_reader, lambda: self.embedder, self._types_seen)
 
     def lexical(
         self,

@@ -151,6 +151,14 @@ def test_a_type_nobody_can_read_gets_a_note_naming_the_types(tiny: KnowledgeStor
     hidden = tiny.sql(Filters.build(type=["ticket"])).warnings  # a type only others can read
     assert hidden == ("no entity you can read has type 'ticket'; the types are: page",)
     assert tiny.sql(Filters.build(type=["ticket"]), identity="user:x").warnings == ()
+    # the types a caller can read are kept per snapshot: a publish is seen at once
+    assert tiny.sql(Filters.build(type=["faq"])).warnings != ()
+    tiny.ingest_records(
+        [{"uid": "f", "type": "faq", "title": "F", "body": "y", "acl": ["everyone"]}]
+    )
+    assert tiny.sql(Filters.build(type=["faq"])).warnings == ()
+    tiny.delete(["f"])
+    assert tiny.sql(Filters.build(type=["faq"])).warnings != ()
 
 
 # -- derived entities share their parent's ACL (issue 15, item 1) -------------------------------

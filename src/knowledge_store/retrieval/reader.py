@@ -11,7 +11,9 @@ returns.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -55,7 +57,7 @@ from knowledge_store.retrieval import docs_tools, knowledge
 from knowledge_store.retrieval import search as planner
 from knowledge_store.retrieval.retrievers import Retriever
 
-__all__ = ["StoreReader", "request_of"]
+__all__ = ["StoreReader", "TypesSeen", "request_of"]
 
 R = TypeVar("R", bound=Request)
 Noted = TypeVar("Noted", ChunkHits, SearchAnswer, SqlHits, AggregateAnswer)
@@ -75,12 +77,40 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 3)
 
 
+class TypesSeen:
+    """The types a caller can read, per snapshot (content root) and held principals: the type
+    notes of a request that names a type cost a count over every readable entity, so a store
+    keeps the last few answers (a snapshot never changes; a publish makes a new root)."""
+
+    SIZE = 64
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[tuple[str, tuple[str, ...]], list[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, root: str, held: tuple[str, ...], compute: Callable[[], list[str]]) -> list[str]:
+        key = (root, held)
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return self._seen[key]
+        types = compute()
+        with self._lock:
+            self._seen[key] = types
+            while len(self._seen) > self.SIZE:
+                self._seen.popitem(last=False)
+        return types
+
+
 class StoreReader:
     """One request's reads (see the module docstring). Made by ``KnowledgeStore.reader``."""
 
-    def __init__(self, reader: Reader, embedder: Callable[[], Embedder]) -> None:
+    def __init__(
+        self, reader: Reader, embedder: Callable[[], Embedder], types: TypesSeen | None = None
+    ) -> None:
         self.engine = reader
         self._embedder = embedder
+        self._types = types if types is not None else TypesSeen()
 
     @property
     def content_root(self) -> str:
@@ -112,9 +142,7 @@ class StoreReader:
         named = list(dict.fromkeys([*filters.values("type"), *filters.excluded("type")]))
         if not named:
             return ()
-        by_type = AggregateRequest.parse(metric="count", dimension="type").spec
-        counts = self.engine.aggregate(by_type, Filters()).pairs()
-        present = sorted(str(key) for key, n in counts if key is not None and n)
+        present = self._types.get(self.content_root, self.held, self._present_types)
         notes: list[str] = []
         for name in (t for t in named if t not in present):
             close = near_misses(name, present)
@@ -122,6 +150,11 @@ class StoreReader:
             listed = ", ".join(present) if present else "none"
             notes.append(f"no entity you can read has type {name!r}; {hint}the types are: {listed}")
         return tuple(notes)
+
+    def _present_types(self) -> list[str]:
+        by_type = AggregateRequest.parse(metric="count", dimension="type").spec
+        counts = self.engine.aggregate(by_type, Filters()).pairs()
+        return sorted(str(key) for key, n in counts if key is not None and n)
 
     def noted(self, answer: Noted, filters: Filters) -> Noted:
         """``answer`` with :meth:`type_warnings` of ``filters`` added to its ``warnings``."""
