@@ -341,7 +341,7 @@ def ingest(
     web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
     if watch:
         cli_sources.watch(
-            _store,
+            lambda: _store(create=True),  # a writing command: it makes the store
             paths,
             format=format,
             source=source,
