@@ -12,7 +12,11 @@ excluded (the embedder answers from vectors computed before timing), ``lexical``
 and ``vector`` at each ``--k`` (same query vectors on every side), RSS after
 opening and the peak. ``--raw`` adds raw tantivy and raw faiss HNSW built from
 the same chunks (bench_primitives.py). The load average is printed with the
-figures: the machine is shared.
+figures: the machine is shared. ``--repeat N`` keeps each query's best of N runs
+(pre-emption by other work inflates single samples), and each query's process
+CPU time is reported too (what the call costs, whatever else runs). ``--opens N``
+times N more cold opens per side, each in a fresh process, alternating
+(``cold_open@s``: median and max, in seconds).
 
     .venv/bin/python bench/bench_sides.py --raw --k 10 --k 100 \\
         --side before=/work/wt/h12before/src:.ks/100k-before \\
@@ -115,16 +119,21 @@ class Worker:
             return self.store.search(self.texts[i], k=k)
         return self.store.search(self.texts[i], k=k, filters=self.docs)  # search_docs
 
-    def run(self, kind: str, k: int, items: list[int], repeat: int = 1) -> list[float]:
-        """Seconds per query: the best of ``repeat`` runs (pre-emption on a loaded machine)."""
+    def run(self, kind: str, k: int, items: list[int], repeat: int = 1) -> list[list[float]]:
+        """``[wall s, CPU s]`` per query, each the best of ``repeat`` runs.
+
+        The process CPU time is what the call costs whatever else the machine runs;
+        the wall time is what a caller waits, pre-emption by other work included.
+        """
         samples = []
         for i in items:
-            best = float("inf")
+            wall = cpu = float("inf")
             for _ in range(repeat):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 self.call(kind, k, i)
-                best = min(best, time.perf_counter() - started)
-            samples.append(best)
+                cpu = min(cpu, time.process_time() - cpu_started)
+                wall = min(wall, time.perf_counter() - started)
+            samples.append([wall, cpu])
         return samples
 
 
@@ -197,14 +206,21 @@ def interleave(sides: list[Side], kind: str, k: int, n: int, args: argparse.Name
     rounds, repeat = args.rounds, args.repeat
     for side in sides:
         side.ask(op="run", kind=kind, k=k, items=list(range(min(args.warm, n))), repeat=1)
-    samples: dict[str, list[float]] = {s.name: [] for s in sides}
+    samples: dict[str, list[list[float]]] = {s.name: [] for s in sides}
     for turn, first in enumerate(range(0, n, rounds)):
         items = list(range(first, min(n, first + rounds)))
         for j in range(len(sides)):
             side = sides[(turn + j) % len(sides)]
             samples[side.name] += side.ask(op="run", kind=kind, k=k, items=items, repeat=repeat)
     out: dict[str, Any] = {
-        name: {"p50": pct(s, 0.5), "p95": pct(s, 0.95), "n": len(s)} for name, s in samples.items()
+        name: {
+            "p50": pct([w for w, _ in s], 0.5),
+            "p95": pct([w for w, _ in s], 0.95),
+            "cpu_p50": pct([c for _, c in s], 0.5),
+            "cpu_p95": pct([c for _, c in s], 0.95),
+            "n": len(s),
+        }
+        for name, s in samples.items()
     }
     out["load1"] = os.getloadavg()[0]  # at the end of this figure
     return out
@@ -298,6 +314,22 @@ def report(figures: dict[str, Any], names: list[str]) -> None:
                 f"{n}/raw {row[n]['p50'] / row['raw']['p50']:.1f}x" for n in names if n != "raw"
             )
         print(f"{key:<16}{cells}{ratios}  load {row['load1']:.1f}")
+    print("CPU time of the process per query (ms, best of --repeat): p50 / p95")
+    for key, row in figures.items():
+        if "@" not in key or "cpu_p50" not in row.get(names[0], {}):
+            continue
+        cells = "".join(
+            f"{row[n]['cpu_p50']:14.2f}{row[n]['cpu_p95']:14.2f}" if n in row else f"{'':>28}"
+            for n in names
+        )
+        ratios = ""
+        if "raw" in row:
+            ratios = "  " + " ".join(
+                f"{n}/raw {row[n]['cpu_p50'] / row['raw']['cpu_p50']:.1f}x"
+                for n in names
+                if n != "raw"
+            )
+        print(f"{key:<16}{cells}{ratios}")
 
 
 if __name__ == "__main__":
