@@ -20,7 +20,7 @@ times N more cold opens per side, each in a fresh process, alternating
 
     # issue 12's figures: a worktree of the old commit beside this one, and one
     # copy of a replicated store per side (bench_search.py --replicate-to builds one)
-    KS_EVAL_DIR=../shared/eval/postgres-docs .venv/bin/python bench/bench_sides.py \\
+    KS_EVAL_DIR=/work/shared/eval/postgres-docs .venv/bin/python bench/bench_sides.py \\
         --raw --k 10 --k 100 --queries 300 --repeat 3 --opens 3 \\
         --side before=/work/wt/h12before/src:.ks/100k-before \\
         --side after=/work/wt/h12b/src:.ks/100k-after --json bench/results/sides-100k.json
