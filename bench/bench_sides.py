@@ -1,0 +1,339 @@
+"""Two versions of knowledge-store (and the raw libraries) side by side, interleaved, in one run.
+
+Each side is a worker process with its own ``PYTHONPATH`` and its own copy of a
+store (versions may rewrite an index on open, so never share one copy). The
+driver sends every worker the same queries in small rounds, rotating who goes
+first, so all sides see the same machine load; each worker times its own calls.
+
+Figures per side: cold open (``KnowledgeStore.open`` + the first lexical and the
+first vector answer, imports and model loading excluded; the OS page cache is
+warm, it cannot be dropped here), fused search p50/p95 with the query embedding
+excluded (the embedder answers from vectors computed before timing), ``lexical``
+and ``vector`` at each ``--k`` (same query vectors on every side), RSS after
+opening and the peak. ``--raw`` adds raw tantivy and raw faiss HNSW built from
+the same chunks (bench_primitives.py). The load average is printed with the
+figures: the machine is shared. ``--repeat N`` keeps each query's best of N runs
+(pre-emption by other work inflates single samples), and each query's process
+CPU time is reported too (what the call costs, whatever else runs). ``--opens N``
+times N more cold opens per side, each in a fresh process, alternating
+(``cold_open@s``: median and max, in seconds).
+
+    # issue 12's figures: a worktree of the old commit beside this one, and one
+    # copy of a replicated store per side (bench_search.py --replicate-to builds one)
+    KS_EVAL_DIR=/work/shared/eval/postgres-docs .venv/bin/python bench/bench_sides.py \\
+        --raw --k 10 --k 100 --queries 300 --repeat 3 --opens 3 \\
+        --side before=/work/wt/h12before/src:.ks/100k-before \\
+        --side after=/work/wt/h12b/src:.ks/100k-after --json bench/results/sides-100k.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+# -- the worker ---------------------------------------------------------------------------
+def _memory() -> dict[str, float]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024  # MiB
+    return {"rss_mib": fields["VmRSS"], "peak_mib": fields["VmHWM"]}
+
+
+class Worker:
+    """One side: a knowledge-store version on its store, or the raw libraries."""
+
+    def __init__(self, store: Path, raw: bool) -> None:
+        import faiss
+        import numpy as np
+
+        faiss.omp_set_num_threads(1)
+        self.np = np
+        self.raw = raw
+        self.texts: list[str] = []
+        self.vectors: list[Any] = []
+        self.info: dict[str, Any] = {}
+        if raw:
+            sys.path.insert(0, str(HERE))
+            from bench_primitives import _chunks, raw_faiss, raw_tantivy
+
+            started = time.perf_counter()
+            docs, _, matrix = _chunks(store)
+            self.lexical_fn = raw_tantivy(docs)
+            self.vector_fn = raw_faiss(matrix)
+            self.info["build_s"] = time.perf_counter() - started
+            return
+        from knowledge_store.model import Filters
+        from knowledge_store.store import KnowledgeStore
+
+        try:  # the docs filter; the keyword changed in issue 12
+            self.docs = Filters.build(not_type=("codeSample",))
+        except TypeError:
+            self.docs = Filters.build(not_types=("codeSample",))
+        started = time.perf_counter()
+        self.store = KnowledgeStore.open(store)
+        opened = time.perf_counter()
+        self.store.lexical("vacuum freeze", k=10)
+        lexical = time.perf_counter()
+        self.store.vector(np.ones(self.store.stats().dimension or 384, np.float32) / 20, k=10)
+        done = time.perf_counter()
+        self.info.update(
+            open_s=opened - started,
+            first_lexical_s=lexical - opened,
+            first_vector_s=done - lexical,
+            cold_open_s=done - started,
+            chunks=self.store.stats().chunks,
+            after_open=_memory(),
+        )
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.store.embedder.embed_query(t).tolist() for t in texts]
+
+    def load(self, texts: list[str], vectors: list[list[float]]) -> None:
+        self.texts = texts
+        self.vectors = [self.np.asarray(v, dtype=self.np.float32) for v in vectors]
+        if not self.raw:
+            self.store.embedder.embed_query("load the model")  # every side's RSS holds it
+            self.info["with_model"] = _memory()
+            by_text = dict(zip(texts, self.vectors, strict=True))
+            embedder = self.store.embedder
+            embedder.embed_query = by_text.__getitem__  # type: ignore[method-assign]
+
+    def call(self, kind: str, k: int, i: int) -> object:
+        if self.raw:
+            if kind == "lexical":
+                return self.lexical_fn(self.texts[i], k)
+            return self.vector_fn(self.vectors[i], k)
+        if kind == "lexical":
+            return self.store.lexical(self.texts[i], k=k)
+        if kind == "vector":
+            return self.store.vector(self.vectors[i], k=k)
+        if kind == "search":
+            return self.store.search(self.texts[i], k=k)
+        return self.store.search(self.texts[i], k=k, filters=self.docs)  # search_docs
+
+    def run(self, kind: str, k: int, items: list[int], repeat: int = 1) -> list[list[float]]:
+        """``[wall s, CPU s]`` per query, each the best of ``repeat`` runs.
+
+        The process CPU time is what the call costs whatever else the machine runs;
+        the wall time is what a caller waits, pre-emption by other work included.
+        """
+        samples = []
+        for i in items:
+            wall = cpu = float("inf")
+            for _ in range(repeat):
+                started, cpu_started = time.perf_counter(), time.process_time()
+                self.call(kind, k, i)
+                cpu = min(cpu, time.process_time() - cpu_started)
+                wall = min(wall, time.perf_counter() - started)
+            samples.append([wall, cpu])
+        return samples
+
+
+def worker_main(store: Path, raw: bool) -> None:
+    out = sys.stdout
+    sys.stdout = sys.stderr  # library chatter must not corrupt the protocol
+    worker = Worker(store, raw)
+    out.write(json.dumps({"info": worker.info}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        msg = json.loads(line)
+        op = msg["op"]
+        if op == "embed":
+            reply: Any = worker.embed(msg["texts"])
+        elif op == "load":
+            reply = worker.load(msg["texts"], msg["vectors"])
+        elif op == "run":
+            reply = worker.run(msg["kind"], msg["k"], msg["items"], msg["repeat"])
+        elif op == "memory":
+            reply = _memory()
+        else:
+            return
+        out.write(json.dumps({"reply": reply}) + "\n")
+        out.flush()
+
+
+# -- the driver ---------------------------------------------------------------------------
+class Side:
+    def __init__(self, name: str, src: str, store: Path, raw: bool = False) -> None:
+        self.name = name
+        env = dict(os.environ, PYTHONPATH=src, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(store)]
+        self.proc = subprocess.Popen(
+            cmd + (["--raw"] if raw else []),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.info: dict[str, Any] = self._read()["info"]
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"worker {self.name} died (exit {self.proc.wait()})")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def ask(self, **msg: Any) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        return self._read()["reply"]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))] * 1000
+
+
+def interleave(sides: list[Side], kind: str, k: int, n: int, args: argparse.Namespace) -> dict:
+    """Every side runs the same queries, ``args.rounds`` at a time, rotating the order."""
+    rounds, repeat = args.rounds, args.repeat
+    for side in sides:
+        side.ask(op="run", kind=kind, k=k, items=list(range(min(args.warm, n))), repeat=1)
+    samples: dict[str, list[list[float]]] = {s.name: [] for s in sides}
+    for turn, first in enumerate(range(0, n, rounds)):
+        items = list(range(first, min(n, first + rounds)))
+        for j in range(len(sides)):
+            side = sides[(turn + j) % len(sides)]
+            samples[side.name] += side.ask(op="run", kind=kind, k=k, items=items, repeat=repeat)
+    out: dict[str, Any] = {
+        name: {
+            "p50": pct([w for w, _ in s], 0.5),
+            "p95": pct([w for w, _ in s], 0.95),
+            "cpu_p50": pct([c for _, c in s], 0.5),
+            "cpu_p95": pct([c for _, c in s], 0.95),
+            "n": len(s),
+        }
+        for name, s in samples.items()
+    }
+    out["load1"] = os.getloadavg()[0]  # at the end of this figure
+    return out
+
+
+def cold_opens(specs: list[str], times: int) -> dict[str, Any]:
+    """Open each side's store ``times`` more times, each in a fresh process, alternating."""
+    seconds: dict[str, list[float]] = {}
+    for turn in range(times):
+        for j in range(len(specs)):
+            name, _, rest = specs[(turn + j) % len(specs)].partition("=")
+            src, _, store = rest.partition(":")
+            side = Side(name, src, Path(store))
+            seconds.setdefault(name, []).append(side.info["cold_open_s"])
+            side.close()
+    out: dict[str, Any] = {
+        n: {"p50": sorted(s)[len(s) // 2], "p95": max(s)} for n, s in seconds.items()
+    }
+    out["load1"] = os.getloadavg()[0]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--side", action="append", default=[], help="NAME=SRC:STORE")
+    parser.add_argument("--raw", action="store_true", help="add raw tantivy and raw faiss")
+    parser.add_argument("--k", type=int, action="append")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=10, help="queries per turn")
+    parser.add_argument("--warm", type=int, default=20)
+    parser.add_argument("--opens", type=int, default=3, help="extra cold opens per side")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="time each query N times, keep the best"
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.worker:
+        worker_main(args.worker, args.raw)
+        return
+    sys.path.insert(0, str(HERE))
+    from common import queries
+
+    texts = [t for _, t in queries(args.queries)]
+    load_start = os.getloadavg()
+    sides = []
+    for spec in args.side:
+        name, _, rest = spec.partition("=")
+        src, _, store = rest.partition(":")
+        sides.append(Side(name, src, Path(store)))
+    # the raw libraries on the last side's chunks (its src only lends faiss parameters)
+    raw = Side("raw", src, Path(store), raw=True) if args.raw else None
+    vectors = sides[-1].ask(op="embed", texts=texts)
+    everyone = sides + ([raw] if raw else [])
+    for side in everyone:
+        side.ask(op="load", texts=texts, vectors=vectors)
+    n = len(texts)
+    figures: dict[str, Any] = {"info": {s.name: s.info for s in everyone}}
+    figures["cold_open@s"] = cold_opens(args.side, args.opens)
+    for k in args.k or [10, 100]:
+        for kind in ("lexical", "vector"):
+            figures[f"{kind}@{k}"] = interleave(everyone, kind, k, n, args)
+    for kind in ("search", "search_docs"):
+        figures[f"{kind}@10"] = interleave(sides, kind, 10, n, args)
+    figures["memory"] = {s.name: s.ask(op="memory") for s in everyone}
+    figures["loadavg"] = {"start": load_start, "end": os.getloadavg()}
+    for side in everyone:
+        side.close()
+    report(figures, [s.name for s in everyone])
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=1))
+
+
+def report(figures: dict[str, Any], names: list[str]) -> None:
+    info = figures["info"]
+    print(f"load average: start {figures['loadavg']['start']}, end {figures['loadavg']['end']}")
+    for name in names:
+        print(f"{name}: {json.dumps(info[name])}  memory at end {figures['memory'][name]}")
+    print(f"{'figure':<16}" + "".join(f"{n + ' p50':>14}{n + ' p95':>14}" for n in names))
+    for key, row in figures.items():
+        if "@" not in key:
+            continue
+        cells = "".join(
+            f"{row[n]['p50']:14.2f}{row[n]['p95']:14.2f}" if n in row else f"{'':>28}"
+            for n in names
+        )
+        ratios = ""
+        if "raw" in row:
+            ratios = "  " + " ".join(
+                f"{n}/raw {row[n]['p50'] / row['raw']['p50']:.1f}x" for n in names if n != "raw"
+            )
+        print(f"{key:<16}{cells}{ratios}  load {row['load1']:.1f}")
+    print("CPU time of the process per query (ms, best of --repeat): p50 / p95")
+    for key, row in figures.items():
+        if "@" not in key or "cpu_p50" not in row.get(names[0], {}):
+            continue
+        cells = "".join(
+            f"{row[n]['cpu_p50']:14.2f}{row[n]['cpu_p95']:14.2f}" if n in row else f"{'':>28}"
+            for n in names
+        )
+        ratios = ""
+        if "raw" in row:
+            ratios = "  " + " ".join(
+                f"{n}/raw {row[n]['cpu_p50'] / row['raw']['cpu_p50']:.1f}x"
+                for n in names
+                if n != "raw"
+            )
+        print(f"{key:<16}{cells}{ratios}")
+
+
+if __name__ == "__main__":
+    main()
