@@ -187,7 +187,7 @@ def run_probe(store: Path, clients: int, seconds: float, warmup: float) -> dict[
     with tempfile.TemporaryDirectory() as tmp:
         tokens = Path(tmp) / "tokens.jsonl"
         tokens.write_text(json.dumps({"token": TOKEN, "identity": "everyone"}) + "\n")
-        server = Server(store, _free_port(), tokens)
+        server = Server(store, _free_port(), tokens, {})
         try:
             server.wait_ready()
             results = ctx.Queue()

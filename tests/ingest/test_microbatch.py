@@ -15,6 +15,7 @@ from knowledge_store.ingest.embedding import (
     cache_id_of,
     spec_of,
 )
+from knowledge_store.model import LIGHT_QUERY_CHARS
 
 QUERIES = [
     "how do I create an index",
@@ -125,3 +126,37 @@ def test_it_keeps_the_identity_of_what_it_wraps(embedder):
 def test_the_window_is_a_parameter(embedder):
     assert MicroBatchingEmbedder(embedder, window_s=0.004).window_s == pytest.approx(0.004)
     assert MicroBatchingEmbedder(embedder).window_s == pytest.approx(WINDOW_MS / 1000)
+
+
+class Gated(Counting):
+    """Holds every call on a long text until ``release`` is set (a long forward pass)."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+        self.long_started = threading.Event()
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if len(text) > LIGHT_QUERY_CHARS:
+            self.long_started.set()
+            assert self.release.wait(30)
+        return super().embed_query(text)
+
+
+def test_a_long_text_runs_alone_and_short_queries_do_not_wait_for_it(embedder):
+    """A long query neither joins a batch (it would pad every short text to its length) nor
+    holds the pass that short queries queue behind (bench/bench_abuse.py's probe)."""
+    inner = Gated(embedder)
+    batcher = MicroBatchingEmbedder(inner, window_s=0.0)
+    long_text = "vacuum " * (LIGHT_QUERY_CHARS // 7 + 10)
+    got: list[object] = []
+    running = threading.Thread(target=lambda: got.append(batcher.embed_query(long_text)))
+    running.start()
+    assert inner.long_started.wait(30)
+    try:  # the long pass is still running: a short query is answered all the same
+        assert np.allclose(batcher.embed_query(QUERIES[0]), embedder.embed_query(QUERIES[0]))
+    finally:
+        inner.release.set()
+        running.join(30)
+    assert np.allclose(got[0], embedder.embed_query(long_text))
+    assert inner.sizes == [1, 1]  # two passes of one text each: nothing was batched with it

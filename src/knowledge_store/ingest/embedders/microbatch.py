@@ -10,6 +10,11 @@ one text alone. ``window`` defaults to :data:`WINDOW_MS` (``ks serve`` passes
 ``$KS_EMBED_WINDOW_MS``). bench/bench_serve.py ``--window-ms`` measures it; the runs so
 far (0, 1 and 3 ms on a shared, oversubscribed 2-core machine) did not tell the
 windows apart from the load's drift, so 1 ms is provisional.
+
+A long text (over :data:`~knowledge_store.model.LIGHT_QUERY_CHARS`) is embedded on its
+own, outside the batches: in a batch it would pad every short text to its length, and
+the short queries queued behind its pass would wait for it (a flood of 4,000-character
+queries put a plain search's p99 at 7.3× its idle p99, bench/bench_abuse.py).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from knowledge_store.ingest.embedders.core import (
     Vectors,
     check_query,
 )
+from knowledge_store.model import LIGHT_QUERY_CHARS
 
 __all__ = ["MAX_BATCH", "WINDOW_MS", "MicroBatchingEmbedder"]
 
@@ -65,6 +71,8 @@ class MicroBatchingEmbedder(DelegatingEmbedder):
 
     def embed_query(self, text: str) -> Vectors:
         check_query(text)
+        if len(text) > LIGHT_QUERY_CHARS:
+            return self.inner.embed_query(text)  # alone: see the module docstring
         with self._lock:
             batch = self._open
             lead = batch is None or batch.closed or len(batch.texts) >= self.max_batch
