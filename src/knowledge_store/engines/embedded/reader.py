@@ -27,7 +27,7 @@ import numpy as np
 from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks, Vector
 from knowledge_store.engines.shared import content_answer
 from knowledge_store.engines.sql import statements
-from knowledge_store.engines.sql.aggregate import answer_rows
+from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
 from knowledge_store.engines.sql.traversal import traverse
@@ -46,7 +46,6 @@ from knowledge_store.model import (
     Identity,
     Order,
     QueryAnswer,
-    SqlHit,
     SqlHits,
     VectorInfo,
 )
@@ -266,35 +265,11 @@ class EmbeddedReader:
     # -- entities by field --------------------------------------------------------------------
     def sql(self, filters: Filters, order: Order, k: int) -> SqlHits:
         rows = self._run(*statements.sql_hits(SQLITE, self._held, filters, order, k))
-        hits = [
-            SqlHit(
-                uid=r[0],
-                title=r[1],
-                type=r[2],
-                source=r[3],
-                status=r[4],
-                created_at=r[5],
-                updated_at=r[6],
-                rank=rank,
-                href=r[7],
-            )
-            for rank, r in enumerate(rows, start=1)
-        ]
-        return SqlHits(content_root=self._root, hits=hits)
+        return statements.sql_answer(rows, self._root)
 
     def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer:
-        grouped = {
-            (None if bucket is None else str(bucket)): int(value)
-            for bucket, value in self._run(*statements.aggregate(SQLITE, self._held, spec, filters))
-        }
-        if spec.field is None and not grouped:
-            grouped = {None: 0}
-        return AggregateAnswer(
-            content_root=self._root,
-            metric=spec.metric,
-            dimension=spec.dimension,
-            rows=answer_rows(spec, grouped, filters),
-        )
+        rows = self._run(*statements.aggregate(SQLITE, self._held, spec, filters))
+        return aggregate_answer(spec, filters, rows, self._root)
 
     def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]:
         if not uids:

@@ -21,13 +21,21 @@ this module shapes those rows:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, timedelta
+from typing import Any
 
 from knowledge_store.errors import BoundExceeded
-from knowledge_store.model import MAX_BUCKETS, AggregateRow, AggregateSpec, Filters, Granularity
+from knowledge_store.model import (
+    MAX_BUCKETS,
+    AggregateAnswer,
+    AggregateRow,
+    AggregateSpec,
+    Filters,
+    Granularity,
+)
 
-__all__ = ["answer_rows", "bucket_key", "bucket_keys", "shape_rows"]
+__all__ = ["aggregate_answer", "answer_rows", "bucket_key", "bucket_keys", "shape_rows"]
 
 Row = tuple[str | None, int]
 
@@ -83,6 +91,22 @@ def answer_rows(
 ) -> list[AggregateRow]:
     """:func:`shape_rows` as the answer's rows."""
     return [AggregateRow(key=key, value=value) for key, value in shape_rows(spec, grouped, filters)]
+
+
+def aggregate_answer(
+    spec: AggregateSpec, filters: Filters, rows: Iterable[Sequence[Any]], content_root: str
+) -> AggregateAnswer:
+    """The answer of an aggregate from the ``(bucket, value)`` rows its statement returned
+    (the same on every engine)."""
+    grouped = {(None if bucket is None else str(bucket)): int(value) for bucket, value in rows}
+    if spec.field is None and not grouped:
+        grouped = {None: 0}
+    return AggregateAnswer(
+        content_root=content_root,
+        metric=spec.metric,
+        dimension=spec.dimension,
+        rows=answer_rows(spec, grouped, filters),
+    )
 
 
 def shape_rows(

@@ -13,7 +13,7 @@ every value is bound. The engines only execute.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from knowledge_store.engines.sql.dialect import SqlDialect, Visibility
@@ -24,6 +24,8 @@ from knowledge_store.model import (
     AggregateSpec,
     Filters,
     Order,
+    SqlHit,
+    SqlHits,
     filter_field,
 )
 
@@ -41,6 +43,7 @@ __all__ = [
     "metric_sql",
     "probe_chunks",
     "sort_key",
+    "sql_answer",
     "sql_hits",
     "successors",
     "visible_chunk_ids",
@@ -78,6 +81,25 @@ def sort_key(field: str) -> str:
     that "apple" sorts with "Apple", not after "Zebra"; equal keys then go by uid."""
     assert field in ORDER_FIELDS
     return f"lower(e.{field})" if field == "title" else f"e.{field}"
+
+
+def sql_answer(rows: Iterable[Sequence[Any]], content_root: str) -> SqlHits:
+    """The answer of :func:`sql_hits`' rows (the same on every engine)."""
+    hits = [
+        SqlHit(
+            uid=r[0],
+            title=r[1],
+            type=r[2],
+            source=r[3],
+            status=r[4],
+            created_at=r[5],
+            updated_at=r[6],
+            rank=rank,
+            href=r[7],
+        )
+        for rank, r in enumerate(rows, start=1)
+    ]
+    return SqlHits(content_root=content_root, hits=hits)
 
 
 def sql_hits(
