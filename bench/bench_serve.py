@@ -1,4 +1,4 @@
-"""A bounded loopback load test of ``ks serve``: REST, then the MCP endpoint.
+"""A bounded loopback load test of ``ks serve``: REST, then the MCP endpoint; before/after in one run.
 
 Starts ``ks serve`` on 127.0.0.1 (a free port) over a store as a subprocess,
 then for each surface runs CLIENTS concurrent clients for SECONDS (after a
@@ -6,18 +6,40 @@ short warm-up that is not counted), each looping over a fixed mix of
 requests — fused search 40 %, graph 20 %, sql 20 %, content 20 % — with the
 postgres-docs eval queries and uids from the store. Reports p50/p95/p99
 latency (overall and per kind), throughput, the error count (any non-2xx, a
-tool error, or an exception; goal zero) and the server process's peak RSS.
+tool error, or an exception; goal zero), the server's memory — its whole
+process tree, supervisor and workers: peak summed RSS, each process's peak
+RSS, peak summed PSS (shared pages counted once) — and the CPU the server and
+the load generator spent per request over the counted window (a figure that a
+busy, shared machine inflates far less than latency or throughput).
 Everything stops by itself: the clients at the deadline, the server after.
 
+Each ``--side NAME=SRC:STORE[:ARGS]`` is one server to measure: the ``src`` folder
+of a knowledge-store checkout (its ``PYTHONPATH``; empty: this one), a store
+that version can read (a copy per version: versions may rewrite an index on
+open) and more ``ks serve`` arguments. Sides run one at a time, never side by
+side; ``--rounds N`` runs them all N times, rotating the order, so that every
+side sees the same machine. The REST load generator is ``--client raw`` (HTTP/1.1
+over asyncio streams, bench/loadgen.py: ~0.5 CPU-ms a request) or ``httpx``
+(several CPU-ms a request: on 2 cores the generator then takes a large share of
+the CPUs from the server it measures).
+
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_serve.py --store .ks/pg15
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_serve.py --store .ks/pg15 \\
-        --clients 32 --seconds 60 --json bench/.cache/serve.json
-    # before/after: the PyTorch path, or another batching window, on the same store
+    # issue 13's serving figures: the commit before issue 13 (PyTorch) against this one,
+    # one process and the default workers (one per core), 32 clients × 60 s, twice each
+    git worktree add --detach /work/wt/before ba743da
+    KS_EVAL_DIR=/work/shared/eval/postgres-docs .venv/bin/python bench/bench_serve.py \\
+        --surfaces rest --clients 32 --seconds 60 --rounds 2 \\
+        --side before=/work/wt/before/src:.ks/before \\
+        --side after-w1=$PWD/src:.ks/after:"--workers 1" --side after=$PWD/src:.ks/after \\
+        --json bench/results/serve-sides-raw.json
+    # the batching window or the PyTorch path on this version
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_serve.py --store .ks/pg15 --surfaces rest \\
         --embedder st:sentence-transformers/all-MiniLM-L6-v2 --window-ms 0
 
-The REST clients use httpx (async); the MCP clients use the SDK's own client
-over streamable HTTP (one session per client, tools/call).
+``.ks/before`` is the eval corpus ingested by that commit (PyTorch vectors; its
+``meta.embedder`` row reads ``default``), ``.ks/after`` by this one (``make eval``
+builds ``.ks/pg15``). The MCP clients use the SDK's own client over streamable
+HTTP (one session per client, tools/call).
 """
 
 from __future__ import annotations
@@ -40,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from common import EVAL  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs beside the repo
+from loadgen import HttpxClient, RawHttp
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -324,7 +347,7 @@ async def run_rest(
     tally = Tally()
     start = time.monotonic()
     count_from, stop_at = start + warmup, start + warmup + seconds
-    send = RawHttp(url) if client == "raw" else HttpxClient(url, clients)
+    send = RawHttp(url, TOKEN) if client == "raw" else HttpxClient(url, clients, TOKEN)
 
     async def one(n: int) -> None:
         rng = random.Random(n)
@@ -355,94 +378,6 @@ async def run_rest(
     finally:
         await send.close()
     return tally, seconds
-
-
-class RawHttp:
-    """Minimal HTTP/1.1 over asyncio streams: one keep-alive connection per client."""
-
-    def __init__(self, url: str) -> None:
-        from urllib.parse import urlsplit
-
-        where = urlsplit(url)
-        self.host, self.port = where.hostname or "127.0.0.1", where.port or 80
-        self.conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
-
-    async def request(self, n: int, method: str, path: str, body: Any) -> tuple[str | int, str]:
-        for attempt in (0, 1):  # a connection the server closed: reconnect once
-            if n not in self.conns:
-                self.conns[n] = await asyncio.open_connection(self.host, self.port)
-            reader, writer = self.conns[n]
-            payload = b"" if body is None else json.dumps(body).encode()
-            head = (
-                f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(payload)}\r\n\r\n"
-            )
-            try:
-                writer.write(head.encode() + payload)
-                status, headers = await self._head(reader)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                await self._drop(n)
-                if attempt:
-                    raise
-                continue
-            data = await self._body(reader, headers)
-            if headers.get("connection") == "close":
-                await self._drop(n)
-            return status, data.decode("utf-8", "replace") if status >= 400 else ""
-        raise ConnectionError("unreachable")
-
-    @staticmethod
-    async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-        raw = await reader.readuntil(b"\r\n\r\n")
-        lines = raw.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            if name:
-                headers[name.strip().lower()] = value.strip()
-        return status, headers
-
-    @staticmethod
-    async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
-        if "content-length" in headers:
-            return await reader.readexactly(int(headers["content-length"]))
-        if headers.get("transfer-encoding") == "chunked":
-            parts = []
-            while size := int((await reader.readline()).split(b";")[0], 16):
-                parts.append(await reader.readexactly(size))
-                await reader.readline()
-            await reader.readline()
-            return b"".join(parts)
-        return b""
-
-    async def _drop(self, n: int) -> None:
-        _, writer = self.conns.pop(n)
-        writer.close()
-
-    async def close(self) -> None:
-        for n in list(self.conns):
-            await self._drop(n)
-
-
-class HttpxClient:
-    def __init__(self, url: str, clients: int) -> None:
-        import httpx
-
-        limits = httpx.Limits(
-            max_connections=clients, max_keepalive_connections=clients, keepalive_expiry=4.0
-        )
-        self.http = httpx.AsyncClient(
-            base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60, limits=limits
-        )
-
-    async def request(self, n: int, method: str, path: str, body: Any) -> tuple[int, str]:
-        response = await self.http.request(method, path, json=body)
-        return response.status_code, response.text
-
-    async def close(self) -> None:
-        await self.http.aclose()
 
 
 async def run_mcp(
