@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,73 +28,7 @@ from typer.testing import CliRunner
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app as cli
 from tests.surfaces.serve_estate import ANN, BOB, ROOT, TOKENS, build
-
-WAIT_S = 120  # a bound on waiting for a process to start or go; never a measurement
-
-
-def _until(what: str, check: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting: {what}")
-
-
-class Workers:
-    """``ks serve --workers 2`` on an ephemeral port, its log in a file."""
-
-    def __init__(
-        self, store: Path, tokens: Path, log: Path, env: dict[str, str] | None = None
-    ) -> None:
-        self.log = log
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", str(store)),
-                *("serve", "--port", "0", "--tokens", str(tokens), "--workers", "2"),
-            ],
-            env={**os.environ, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=log.open("w"),
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        banner = ""
-        while "serving on" not in banner and (line := self.proc.stdout.readline()):
-            banner += line
-        assert "serving on http://127.0.0.1:" in banner, self.text()
-        self.url = banner.split("serving on ", 1)[1].split()[0]
-
-    def text(self) -> str:
-        return self.log.read_text() if self.log.exists() else ""
-
-    def started(self) -> int:
-        return self.text().count("Application startup complete")
-
-    def workers(self) -> list[int]:
-        try:
-            children = psutil.Process(self.proc.pid).children()
-        except psutil.NoSuchProcess:
-            return []
-        return sorted(
-            c.pid
-            for c in children
-            if c.is_running()
-            and c.status() != psutil.STATUS_ZOMBIE
-            and "resource_tracker" not in " ".join(c.cmdline())
-        )
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            for pid in self.workers():
-                os.kill(pid, signal.SIGKILL)
-            self.proc.kill()
-            return self.proc.wait(timeout=10)
+from tests.surfaces.workers_server import WAIT_S, Workers, until
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +56,9 @@ def estate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(
     estate: Path, tokens: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Workers]:
-    running = Workers(estate, tokens, tmp_path_factory.mktemp("log") / "serve.log")
+    running = Workers(estate, tmp_path_factory.mktemp("log") / "serve.log", "--tokens", str(tokens))
     try:
-        _until("both workers started", lambda: running.started() >= 2)
+        until("both workers started", lambda: running.started() >= 2)
         yield running
     finally:
         running.stop()
@@ -225,11 +156,11 @@ def test_mcp_both_eras_over_several_workers(server: Workers) -> None:
 def test_a_worker_that_dies_is_replaced(server: Workers) -> None:
     before = server.workers()
     os.kill(before[0], signal.SIGKILL)
-    after = _until(
+    after = until(
         "a new worker in place of the killed one",
         lambda: (w := server.workers()) and len(w) == 2 and before[0] not in w and w,
     )
-    _until("the new worker started", lambda: server.started() >= 3)
+    until("the new worker started", lambda: server.started() >= 3)
     for pid in after:
         with only(server, pid):
             assert _content(server.url, "unit:stats", BOB).status_code == 200
@@ -237,8 +168,8 @@ def test_a_worker_that_dies_is_replaced(server: Workers) -> None:
 
 
 def test_sigterm_stops_every_worker(estate: Path, tokens: Path, tmp_path: Path) -> None:
-    running = Workers(estate, tokens, tmp_path / "serve.log")
-    _until("both workers started", lambda: running.started() >= 2)
+    running = Workers(estate, tmp_path / "serve.log", "--tokens", str(tokens))
+    until("both workers started", lambda: running.started() >= 2)
     workers = running.workers()
     assert running.stop() == 0
     assert not [
@@ -257,7 +188,9 @@ def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path, tokens: Pat
     if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
         pytest.skip("this machine has a GPU: asking for one does not fail here")
     where = tmp_path / "store"  # empty: the default embedder, ONNX Runtime
-    running = Workers(where, tokens, tmp_path / "serve.log", env={"KS_ONNX_DEVICE": "gpu"})
+    running = Workers(
+        where, tmp_path / "serve.log", "--tokens", str(tokens), env={"KS_ONNX_DEVICE": "gpu"}
+    )
     try:
         code = running.proc.wait(timeout=WAIT_S)
     finally:
