@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,6 +179,45 @@ def test_sigterm_stops_every_worker(estate: Path, tokens: Path, tmp_path: Path) 
         for p in workers
         if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
     ]
+
+
+def test_a_local_postgres_stops_with_the_last_worker(tmp_path: Path, tokens: Path) -> None:
+    """``pg:DIR``: every worker uses the local server; when ``ks serve`` stops, the server
+    stops too (regression: uvicorn ended each worker by its re-raised SIGTERM, before the
+    exit handler that tells pgserver the process is gone, and PostgreSQL kept running)."""
+    where = tmp_path / "pg"
+    built = subprocess.run(  # another process: this one must not hold the server itself
+        [
+            sys.executable,
+            "-c",
+            "import sys; from knowledge_store.store import KnowledgeStore;"
+            " from tests.surfaces.serve_estate import build;"
+            " build(KnowledgeStore.open(sys.argv[1], embedder='hash:64')).close()",
+            f"pg:{where}",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    running = Workers(f"pg:{where}", tmp_path / "serve.log", "--tokens", str(tokens))
+    try:
+        until("both workers started", lambda: running.started() >= 2)
+        assert _content(running.url, "unit:stats", BOB).status_code == 200
+    finally:
+        assert running.stop() == 0
+
+    def postgres_of_the_store() -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            line = " ".join(proc.info["cmdline"] or [])
+            if proc.info["name"] == "postgres" and str(where / "pgdata") in line:
+                found.append(proc.pid)
+        return found
+
+    until("PostgreSQL stopped", lambda: not postgres_of_the_store())
 
 
 def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path, tokens: Path) -> None:

@@ -30,7 +30,7 @@ class Workers:
     """``ks serve --workers 2`` on an ephemeral port, its log in a file."""
 
     def __init__(
-        self, store: Path, log: Path, *args: str, env: dict[str, str] | None = None
+        self, store: Path | str, log: Path, *args: str, env: dict[str, str] | None = None
     ) -> None:
         self.log = log
         self.proc = subprocess.Popen(

@@ -25,6 +25,7 @@ session's next request may reach another process; :func:`.mcp.mcp_http_app`).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import logging
 import os
@@ -302,7 +303,14 @@ class WorkerApp:
 
 
 def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
-    """Close ``store`` when ``app``'s lifespan ends (a worker's, after its last request)."""
+    """Close ``store`` when ``app``'s lifespan ends (a worker's, after its last request),
+    and run the process's exit handlers.
+
+    uvicorn re-raises the SIGTERM it handled once its server has stopped, and the
+    default handler ends the worker before the interpreter's exit handlers run —
+    among them pgserver's, which stops a ``pg:DIR`` server when its last user
+    exits (skipped, the server would outlive ``ks serve``). So they run here, once.
+    """
     inner = app.router.lifespan_context
 
     @asynccontextmanager
@@ -312,6 +320,7 @@ def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
                 yield state
         finally:
             store.close()
+            atexit._run_exitfuncs()
 
     app.router.lifespan_context = lifespan
 
