@@ -27,16 +27,21 @@ def until(what: str, check: Callable[[], Any]) -> Any:
 
 
 class Workers:
-    """``ks serve --workers 2`` on an ephemeral port, its log in a file."""
+    """``ks serve --workers N`` (default 2) on an ephemeral port, its log in a file."""
 
     def __init__(
-        self, store: Path | str, log: Path, *args: str, env: dict[str, str] | None = None
+        self,
+        store: Path | str,
+        log: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        workers: int = 2,
     ) -> None:
         self.log = log
         self.proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", str(store)),
-                *("serve", "--port", "0", "--workers", "2", *args),
+                *("serve", "--port", "0", "--workers", str(workers), *args),
             ],
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,

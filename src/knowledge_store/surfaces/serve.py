@@ -216,14 +216,19 @@ def _serve_http(location: str | Path | None, host: str, sock: socket.socket, tab
     assert isinstance(table, TokenTable)
     from knowledge_store.surfaces.workers import with_embedding_slots
 
-    with open_store(location) as opened:
+    opened = open_store(location)
+    try:
         store = with_embedding_slots(opened, window_s=environment.embed_window_s())
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
         app = create_app(store, tokens=table, allowed_hosts=allowed)
-        port = int(sock.getsockname()[1])  # the one chosen, for --port 0
-        print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
-        uvicorn.Server(uvicorn_config(app, host=host, port=port)).run(sockets=[sock])
+    except BaseException:
+        opened.close()
+        raise
+    _close_at_shutdown(app, opened)  # a SIGTERM ends the process before a `with` could
+    port = int(sock.getsockname()[1])  # the one chosen, for --port 0
+    print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
+    uvicorn.Server(uvicorn_config(app, host=host, port=port)).run(sockets=[sock])
 
 
 def _serve_workers(
@@ -303,11 +308,12 @@ class WorkerApp:
 
 
 def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
-    """Close ``store`` when ``app``'s lifespan ends (a worker's, after its last request),
-    and run the process's exit handlers.
+    """Close ``store`` when ``app``'s lifespan ends (after the last request), and run the
+    process's exit handlers.
 
     uvicorn re-raises the SIGTERM it handled once its server has stopped, and the
-    default handler ends the worker before the interpreter's exit handlers run —
+    default handler ends the process (a worker, or ``--workers 1``'s only one)
+    before the interpreter's exit handlers run —
     among them pgserver's, which stops a ``pg:DIR`` server when its last user
     exits (skipped, the server would outlive ``ks serve``). So they run here, once.
     """
