@@ -313,9 +313,9 @@ def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
 
     uvicorn re-raises the SIGTERM it handled once its server has stopped, and the
     default handler ends the process (a worker, or ``--workers 1``'s only one)
-    before the interpreter's exit handlers run —
-    among them pgserver's, which stops a ``pg:DIR`` server when its last user
-    exits (skipped, the server would outlive ``ks serve``). So they run here, once.
+    before the interpreter's exit handlers run — among them pgserver's, which
+    stops a ``pg:DIR`` server when its last user exits (skipped, the server would
+    outlive ``ks serve``). So they run here, once.
     """
     inner = app.router.lifespan_context
 
