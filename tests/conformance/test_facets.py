@@ -190,3 +190,38 @@ def test_a_new_facet_needs_only_its_declaration(engine: EngineUnderTest) -> None
     entity = got["content"]
     assert entity["team"] == "search"
     assert list(entity)[list(entity).index("status") + 1] == "team"  # declared first
+
+
+@pytest.mark.embedded_only(reason="SQLite's write lock")
+def test_processes_opening_an_older_store_at_once_add_each_facet_once(
+    engine: EngineUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process adds the columns between this one's check and its ALTER TABLE (as
+    the workers of ``ks serve`` open a store at once): the open still succeeds."""
+    from knowledge_store.engines.embedded import catalog
+
+    where = engine.location()
+    with KnowledgeStore.open(where, embedder="hash:64") as store:
+        store.ingest_records([_record("old")], acl=["everyone"])
+        _drop_facet_columns(engine, store, where)
+    checked = catalog.missing_facets
+    raced: list[str] = []
+
+    def the_other_process_adds_them(columns: Any) -> tuple[str, ...]:
+        stale = checked(columns)
+        if stale and not raced:
+            other = sqlite3.connect(Path(where) / "catalog.sqlite")
+            for name in stale:
+                other.execute(f"ALTER TABLE entities ADD COLUMN {name} TEXT NOT NULL DEFAULT ''")
+            other.commit()
+            other.close()
+            raced.extend(stale)
+        return stale
+
+    monkeypatch.setattr(catalog, "missing_facets", the_other_process_adds_them)
+    with KnowledgeStore.open(where, embedder="hash:64") as store:
+        assert raced == list(FACET_NAMES)
+        values = {name: f"{name}-value" for name in FACET_NAMES}
+        store.ingest_records([_record("new", **values)], acl=["everyone"])
+        for name, value in values.items():
+            assert [h.uid for h in store.sql(filters={name: [value]}).hits] == ["new"]

@@ -136,12 +136,24 @@ _INSERT_ENTITY = (
 _UPDATE_ENTITY = f"UPDATE entities SET {', '.join(f'{c}=?' for c in _WRITTEN[:-1])} WHERE uid=?"
 
 
+def _missing_facets(conn: sqlite3.Connection) -> tuple[str, ...]:
+    return missing_facets({str(r[1]) for r in conn.execute("PRAGMA table_info(entities)")})
+
+
 def _add_facets(conn: sqlite3.Connection) -> None:
-    """Add the facet columns an older store lacks (a new store gets them from ``SCHEMA``)."""
-    present = {str(r[1]) for r in conn.execute("PRAGMA table_info(entities)")}
-    for name in missing_facets(present):
-        for statement in add_facet(SQLITE, name):
-            conn.execute(statement)
+    """Add the facet columns an older store lacks (a new store gets them from ``SCHEMA``) in
+    one write transaction: of processes opening the store at once, one adds each column."""
+    if not _missing_facets(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for name in _missing_facets(conn):  # again, under the lock: another may have added it
+            for statement in add_facet(SQLITE, name):
+                conn.execute(statement)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class Catalog:
