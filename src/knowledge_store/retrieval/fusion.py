@@ -114,21 +114,14 @@ def _rank(
     contributions: dict[str, list[float]],
     ranks: dict[str, dict[str, int]],
 ) -> list[Fused]:
-    fused = [
-        Fused(
-            uid=uid,
-            score=math.fsum(parts),
-            ranks={lst.name: ranks[lst.name].get(uid) for lst in lists},
-        )
-        for uid, parts in contributions.items()
-    ]
-
-    def key(result: Fused) -> tuple[float, float, str]:
-        best = result.best_rank
-        return (-result.score, math.inf if best is None else best, result.uid)
-
-    fused.sort(key=key)
-    return fused
+    names = [lst.name for lst in lists]
+    rows: list[tuple[float, float, str, dict[str, int | None]]] = []
+    for uid, parts in contributions.items():
+        found = {name: ranks[name].get(uid) for name in names}
+        present = [r for r in found.values() if r is not None]
+        rows.append((-math.fsum(parts), min(present) if present else math.inf, uid, found))
+    rows.sort(key=lambda row: row[:3])  # score, best rank, uid (unique: never a tie)
+    return [Fused(uid=uid, score=-negated, ranks=found) for negated, _, uid, found in rows]
 
 
 def rrf(

@@ -283,11 +283,11 @@ class GraphRetriever:
         if not request.seeds:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        graph = reader.engine.graph(
+        walk = reader.engine.walk(
             GraphQuery(starts=request.seeds, depth=request.depth, k=request.k)
         )
         seeds = set(request.seeds)
-        hits = [h for h in graph.hits if h.uid not in seeds]
+        hits = [r for r in walk.reached[: request.k] if r.uid not in seeds]
         if hits and not request.filters.is_empty:
             wanted = [h.uid for h in hits]
             if request.filters.values("uid"):
@@ -312,7 +312,7 @@ class GraphRetriever:
                 for h in hits
             ],
             {"graph": _ms(time.perf_counter() - started)},
-            details={"capped": graph.capped},
+            details={"capped": walk.capped},
         )
 
 

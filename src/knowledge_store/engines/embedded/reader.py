@@ -30,7 +30,7 @@ from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
-from knowledge_store.engines.sql.traversal import traverse
+from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
 from knowledge_store.errors import InvalidRequest, ModelMismatch, QueryTimeout, StoreError
 from knowledge_store.graphquery.compiler import compile_query
 from knowledge_store.graphquery.nodes import Query
@@ -40,7 +40,6 @@ from knowledge_store.model import (
     AggregateSpec,
     Content,
     Filters,
-    GraphHit,
     GraphHits,
     GraphQuery,
     Identity,
@@ -296,28 +295,17 @@ class EmbeddedReader:
         return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------
-    def graph(self, query: GraphQuery) -> GraphHits:
+    def walk(self, query: GraphQuery) -> Traversal:
         try:
             walk = traverse(self._conn, SQLITE, self._held, query)
         except sqlite3.Error as exc:
             raise StoreError(f"the graph walk failed: {exc}") from exc
         for sql in walk.statements:
             self._statements[sql] = self._statements.get(sql, 0) + 1
-        hits = [
-            GraphHit(
-                uid=r.uid,
-                title=r.title,
-                type=r.type,
-                rank=rank,
-                hops=r.hops,
-                paths=r.paths,
-                path=r.path,
-                href=r.href,
-                updated_at=r.updated_at,
-            )
-            for rank, r in enumerate(walk.reached[: query.k], start=1)
-        ]
-        return GraphHits(content_root=self._root, hits=hits, capped=walk.capped)
+        return walk
+
+    def graph(self, query: GraphQuery) -> GraphHits:
+        return graph_hits(self.walk(query), query.k, self._root)
 
     def query_graph(
         self,

@@ -12,24 +12,33 @@ path per entity (the first edge in that order).
 
 Ranking: hop distance, then number of distinct shortest paths (more first),
 then recency (``updated_at`` newest first), then uid.
+
+A walk is plain data (:class:`Traversal`): fused search ranks its uids as they
+are; :func:`graph_hits` shapes the ``graph`` answer (paths as ``PathStep``)
+only for the hits it returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from knowledge_store.engines.sql.dialect import SqlDialect
 from knowledge_store.graphquery.steps import step_joins
-from knowledge_store.model import GraphQuery, PathStep
+from knowledge_store.model import GraphHit, GraphHits, GraphQuery, PathStep
 
-__all__ = ["Reached", "Traversal", "traverse"]
+__all__ = ["Reached", "Traversal", "graph_hits", "traverse"]
+
+#: One step of a path as plain data: ``(uid, label)``, label None for the start.
+PathPart = tuple[str, str | None]
 
 
-@dataclass(frozen=True)
-class Reached:
-    """An entity the traversal reached: how far, by how many shortest paths, and one path."""
+class Reached(NamedTuple):
+    """An entity the traversal reached: how far, by how many shortest paths, and one path.
+
+    A named tuple: a walk makes one per entity reached (a hundred per fused search).
+    """
 
     uid: str
     title: str
@@ -38,7 +47,7 @@ class Reached:
     updated_at: str | None
     hops: int
     paths: int
-    path: tuple[PathStep, ...]
+    path: tuple[PathPart, ...]
     position: int | None  # the ``position`` of the last edge of ``path``
 
 
@@ -96,9 +105,7 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
         ).fetchall()
     ]
     paths: dict[str, int] = {uid: 1 for uid in visible_starts}
-    path_of: dict[str, tuple[PathStep, ...]] = {
-        uid: (PathStep(uid=uid, label=None),) for uid in visible_starts
-    }
+    path_of: dict[str, tuple[PathPart, ...]] = {uid: ((uid, None),) for uid in visible_starts}
     reached: list[Reached] = []
     frontier = list(visible_starts)
     capped = False
@@ -117,35 +124,20 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
         if len(rows) > query.fanout:
             capped = True
             rows = rows[: query.fanout]
-        layer: dict[str, dict[str, Any]] = {}
+        layer: dict[
+            str, list[Any]
+        ] = {}  # uid → [paths, path, position, title, type, href, updated]
         for _pos, src, label, position, uid, title, typ, href, updated, _o in rows:
             found = layer.get(uid)
             if found is None:
-                layer[uid] = {
-                    "paths": paths[src],
-                    "path": (*path_of[src], PathStep(uid=uid, label=label)),
-                    "position": position,
-                    "title": title,
-                    "type": typ,
-                    "href": href,
-                    "updated_at": updated,
-                }
+                path = (*path_of[src], (uid, label))
+                layer[uid] = [paths[src], path, position, title, typ, href, updated]
             else:
-                found["paths"] += paths[src]
+                found[0] += paths[src]
         ranked = _rank(
             [
-                Reached(
-                    uid=uid,
-                    title=str(v["title"]),
-                    type=str(v["type"]),
-                    href=v["href"],
-                    updated_at=v["updated_at"],
-                    hops=hop,
-                    paths=int(v["paths"]),
-                    path=v["path"],
-                    position=v["position"],
-                )
-                for uid, v in layer.items()
+                Reached(uid, str(title), str(typ), href, updated, hop, int(n), path, position)
+                for uid, (n, path, position, title, typ, href, updated) in layer.items()
             ]
         )
         for r in ranked:
@@ -154,3 +146,22 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
         reached.extend(ranked)
         frontier = [r.uid for r in ranked]
     return Traversal(_rank(reached), capped, tuple(visible_starts), (seeds_sql, step_sql))
+
+
+def graph_hits(walk: Traversal, k: int, root: str) -> GraphHits:
+    """The ``graph`` answer of ``walk``: its first ``k`` entities, ranked, with their paths."""
+    hits = [
+        GraphHit(
+            uid=r.uid,
+            title=r.title,
+            type=r.type,
+            rank=rank,
+            hops=r.hops,
+            paths=r.paths,
+            path=tuple(PathStep(uid=uid, label=label) for uid, label in r.path),
+            href=r.href,
+            updated_at=r.updated_at,
+        )
+        for rank, r in enumerate(walk.reached[:k], start=1)
+    ]
+    return GraphHits(content_root=root, hits=hits, capped=walk.capped)
