@@ -66,8 +66,19 @@ def _rank(items: list[Reached]) -> list[Reached]:
     return out
 
 
-def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str]:
-    """The two statements of a walk: the visible starts, and one hop."""
+#: The order of a hop's edges (the ``ORDER BY`` of the ordered step): frontier position,
+#: target recency (newest first, none last), target uid, orientation, label.
+_EDGE_ORDER = "ORDER BY 1, 9 DESC NULLS LAST, 5, 10, 3"
+
+
+def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str, str]:
+    """The statements of a walk: the visible starts; one hop, in no order; one hop, ordered.
+
+    A hop asks for one row more than the fan-out cap in no order first: when it is not
+    capped (nearly always) its rows are all there is and are put in :data:`_EDGE_ORDER`
+    in Python — sorting them in SQL cost half the statement (1.2 of 2.3 ms at 100k
+    chunks). Only a capped hop runs the ordered statement, which keeps the first edges.
+    """
     seeds_sql = d.with_acl(f"starts(pos, uid) AS ({d.indexed_array_rows('starts')})") + (
         f"SELECT e.uid FROM starts AS s JOIN entities AS e ON e.uid = s.uid"
         f" AND {d.visible('e', 'walk')} ORDER BY s.pos"
@@ -79,14 +90,20 @@ def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str]:
         f" WHERE t.uid NOT IN (SELECT value FROM seen)"
         for s in steps
     ]
-    step_sql = d.with_acl(
+    step = d.with_acl(
         f"frontier(pos, value) AS ({d.indexed_array_rows('frontier')})",
         f"seen(value) AS ({d.array_rows('seen')})",
-    ) + (
-        " UNION ALL ".join(selects)
-        + f" ORDER BY 1, 9 DESC NULLS LAST, 5, 10, 3 LIMIT {d.param('cap')}"
-    )
-    return seeds_sql, step_sql
+    ) + " UNION ALL ".join(selects)
+    limit = f" LIMIT {d.param('cap')}"
+    return seeds_sql, step + limit, f"{step} {_EDGE_ORDER}{limit}"
+
+
+def _in_edge_order(rows: list[Any]) -> list[Any]:
+    """``rows`` of a hop in :data:`_EDGE_ORDER` (text in byte order: both dialects' collation)."""
+    rows.sort(key=lambda r: (r[4], r[9], r[2]))
+    rows.sort(key=lambda r: (r[8] is not None, r[8] or ""), reverse=True)
+    rows.sort(key=lambda r: r[0])
+    return rows
 
 
 def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -> Traversal:
@@ -96,7 +113,8 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
     validated at the store boundary. Starts that are missing or unreadable
     contribute nothing.
     """
-    seeds_sql, step_sql = statements(d, query)
+    seeds_sql, step_any, step_ordered = statements(d, query)
+    ran = [seeds_sql, step_any]
     acl = d.held_params(held)
     visible_starts = [
         str(r[0])
@@ -112,21 +130,21 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
     for hop in range(1, query.depth + 1):
         if not frontier:
             break
-        rows = conn.execute(
-            step_sql,
-            {
-                **acl,
-                "frontier": d.bind_array(frontier),
-                "seen": d.bind_array(list(paths)),
-                "cap": query.fanout + 1,
-            },
-        ).fetchall()
+        params = {
+            **acl,
+            "frontier": d.bind_array(frontier),
+            "seen": d.bind_array(list(paths)),
+            "cap": query.fanout + 1,
+        }
+        rows = conn.execute(step_any, params).fetchall()
         if len(rows) > query.fanout:
             capped = True
-            rows = rows[: query.fanout]
-        layer: dict[
-            str, list[Any]
-        ] = {}  # uid → [paths, path, position, title, type, href, updated]
+            rows = conn.execute(step_ordered, params).fetchall()[: query.fanout]
+            ran.append(step_ordered)
+        else:
+            rows = _in_edge_order(rows)
+        # uid → [paths, path, position, title, type, href, updated]
+        layer: dict[str, list[Any]] = {}
         for _pos, src, label, position, uid, title, typ, href, updated, _o in rows:
             found = layer.get(uid)
             if found is None:
@@ -145,7 +163,7 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
             path_of[r.uid] = r.path
         reached.extend(ranked)
         frontier = [r.uid for r in ranked]
-    return Traversal(_rank(reached), capped, tuple(visible_starts), (seeds_sql, step_sql))
+    return Traversal(_rank(reached), capped, tuple(visible_starts), tuple(dict.fromkeys(ran)))
 
 
 def graph_hits(walk: Traversal, k: int, root: str) -> GraphHits:
