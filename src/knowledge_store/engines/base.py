@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -155,9 +155,8 @@ class ChunkRecord:
     end: int
 
 
-@dataclass(frozen=True)
-class EntityCard:
-    """What a result shows of an entity."""
+class EntityCard(NamedTuple):
+    """What a result shows of an entity (a named tuple: the graph list makes one per hit)."""
 
     uid: str
     title: str
@@ -183,7 +182,12 @@ class Reader(Protocol):
     def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks: ...
     def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks: ...
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
-    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]: ...
+    def entities(
+        self, uids: Sequence[str], filters: Filters | None = None
+    ) -> dict[str, EntityCard]:
+        """The cards of the visible ones of ``uids`` (that pass ``filters``, when given)."""
+        ...
+
     def sql(self, filters: Filters, order: Order, k: int) -> SqlHits: ...
     def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer: ...
     def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]: ...

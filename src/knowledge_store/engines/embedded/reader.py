@@ -253,12 +253,14 @@ class EmbeddedReader:
             for r in self._run(*statements.chunk_cards(SQLITE, chunk_ids))
         }
 
-    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]:
+    def entities(
+        self, uids: Sequence[str], filters: Filters | None = None
+    ) -> dict[str, EntityCard]:
         if not uids:
             return {}
         return {
             str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
-            for r in self._run(*statements.entity_cards(SQLITE, self._held, uids))
+            for r in self._run(*statements.entity_cards(SQLITE, self._held, uids, filters))
         }
 
     # -- entities by field --------------------------------------------------------------------

@@ -265,13 +265,17 @@ def chunk_cards(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
     )
 
 
-def entity_cards(d: SqlDialect, held: Sequence[str], uids: Sequence[str]) -> Statement:
-    """``uid, title, type, href, updated_at`` of the visible ones of ``uids``."""
-    params: dict[str, Any] = {"uids": d.bind_array(list(uids))}
+def entity_cards(
+    d: SqlDialect, held: Sequence[str], uids: Sequence[str], filters: Filters | None = None
+) -> Statement:
+    """``uid, title, type, href, updated_at`` of the visible ones of ``uids`` (that pass
+    ``filters``, when given)."""
+    where, params = filter_clause(filters or Filters(), d)
+    params["uids"] = d.bind_array(list(uids))
     head = _acl(d, held, params)
     return (
         head + "SELECT e.uid, e.title, e.type, e.href, e.updated_at FROM entities AS e"
-        f" WHERE {d.in_array('e.uid', 'uids')} AND {d.visible('e', 'probe')}",
+        f" WHERE {d.in_array('e.uid', 'uids')} AND {d.visible('e', 'probe')} AND {where}",
         params,
     )
 
