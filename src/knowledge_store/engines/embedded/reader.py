@@ -8,7 +8,9 @@ expanded once when it opened. Every primitive reads that view:
 
 * ``lexical`` / ``vector`` rank chunk ids in the derived index with the ACL as
   a pre-filter, then probe those ids against the catalog's visibility (the
-  final check: ids only, no text);
+  final check: ids only, no text) — against the selection of visible chunk
+  ids the engine holds for this publish, principals and FILTERS (the vector
+  pre-filter) when it is there, else with a statement;
 * ``chunks`` / ``entities`` hydrate what an answer returns, once;
 * sql, aggregates, successors, content, the graph walk and query_graph run
   the shared statements of :mod:`knowledge_store.engines.sql` on the snapshot.
@@ -160,24 +162,38 @@ class EmbeddedReader:
         return SQLITE.held_params(self._held)
 
     # -- ranking ids -----------------------------------------------------------------------
-    def _checked(self, ids: Sequence[int], filters: Filters) -> dict[int, str]:
-        """The final check: which ids exist in this snapshot, pass filters, and are visible
-        (with their entity's uid)."""
+    def _probed(self, ids: Sequence[int], filters: Filters) -> dict[int, str]:
+        """The final check in the catalog: which ids exist in this snapshot, pass filters and
+        are visible (with their entity's uid)."""
         if not ids:
             return {}
         found = self._run(*statements.probe_chunks(SQLITE, self._held, ids, filters))
         return {int(r[0]): str(r[1]) for r in found}
 
+    def _uids(self, ids: Sequence[int]) -> dict[int, str]:
+        """The entity uid of each of ``ids`` that exists in this snapshot."""
+        if not ids:
+            return {}
+        return {int(r[0]): str(r[1]) for r in self._run(*statements.chunk_uids(SQLITE, ids))}
+
+    @staticmethod
+    def _members(ids: Sequence[int], selection: np.ndarray | None) -> list[bool]:
+        """Whether each id is in ``selection`` (sorted visible chunk ids; None: every chunk)."""
+        if selection is None:
+            return [True] * len(ids)
+        wanted = np.asarray(ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(selection, wanted), max(len(selection) - 1, 0))
+        return (selection[at] == wanted).tolist() if len(selection) else [False] * len(ids)
+
     def _ranked(
         self,
         found: Sequence[tuple[int, float]],
+        visible: Mapping[int, str],
         k: int,
-        filters: Filters,
         details: dict[str, Any],
+        started: float,
         vector: VectorInfo | None = None,
     ) -> RankedChunks:
-        started = time.perf_counter()
-        visible = self._checked([c for c, _ in found], filters)
         kept = [(c, s) for c, s in found if c in visible][:k]
         details["index_hits"] = len(found)
         details["dropped_by_final_check"] = len(found) - len(visible)
@@ -191,6 +207,12 @@ class EmbeddedReader:
         )
 
     def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+        """BM25 with the principals and FILTERS inside the Tantivy query; then the final check.
+
+        The final check probes the hits against the selection of visible chunk ids this
+        snapshot, the held principals and ``filters`` (what the vector pre-filter reads)
+        when the engine holds it — no statement — and in the catalog otherwise.
+        """
         if self._view.lexical_error is not None:
             raise StoreError(self._view.lexical_error)
         started = time.perf_counter()
@@ -198,9 +220,24 @@ class EmbeddedReader:
             text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
         )
         details: dict[str, Any] = {"ms": {"index": _ms(time.perf_counter() - started)}}
-        return self._ranked([(c, s) for c, _, s in found], k, filters, details)
+        checked = time.perf_counter()
+        known, selection = self._engine.views.known_visible(self, filters)
+        if known:
+            ids = [c for c, _, _ in found]
+            visible = {
+                c: uid
+                for (c, uid, _), ok in zip(found, self._members(ids, selection), strict=True)
+                if ok
+            }
+        else:
+            visible = self._probed([c for c, _, _ in found], filters)
+        details["final_check"] = "visible set" if known else "catalog"
+        return self._ranked([(c, s) for c, _, s in found], visible, k, details, checked)
 
     def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+        """HNSW (or an exact scan) over the visible chunk ids of this snapshot, the held
+        principals and ``filters`` — the pre-filter, computed once per publish — then the
+        final check of the hits against that same selection, and their entities' uids."""
         if self._view.dense_error is not None:
             raise StoreError(self._view.dense_error)
         dense = self._dense
@@ -220,9 +257,15 @@ class EmbeddedReader:
         details: dict[str, Any] = {
             "visible_chunks": None if allowed is None else len(allowed),
             "ms": {"acl": _ms(t_acl - started), "index": _ms(time.perf_counter() - t_acl)},
+            "final_check": "visible set",
         }
+        checked = time.perf_counter()
         found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
-        return self._ranked(found, k, filters, details, info)
+        hits = [c for c, _ in found]
+        uids = self._uids(
+            [c for c, ok in zip(hits, self._members(hits, allowed), strict=True) if ok]
+        )
+        return self._ranked(found, uids, k, details, checked, info)
 
     def visible_chunk_ids(self, filters: Filters) -> np.ndarray:
         """Sorted ids of the chunks this reader may see that pass ``filters`` (dense pre-filter)."""

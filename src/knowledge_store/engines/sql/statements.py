@@ -34,6 +34,7 @@ __all__ = [
     "Statement",
     "aggregate",
     "chunk_cards",
+    "chunk_uids",
     "content_chunks",
     "content_edges",
     "content_entity",
@@ -253,6 +254,16 @@ def probe_chunks(
         f" WHERE {d.in_array('c.id', 'ids', 'bigint')} AND {d.visible('e', 'probe')}"
         f" AND {where}",
         params,
+    )
+
+
+def chunk_uids(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
+    """``id, entity uid`` of those of ``chunk_ids`` that exist (their visibility already
+    checked: the caller's selection of visible chunk ids)."""
+    return (
+        f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
+        f" WHERE {d.in_array('c.id', 'ids', 'bigint')}",
+        {"ids": d.bind_array([int(c) for c in chunk_ids])},
     )
 
 
