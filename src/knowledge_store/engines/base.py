@@ -132,6 +132,9 @@ class RankedChunks:
     scores: list[float]
     vector: VectorInfo | None = None
     details: Mapping[str, Any] = field(default_factory=dict)  # for --explain
+    #: The chunks hydrated, when the primitive was asked to (``hydrate=True``) and could
+    #: read them with its final check; None: hydrate with :meth:`Reader.chunks`.
+    records: Mapping[int, ChunkRecord] | None = None
 
 
 @dataclass(frozen=True)
@@ -179,8 +182,12 @@ class Reader(Protocol):
         """The principals the identity holds, expanded once when the reader opened."""
         ...
 
-    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks: ...
-    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks: ...
+    def lexical(
+        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks: ...
+    def vector(
+        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks: ...
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
     def entities(
         self, uids: Sequence[str], filters: Filters | None = None

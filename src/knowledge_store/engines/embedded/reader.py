@@ -192,11 +192,18 @@ class EmbeddedReader:
         k: int,
         details: dict[str, Any],
         started: float,
+        *,
+        hydrate: bool,
         vector: VectorInfo | None = None,
     ) -> RankedChunks:
+        """The first ``k`` of ``found`` that passed the final check (``visible``: id → uid),
+        with their records when ``hydrate`` (one statement; nothing is loaded otherwise)."""
         kept = [(c, s) for c, s in found if c in visible][:k]
+        records = self.chunks([c for c, _ in kept]) if hydrate else None
+        if records is not None:
+            kept = [(c, s) for c, s in kept if c in records]
         details["index_hits"] = len(found)
-        details["dropped_by_final_check"] = len(found) - len(visible)
+        details["dropped_by_final_check"] = sum(1 for c, _ in found if c not in visible)
         details.setdefault("ms", {})["final_check"] = _ms(time.perf_counter() - started)
         return RankedChunks(
             [c for c, _ in kept],
@@ -204,9 +211,12 @@ class EmbeddedReader:
             [s for _, s in kept],
             vector,
             details,
+            records,
         )
 
-    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+    def lexical(
+        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
         """BM25 with the principals and FILTERS inside the Tantivy query; then the final check.
 
         The final check probes the hits against the selection of visible chunk ids this
@@ -232,18 +242,22 @@ class EmbeddedReader:
         else:
             visible = self._probed([c for c, _, _ in found], filters)
         details["final_check"] = "visible set" if known else "catalog"
-        return self._ranked([(c, s) for c, _, s in found], visible, k, details, checked)
+        ranked = [(c, s) for c, _, s in found]
+        return self._ranked(ranked, visible, k, details, checked, hydrate=hydrate)
 
-    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+    def vector(
+        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
         """HNSW (or an exact scan) over the visible chunk ids of this snapshot, the held
         principals and ``filters`` — the pre-filter, computed once per publish — then the
-        final check of the hits against that same selection, and their entities' uids."""
+        final check of the hits against that same selection, and their entities' uids
+        (read with the records when ``hydrate``)."""
         if self._view.dense_error is not None:
             raise StoreError(self._view.dense_error)
         dense = self._dense
         if dense is None or len(dense) == 0:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
-            return RankedChunks([], [], [], empty, {"ms": {}})
+            return RankedChunks([], [], [], empty, {"ms": {}}, {} if hydrate else None)
         if vector.shape[-1] != dense.owner.dimension:
             model = self._engine.model()
             raise ModelMismatch(
@@ -262,10 +276,24 @@ class EmbeddedReader:
         checked = time.perf_counter()
         found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
         hits = [c for c, _ in found]
-        uids = self._uids(
-            [c for c, ok in zip(hits, self._members(hits, allowed), strict=True) if ok]
-        )
-        return self._ranked(found, uids, k, details, checked, info)
+        members = [c for c, ok in zip(hits, self._members(hits, allowed), strict=True) if ok]
+        if hydrate:  # the records carry the uids: no statement for them alone
+            records = self.chunks(members[:k])
+            visible = {c: r.uid for c, r in records.items()}
+            kept = [(c, s) for c, s in found if c in visible]
+            details["index_hits"] = len(found)
+            details["dropped_by_final_check"] = len(found) - len(members)
+            details["ms"]["final_check"] = _ms(time.perf_counter() - checked)
+            return RankedChunks(
+                [c for c, _ in kept],
+                [visible[c] for c, _ in kept],
+                [s for _, s in kept],
+                info,
+                details,
+                records,
+            )
+        uids = self._uids(members)
+        return self._ranked(found, uids, k, details, checked, hydrate=False, vector=info)
 
     def visible_chunk_ids(self, filters: Filters) -> np.ndarray:
         """Sorted ids of the chunks this reader may see that pass ``filters`` (dense pre-filter)."""

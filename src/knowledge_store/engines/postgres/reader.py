@@ -130,7 +130,10 @@ class PostgresReader:
                 self._conn.execute("RELEASE SAVEPOINT ks_local")
 
     # -- ranking ids -----------------------------------------------------------------------
-    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+    def lexical(
+        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
+        # One statement ranks and checks: ``hydrate`` has nothing to share; chunks() hydrates.
         started = time.perf_counter()
         ranker = self._engine.lexical_ranker
         statement = lexical_sql.lexical_statement(ranker, self.held, text, k, filters)
@@ -143,7 +146,9 @@ class PostgresReader:
             {"ranker": ranker, "ms": {"statement": _ms(time.perf_counter() - started)}},
         )
 
-    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+    def vector(
+        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
         expected = self._engine.model()
         if expected is None:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
