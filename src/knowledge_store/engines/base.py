@@ -137,13 +137,13 @@ class RankedChunks:
     records: Mapping[int, ChunkRecord] | None = None
 
 
-@dataclass(frozen=True)
-class ChunkRecord:
+class ChunkRecord(NamedTuple):
     """A chunk hydrated for an answer: its text and where it sits, with its entity's card.
 
     ``chunk_id`` is the engine's row id (internal: primitives rank it); ``public_id``
     names the chunk in answers (``engines.shared.ChunkIds``: a keyed hash of uid and
-    ordinal, so the ids a caller sees say nothing of the chunks hidden from it).
+    ordinal, so the ids a caller sees say nothing of the chunks hidden from it). A named
+    tuple: a top-100 primitive makes a hundred.
     """
 
     chunk_id: int

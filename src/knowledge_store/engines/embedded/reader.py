@@ -18,6 +18,7 @@ expanded once when it opened. Every primitive reads that view:
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -63,6 +64,12 @@ _READ_ACTIONS = frozenset(
 )
 #: Candidates fetched beyond k, so that a final check that drops a few still fills k.
 _SLACK = 10
+
+
+@functools.lru_cache(maxsize=8192)
+def _heading(stored: str) -> tuple[str, ...]:
+    """A chunk's heading path from its JSON text (chunks of a page share their headings)."""
+    return tuple(json.loads(stored))
 
 
 def _ms(seconds: float) -> float:
@@ -317,7 +324,7 @@ class EmbeddedReader:
                 type=r[3],
                 href=r[4],
                 text=r[5],
-                heading=tuple(json.loads(r[6])),
+                heading=_heading(r[6]),
                 start=int(r[7]),
                 end=int(r[8]),
             )
