@@ -163,7 +163,8 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
             path_of[r.uid] = r.path
         reached.extend(ranked)
         frontier = [r.uid for r in ranked]
-    return Traversal(_rank(reached), capped, tuple(visible_starts), tuple(dict.fromkeys(ran)))
+    # Each layer is ranked and the layers come in hop order: ``reached`` is ranked already.
+    return Traversal(reached, capped, tuple(visible_starts), tuple(dict.fromkeys(ran)))
 
 
 def graph_hits(walk: Traversal, k: int, root: str) -> GraphHits:
