@@ -200,17 +200,24 @@ class EmbeddedReader:
         details: dict[str, Any],
         started: float,
         *,
-        hydrate: bool,
+        hydrate: bool = False,
+        records: Mapping[int, ChunkRecord] | None = None,
+        dropped: int | None = None,
         vector: VectorInfo | None = None,
     ) -> RankedChunks:
         """The first ``k`` of ``found`` that passed the final check (``visible``: id → uid),
-        with their records when ``hydrate`` (one statement; nothing is loaded otherwise)."""
+        with their records when ``hydrate`` (one statement; nothing is loaded otherwise) or
+        when the caller read them already. ``dropped``: how many the check dropped, when
+        ``visible`` does not tell (it holds only the first ``k``)."""
         kept = [(c, s) for c, s in found if c in visible][:k]
-        records = self.chunks([c for c, _ in kept]) if hydrate else None
+        if records is None and hydrate:
+            records = self.chunks([c for c, _ in kept])
         if records is not None:
             kept = [(c, s) for c, s in kept if c in records]
         details["index_hits"] = len(found)
-        details["dropped_by_final_check"] = sum(1 for c, _ in found if c not in visible)
+        details["dropped_by_final_check"] = (
+            sum(1 for c, _ in found if c not in visible) if dropped is None else dropped
+        )
         details.setdefault("ms", {})["final_check"] = _ms(time.perf_counter() - started)
         return RankedChunks(
             [c for c, _ in kept],
@@ -287,20 +294,12 @@ class EmbeddedReader:
         if hydrate:  # the records carry the uids: no statement for them alone
             records = self.chunks(members[:k])
             visible = {c: r.uid for c, r in records.items()}
-            kept = [(c, s) for c, s in found if c in visible]
-            details["index_hits"] = len(found)
-            details["dropped_by_final_check"] = len(found) - len(members)
-            details["ms"]["final_check"] = _ms(time.perf_counter() - checked)
-            return RankedChunks(
-                [c for c, _ in kept],
-                [visible[c] for c, _ in kept],
-                [s for _, s in kept],
-                info,
-                details,
-                records,
+            dropped = len(found) - len(members)
+            return self._ranked(
+                found, visible, k, details, checked, records=records, dropped=dropped, vector=info
             )
         uids = self._uids(members)
-        return self._ranked(found, uids, k, details, checked, hydrate=False, vector=info)
+        return self._ranked(found, uids, k, details, checked, vector=info)
 
     def visible_chunk_ids(self, filters: Filters) -> np.ndarray | None:
         """Sorted ids of the chunks this reader may see that pass ``filters`` (the dense
