@@ -555,8 +555,8 @@ def serve(
         typer.Option(
             "--workers",
             metavar="N",
-            help="HTTP worker processes (default: one per core); with more than one, MCP"
-            " keeps no sessions",
+            help="HTTP worker processes (default 1; one per core for throughput, e.g."
+            " --workers $(nproc)); with more than one, MCP keeps no sessions",
         ),
     ] = None,
 ) -> None:

@@ -11,7 +11,7 @@ nothing else is printed there (the SDK diverts stray writes to stderr).
 
 Worker processes: a store call holds the GIL for most of its Python work, so one
 process uses about one core however many threads it runs. ``--workers N``
-(default: the cores this process may use) serves the one socket from N processes
+(default 1; ``--workers $(nproc)`` for one per core) serves the one socket from N processes
 (uvicorn's supervisor, spawned — never forked: ONNX Runtime and faiss are not
 fork-safe), each with its own store handle on the same store; a publish made
 through one is seen by the others on their next query, like a publish by any
@@ -49,13 +49,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("uvicorn.error")  # the server's log: its lines go where uvicorn's go
 
 __all__ = [
+    "DEFAULT_WORKERS",
     "EMBEDDER_ENV",
     "LOOPBACK",
     "MAX_WORKERS",
     "RedactTokens",
     "WorkerApp",
     "banner",
-    "default_workers",
+    "cores",
     "listen",
     "open_store",
     "serve",
@@ -79,8 +80,13 @@ MAX_WORKERS = 64
 WORKER_HEALTHCHECK_S = 30
 
 
-def default_workers() -> int:
-    """One worker process per core this process may use."""
+#: One process by default: MCP keeps its sessions (tool-list notices) and the server its
+#: memory (one model, one mapped index); more workers buy throughput (docs/serving.md).
+DEFAULT_WORKERS = 1
+
+
+def cores() -> int:
+    """The cores this process may use (what ``--workers`` is measured against)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
@@ -125,7 +131,7 @@ def serve(
 ) -> None:
     """Run until interrupted (HTTP) or until the client closes the pipe (stdio).
 
-    ``workers``: HTTP worker processes (default :func:`default_workers`)."""
+    ``workers``: HTTP worker processes (default :data:`DEFAULT_WORKERS`)."""
     from knowledge_store.surfaces.auth import TokenTable
 
     if mcp_stdio:
@@ -142,11 +148,11 @@ def serve(
         )
     if not 0 <= port <= 65535:
         raise InvalidRequest(f"--port {port} is not a TCP port (0–65535)", field="port")
-    processes = default_workers() if workers is None else workers
+    processes = DEFAULT_WORKERS if workers is None else workers
     if not 1 <= processes <= MAX_WORKERS:
         raise InvalidRequest(
             f"--workers {processes} is not a number of processes from 1 to {MAX_WORKERS}"
-            f" (default: one per core, {default_workers()} here)",
+            f" (default {DEFAULT_WORKERS}; this machine has {cores()} cores)",
             field="workers",
         )
     table = TokenTable.load(tokens, anonymous=anonymous)
@@ -292,7 +298,7 @@ class WorkerApp:
         slots = share_cpus(self.workers)
         env = dict(os.environ)
         # the micro-batches' ONNX threads: this worker's share of the cores
-        env.setdefault("KS_ONNX_THREADS", str(max(1, default_workers() // self.workers)))
+        env.setdefault("KS_ONNX_THREADS", str(max(1, cores() // self.workers)))
         opened = environment.open_store(self.location, env)
         try:
             store = with_embedding_slots(opened, slots, window_s=environment.embed_window_s())
