@@ -104,6 +104,7 @@ def _serve(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.real_model(reason="the tour shows what the default model answers, as a reader runs it")
 @pytest.mark.timeout(1200)  # ~20 ks processes, each loading the model; ~1 min on an idle machine
 def test_the_readme_tour_runs_on_the_clone_alone(tmp_path: Path) -> None:
     for name in ("README.md", "docs", "examples"):

@@ -207,9 +207,10 @@ def _imported_by(command: list[str], env: dict[str, str]) -> set[str]:
 FORBIDDEN = {"torch", "transformers", "sentence_transformers"}
 
 
-def test_no_command_that_embeds_imports_torch(tmp_path, embedder):
+@pytest.mark.real_model(reason="the commands embed with the store's model, the default ONNX one")
+def test_no_command_that_embeds_imports_torch(tmp_path, real_embedder):
     store_dir = tmp_path / "store"
-    with KnowledgeStore.open(store_dir, embedder=embedder) as store:
+    with KnowledgeStore.open(store_dir, embedder=real_embedder) as store:
         store.ingest_records(ESTATE)
     extra = tmp_path / "more.jsonl"
     extra.write_text(
