@@ -35,6 +35,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from knowledge_store.ingest.embedding import Embedder, open_embedder
 from knowledge_store.store import KnowledgeStore
 
+#: The suite's embedder where vectors are not what a test measures (see the module docstring).
+HASH_SPEC = "hash:384"
+
+#: ``ks`` and the servers the suite runs (in-process or as subprocesses) make new stores with
+#: the hashing embedder too; a ``real_model`` test that runs them drops this from its env.
+os.environ["KS_EMBEDDER"] = HASH_SPEC
+
 ESTATE: list[dict[str, Any]] = [
     {
         "uid": "guide:vacuum",
@@ -178,10 +185,6 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
         database = postgres_support.fresh_database("suite")
     return EngineUnderTest(kind, tmp_path_factory.mktemp(f"engine-{kind}"), database)
-
-
-#: The suite's embedder where vectors are not what a test measures (see the module docstring).
-HASH_SPEC = "hash:384"
 
 
 @pytest.fixture(scope="session")

@@ -58,6 +58,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 # --- the bundled model ------------------------------------------------------------------
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_default_embedder_identity():
     e = open_embedder()
     assert e is open_embedder("default") is open_embedder(None) is open_embedder(DEFAULT_SPEC)
@@ -69,6 +70,7 @@ def test_default_embedder_identity():
     assert e.max_tokens == 256
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_the_bundled_model_on_pytorch_is_st_by_name(minilm):
     assert minilm is open_embedder("st:all-MiniLM-L6-v2")
     assert minilm.model_id == DEFAULT_MODEL_ID
@@ -76,6 +78,7 @@ def test_the_bundled_model_on_pytorch_is_st_by_name(minilm):
     assert minilm.max_tokens == minilm.model.get_max_seq_length() == 256
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_vectors_are_normalised_float32(minilm):
     vectors = minilm.embed(["hello world", "a cat sat on the mat", ""])
     assert vectors.shape == (3, 384)
@@ -88,11 +91,13 @@ def test_vectors_are_normalised_float32(minilm):
     assert minilm.embed([]).shape == (0, 384)
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_deterministic(minilm):
     texts = ["PostgreSQL vacuum reclaims storage", "write-ahead log"]
     assert np.array_equal(minilm.embed(texts), minilm.embed(texts))
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_similar_texts_are_closer(minilm):
     query, near, far = minilm.embed(
         [
@@ -104,6 +109,7 @@ def test_similar_texts_are_closer(minilm):
     assert cosine(query, near) > cosine(query, far) + 0.2
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_batches_keep_input_order(minilm, monkeypatch):
     texts = [f"item {i}: " + "word " * ((i * 7) % 23) + TOPIC[i % 4] for i in range(12)]
     reference = minilm.model.encode(texts, normalize_embeddings=True)  # restores order itself
@@ -114,6 +120,7 @@ def test_batches_keep_input_order(minilm, monkeypatch):
     assert np.allclose(batched[5], minilm.embed_query(texts[5]), atol=1e-5)
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_long_text_is_embedded_in_windows(minilm):
     paragraph = " ".join(TOPIC)
     long_text = " ".join([paragraph] * 35)  # 88 tokens each: ~3,080
@@ -243,6 +250,7 @@ def server(minilm) -> Iterator[EmbeddingServer]:
     s.close()
 
 
+@pytest.mark.real_model(reason="an OpenAI-compatible endpoint serving the bundled model")
 def test_openai_embedder_against_a_real_endpoint(server, minilm):
     remote = open_embedder(
         f"openai:{server.base_url}#text-embedding-minilm", EmbedderSettings(api_key="sekret")
@@ -271,6 +279,7 @@ def test_openai_embedder_against_a_real_endpoint(server, minilm):
     remote.close()
 
 
+@pytest.mark.real_model(reason="an OpenAI-compatible endpoint serving the bundled model")
 def test_openai_long_text_is_split_by_characters(server, minilm):
     remote = OpenAIEmbedder(server.base_url, "minilm", max_tokens=64)
     [parts] = remote.parts([" ".join(TOPIC * 5)])

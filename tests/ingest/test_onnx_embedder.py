@@ -33,6 +33,10 @@ from knowledge_store.ingest.embedding import (
 from knowledge_store.store import KnowledgeStore
 from tests.conftest import ESTATE
 
+pytestmark = pytest.mark.real_model(
+    reason="the ONNX runtime against the PyTorch path, its export and threads"
+)
+
 TOPIC = [
     "A B-tree index keeps the keys of a table column sorted, so equality and range lookups"
     " touch few pages.",
@@ -227,7 +231,7 @@ def test_no_command_that_embeds_imports_torch(tmp_path, real_embedder):
         + "\n"
     )
     ks = str(Path(sys.executable).with_name("ks"))
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "KS_EMBEDDER"}  # the store's model
     for args in (
         ["search", "how does vacuum reclaim space", "--json"],
         ["vector", "replica lag", "--json"],
