@@ -16,31 +16,27 @@ a reader pins: its answer is exact for its watermark while the writer goes on.
 Searching a pinned generation (the planner: hnsw, hnsw-filtered or exact):
 :mod:`.generation`.
 
-File format (one file, replaced atomically by ``save``)::
-
-    b"KSDENSE1" | u32 header length | header JSON | row ids (i64 LE) | live flags (u8)
-    | faiss index | blake2b-256 of everything before
-
-A missing, truncated, corrupt or foreign file loads as an empty index with
+File format (one file, replaced atomically by ``save``): :mod:`.densefile`. A
+reader maps it and faiss views the index in place (no private copy); the first
+change copies it. A missing, truncated, corrupt or foreign file loads as an empty index with
 watermark 0, and the catalog rebuilds it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.embedded import densefile
 from knowledge_store.engines.embedded.generation import (
     FloatArray,
     Generation,
@@ -56,11 +52,6 @@ from knowledge_store.model import VectorInfo
 __all__ = ["DenseIndex", "Generation", "file_watermark", "inner_products", "remove_leftovers"]
 
 log = logging.getLogger(__name__)
-
-_MAGIC = b"KSDENSE1"
-_FORMAT = 1
-_DIGEST = 32
-_BLOCK = 1 << 20
 
 
 class DenseIndex:
@@ -138,6 +129,7 @@ class DenseIndex:
             live,
             int(live.sum()),
             gen.watermark if watermark is None else watermark,
+            gen.mapping if index is None else None,
         )
 
     def generation(self) -> Generation:
@@ -176,11 +168,13 @@ class DenseIndex:
             gen = self._gen
             live = gen.live.copy()
             live[gen.rows_of(np.sort(keys))] = False
+            index = densefile.owned(gen.index, gen.mapping)  # a mapped index is read-only
             try:
-                gen.index.add(matrix)
+                index.add(matrix)
             except RuntimeError as exc:
                 raise StoreError(f"dense index: adding vectors failed: {exc}") from exc
             self._next(
+                index=index,
                 row_ids=np.concatenate([gen.row_ids, keys]),
                 live=np.concatenate([live, np.ones(len(keys), dtype=bool)]),
             )
@@ -241,28 +235,13 @@ class DenseIndex:
                 raise StoreError(f"dense index: saving {self._path} failed: {exc}") from exc
 
     def _write(self, fh: BinaryIO, gen: Generation) -> None:
-        digest = hashlib.blake2b(digest_size=_DIGEST)
-
-        def write(data: bytes) -> int:
-            digest.update(data)
-            return fh.write(data)
-
-        header = json.dumps(
-            {
-                "format": _FORMAT,
-                "library": "faiss-hnsw-flat",
-                "dimension": self.dimension,
-                "rows": gen.rows,
-                "watermark": gen.watermark,
-            }
-        ).encode()
-        write(_MAGIC + struct.pack("<I", len(header)) + header)
-        write(gen.row_ids.astype("<i8").tobytes())
-        write(gen.live.astype(np.uint8).tobytes())
-        writer = faiss.PyCallbackIOWriter(write)
-        faiss.write_index(gen.index, writer)
-        del writer  # flushes
-        fh.write(digest.digest())
+        header = {
+            "library": "faiss-hnsw-flat",
+            "dimension": self.dimension,
+            "rows": gen.rows,
+            "watermark": gen.watermark,
+        }
+        densefile.write(fh, header, gen.row_ids, gen.live, gen.index)
 
     # -- loading -------------------------------------------------------------
 
@@ -279,49 +258,24 @@ class DenseIndex:
         if signature is None:
             return False
         try:
-            with self._path.open("rb") as fh:
-                index, row_ids, live, watermark = self._read(fh, signature[2])
+            got = densefile.read(self._path, self.dimension)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError, struct.error) as exc:
             log.warning("dense index %s unreadable (%s); not loaded", self._path, exc)
             return False
         finally:
             self._signature = signature
+        got.index.hnsw.efSearch = self.ef_search
         with self.lock:
-            self._gen = Generation(self, index, row_ids, live, int(live.sum()), watermark)
-        return True
-
-    def _read(self, fh: BinaryIO, size: int) -> tuple[Any, IdArray, Any, int]:
-        if size < len(_MAGIC) + 4 + _DIGEST:
-            raise ValueError("file too short")
-        digest = hashlib.blake2b(digest_size=_DIGEST)
-        remaining = size - _DIGEST
-        while remaining > 0:
-            block = fh.read(min(_BLOCK, remaining))
-            if not block:
-                raise ValueError("file truncated")
-            digest.update(block)
-            remaining -= len(block)
-        if fh.read(_DIGEST) != digest.digest():
-            raise ValueError("checksum mismatch")
-        fh.seek(0)
-        if fh.read(len(_MAGIC)) != _MAGIC:
-            raise ValueError("not a dense index file")
-        (length,) = struct.unpack("<I", fh.read(4))
-        header = json.loads(fh.read(length))
-        if header["format"] != _FORMAT or header["dimension"] != self.dimension:
-            raise ValueError(
-                f"format {header['format']} dimension {header['dimension']},"
-                f" expected format {_FORMAT} dimension {self.dimension}"
+            self._gen = Generation(
+                self,
+                got.index,
+                got.row_ids,
+                got.live,
+                int(got.live.sum()),
+                got.watermark,
+                got.mapping,
             )
-        rows = int(header["rows"])
-        row_ids = np.frombuffer(fh.read(8 * rows), dtype="<i8").astype(np.int64)
-        live = np.frombuffer(fh.read(rows), dtype=np.uint8).astype(bool)
-        read: Callable[[int], bytes] = fh.read
-        index = faiss.read_index(faiss.PyCallbackIOReader(read))
-        if int(index.ntotal) != rows or len(row_ids) != rows or len(live) != rows:
-            raise ValueError("row count mismatch")
-        index.hnsw.efSearch = self.ef_search
-        return index, row_ids, live, int(header["watermark"])
+        return True
 
     @property
     def watermark(self) -> int:
@@ -382,14 +336,7 @@ class DenseIndex:
 
 def file_watermark(path: Path) -> int:
     """The watermark in a dense index file's header, without loading it (-1: none, unreadable)."""
-    try:
-        with Path(path).open("rb") as fh:
-            if fh.read(len(_MAGIC)) != _MAGIC:
-                return -1
-            (length,) = struct.unpack("<I", fh.read(4))
-            return int(json.loads(fh.read(length))["watermark"])
-    except (OSError, ValueError, KeyError, TypeError, struct.error):
-        return -1
+    return densefile.peek_watermark(path)
 
 
 def remove_leftovers(path: Path) -> list[str]:

@@ -79,6 +79,9 @@ class Generation:
     live: npt.NDArray[np.bool_]  # row → not tombstoned, at this generation
     live_count: int
     watermark: int
+    #: The read-only file map ``index`` views (a format-2 file), kept alive with it; the
+    #: owner copies the index (``densefile.owned``) before it changes it.
+    mapping: Any = None
     _lookup: tuple[IdArray, IdArray, IdArray | None] | None = None
     _live_bits: npt.NDArray[np.uint8] | None = None
     _selections: OrderedDict[int, Selection] = field(default_factory=OrderedDict)

@@ -225,10 +225,15 @@ class EmbeddedReader:
         found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
         return self._ranked(found, k, filters, details, info)
 
-    def visible_chunk_ids(self, filters: Filters) -> np.ndarray:
-        """Sorted ids of the chunks this reader may see that pass ``filters`` (dense pre-filter)."""
+    def visible_chunk_ids(self, filters: Filters) -> np.ndarray | None:
+        """Sorted ids of the chunks this reader may see that pass ``filters`` (the dense
+        pre-filter); None when every chunk is in."""
+        if not self._run(*statements.any_entity_hidden(SQLITE, self._held, filters)):
+            return None
         rows = self._run(*statements.visible_chunk_ids(SQLITE, self._held, filters))
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        ids.sort()
+        return ids
 
     def count_chunks(self) -> int:
         return int(self._run("SELECT count(*) FROM chunks", ())[0][0])

@@ -159,7 +159,7 @@ class Views:
                 self._allowed.move_to_end(key)
                 return self._allowed[key]
         ids = reader.visible_chunk_ids(filters)
-        allowed = None if len(ids) == reader.count_chunks() else ids
+        allowed = None if ids is None or len(ids) == reader.count_chunks() else ids
         with self._allowed_lock:
             self._allowed[key] = allowed
             while len(self._allowed) > _ALLOWED_CACHE:
