@@ -20,13 +20,14 @@ import pytest
 from knowledge_store.model import IngestReport
 from knowledge_store.store import KnowledgeStore
 from tests.conformance.sync_support import by_source, docs, open_at, where, write_pages
+from tests.conftest import HASH_SPEC
 from tests.ingest.site_server import Route, Site, page, serve
 
 __all__ = ["docs", "where"]  # fixtures
 
 QUIET_MS = 800  # generous: a loaded machine may pause between two writes of a storm
 KS = [sys.executable, "-m", "knowledge_store.surfaces.cli"]
-ENV = {**os.environ, "KS_EMBEDDER": "hash:64", "HF_HUB_OFFLINE": "1"}
+ENV = {**os.environ, "KS_EMBEDDER": HASH_SPEC, "HF_HUB_OFFLINE": "1"}
 
 
 @contextmanager

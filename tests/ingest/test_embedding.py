@@ -328,8 +328,8 @@ def test_hashing_embedder_is_deterministic_and_normalised():
     texts = ["VACUUM reclaims storage", "vacuum RECLAIMS storage!", "bake a cake", ""]
     vectors = e.embed(texts)
     assert vectors.shape == (4, 64) and vectors.dtype == np.float32
-    assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-6)
-    assert not vectors[3].any()  # no words: the zero vector
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    assert np.array_equal(vectors[3], np.eye(64, dtype=np.float32)[0])  # no words: one axis
     assert np.allclose(vectors[0], vectors[1])  # case and punctuation do not count
     assert np.allclose(e.embed_query(texts[0]), vectors[0])
     # the same vectors in another process: the buckets do not depend on Python's hash seed
@@ -348,6 +348,22 @@ def test_hashing_embedder_is_deterministic_and_normalised():
         env={**os.environ, "PYTHONHASHSEED": "123"},
     )
     assert np.allclose(json.loads(other.stdout), vectors[0])
+
+
+def test_a_store_embedded_by_hashing_takes_a_text_without_words(tmp_path):
+    """It gave such a text the zero vector, which the engines refuse ("all-zero")."""
+    from knowledge_store.store import KnowledgeStore
+
+    record = {
+        "uid": "a",
+        "type": "page",
+        "title": "---",
+        "body": "--- !!! ---",
+        "acl": ["everyone"],
+    }
+    with KnowledgeStore.open(tmp_path / "s", embedder="hash:64") as store:
+        assert store.ingest_records([record]).added == 1
+        assert [h.uid for h in store.vector("!!!").hits] == ["a"]
 
 
 def test_hashing_texts_sharing_words_are_closer():
