@@ -95,6 +95,12 @@ def test_watch_syncs_a_save_storm_as_one_publish_and_survives_a_bad_file(
         assert by_source(store) == [("docs", 405)]
 
 
+def _interruptible() -> None:
+    """A program started with SIGINT ignored keeps ignoring it (POSIX; pytest-xdist's workers
+    ignore it, and a child inherits that): Ctrl-C must reach this one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_cli_watch_prints_one_line_per_publish_and_ends_on_ctrl_c(
     tmp_path: Path, docs: Path
 ) -> None:
@@ -106,6 +112,7 @@ def test_the_cli_watch_prints_one_line_per_publish_and_ends_on_ctrl_c(
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
+        preexec_fn=_interruptible,
     )
     try:
         assert proc.stdout is not None
