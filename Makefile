@@ -4,8 +4,11 @@ PY      := $(VENV)/bin/python
 KS      := $(VENV)/bin/ks
 STORE   ?= .ks/demo
 # make eval EVAL=DIR: DIR holds corpus.jsonl, queries.jsonl, qrels.tsv (+ principals.jsonl).
+# EVAL_STORE=pg:DIR (or postgresql://…) evaluates on PostgreSQL; EVAL_SEED=STORE_DIR first
+# copies an embedded store's embedding cache (and model) in, so the ingest embeds nothing.
 EVAL    ?=
 EVAL_ARGS ?=
+EVAL_SEED ?=
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
@@ -59,6 +62,7 @@ eval: install
 	@for f in corpus.jsonl queries.jsonl qrels.tsv; do \
 	  test -f "$(EVAL)/$$f" || { echo "make eval: $(EVAL)/$$f is missing (EVAL=$(EVAL))"; exit 2; }; done
 	@echo "evaluation set: $(abspath $(EVAL)) → store $(EVAL_STORE)"
+	@if [ -n "$(EVAL_SEED)" ]; then $(PY) bench/seed_cache.py $(EVAL_SEED) $(EVAL_STORE); fi
 	$(KS) --store $(EVAL_STORE) ingest $(EVAL)/corpus.jsonl
 	@if [ -f "$(EVAL)/principals.jsonl" ]; then $(KS) --store $(EVAL_STORE) principals load $(EVAL)/principals.jsonl; fi
 	$(KS) --store $(EVAL_STORE) eval --queries $(EVAL)/queries.jsonl --qrels $(EVAL)/qrels.tsv $(EVAL_ARGS)

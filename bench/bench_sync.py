@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import need_eval
+from seed_cache import seed_cache
 
 from knowledge_store.errors import NotFound
 from knowledge_store.model import Filters
@@ -56,19 +56,6 @@ def split_corpus(corpus: Path, folder: Path) -> dict[str, list[str]]:
         )
         files[name] = [r["uid"] for r in records]
     return files
-
-
-def seed_cache(store: KnowledgeStore, other: Path) -> int:
-    conn = sqlite3.connect(f"file:{other / 'catalog.sqlite'}?mode=ro", uri=True)
-    import numpy as np
-
-    rows = conn.execute("SELECT key, vector FROM embedding_cache").fetchall()
-    conn.close()
-    for i in range(0, len(rows), 2000):
-        store.engine.writer.cache_embeddings(
-            {k: np.frombuffer(v, dtype=np.float32) for k, v in rows[i : i + 2000]}
-        )
-    return len(rows)
 
 
 class Counter:

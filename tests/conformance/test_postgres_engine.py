@@ -80,7 +80,7 @@ def test_a_store_of_a_newer_version_is_refused_with_what_to_do(database: str) ->
 
 def _as_version_1(url: str) -> PostgresEngine:
     """A store at schema version 1 that this build's publish can write to: it writes the
-    ``language`` column (version 4), so the old schema gets that column, nothing else."""
+    facet columns (version 4), so the old schema gets those columns, nothing else."""
     engine = PostgresEngine.open(url, migrations=MIGRATIONS[:1])
     with engine.db.write() as conn:
         for statement in MIGRATIONS[3].statements:

@@ -7,8 +7,9 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -20,12 +21,14 @@ from knowledge_store.ingest.embedders.onnx import MODEL_IDS
 from knowledge_store.ingest.embedding import (
     DEFAULT_MODEL_ID,
     DEFAULT_SPEC,
+    DelegatingEmbedder,
     Embedder,
     EmbedderSettings,
     HashingEmbedder,
     OnnxEmbedder,
     OpenAIEmbedder,
     SentenceTransformerEmbedder,
+    cache_id_of,
     embedding_key,
     open_embedder,
 )
@@ -372,3 +375,48 @@ def test_hashing_texts_sharing_words_are_closer():
         ["create an index on a column", "CREATE INDEX on the column of a table", "bake a cake"]
     )
     assert cosine(query, near) > cosine(query, far)
+
+
+class _OtherRuntime(DelegatingEmbedder):
+    """The same model (same ``model_id``: the same vectors) on a runtime that keys the
+    embedding cache on its own id, as ONNX fp32 does beside PyTorch; counts what it embeds."""
+
+    def __init__(self, inner: Embedder) -> None:
+        super().__init__(inner)
+        self.embedded = 0
+
+    @property
+    def cache_id(self) -> str:
+        return f"{self.model_id}|other-runtime"
+
+    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        self.embedded += len(texts)
+        return self.inner.embed(texts, progress=progress)
+
+
+def test_vectors_another_runtime_of_the_model_cached_are_not_embedded_again(
+    tmp_path: Path,
+) -> None:
+    """A store built on one runtime (its cache keyed on the model id, as PyTorch keys it),
+    ingested again on another runtime of the same model, reuses the cached vectors: `make
+    eval` on a store seeded from a PyTorch-built store's cache embedded everything again."""
+    from knowledge_store.store import KnowledgeStore
+
+    records = [
+        {"uid": f"doc{i}", "type": "page", "title": f"Doc {i}", "body": f"text number {i}"}
+        for i in range(5)
+    ]
+    built_on = open_embedder("hash:64")
+    assert cache_id_of(built_on) == built_on.model_id
+    with KnowledgeStore.open(tmp_path / "s", embedder=built_on) as store:
+        store.ingest_records(records, acl=["everyone"])
+        before = store.vector("text number 3", k=1).hits[0].uid
+        store.delete([r["uid"] for r in records])
+    other = _OtherRuntime(built_on)
+    with KnowledgeStore.open(tmp_path / "s", embedder=other) as store:
+        store.ingest_records(records, acl=["everyone"])
+        assert other.embedded == 0
+        assert store.vector("text number 3", k=1).hits[0].uid == before
+        store.delete([r["uid"] for r in records])
+        store.ingest_records(records, acl=["everyone"])
+    assert other.embedded == 0

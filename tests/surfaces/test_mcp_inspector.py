@@ -5,7 +5,8 @@ each ``--tool-arg key=value`` by the property's ``"type"`` in the input schema
 (an object or an array is parsed as JSON only when the type says exactly
 that), calls the tool and checks the structured content against the tool's
 output schema — error results too. Every tool is called over stdio
-(``ks serve --mcp-stdio``) and over streamable HTTP (``/mcp``), once with
+(``ks serve --mcp-stdio``) and over streamable HTTP (``/mcp``) — of one process,
+and of ``ks serve --workers 2`` (MCP without sessions) — once with
 realistic arguments and once with wrong ones, which must come back as a tool
 execution error (``isError``) carrying the one error shape.
 
@@ -22,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
 from knowledge_store.surfaces.tools import KNOWLEDGE_TOOLS
 from tests.surfaces.serve_estate import LiveServer, build
+from tests.surfaces.workers_server import Workers, until
 
 pytestmark = pytest.mark.slow
 
@@ -149,11 +152,21 @@ def _env() -> dict[str, str]:
     return {**os.environ, "KS_EMBEDDER": EMBEDDER, "HF_HUB_OFFLINE": "1"}
 
 
-def _targets(where: Path, url: str) -> dict[str, list[str]]:
+def _targets(where: Path, url: str, workers_url: str) -> dict[str, list[str]]:
     return {
         "stdio": [KS, "--store", str(where), "serve", "--mcp-stdio"],
         "http": [f"{url}/mcp", "--transport", "http"],
+        # ks serve --workers 2: MCP without sessions, each request on either worker
+        "http-workers": [f"{workers_url}/mcp", "--transport", "http"],
     }
+
+
+@contextmanager
+def _stopping(workers: Workers) -> Iterator[Workers]:
+    try:
+        yield workers
+    finally:
+        workers.stop()
 
 
 def _call(command: list[str], target: list[str], tool: str, args: dict[str, str]) -> Any:
@@ -165,13 +178,16 @@ def _call(command: list[str], target: list[str], tool: str, args: dict[str, str]
     return json.loads(done.stdout)
 
 
+@pytest.mark.timeout(600)  # ~70 Inspector runs (a node process each); slow on a busy machine
 def test_every_tool_through_the_inspector_over_stdio_and_http(
-    inspector: list[str], estate: tuple[Path, KnowledgeStore]
+    inspector: list[str], estate: tuple[Path, KnowledgeStore], tmp_path: Path
 ) -> None:
     where, store = estate
     assert set(GOOD) == set(BAD) == set(KNOWLEDGE_TOOLS)
-    with LiveServer(create_app(store, anonymous=True)) as server:
-        targets = _targets(where, server.url)
+    workers = Workers(where, tmp_path / "serve.log", "--anonymous", env=_env())
+    with LiveServer(create_app(store, anonymous=True)) as server, _stopping(workers):
+        until("both workers started", lambda: workers.started() >= 2)
+        targets = _targets(where, server.url, workers.url)
         for name, target in targets.items():
             listed = _run([*inspector, *target, "--method", "tools/list"], _env())
             assert listed.returncode == 0, listed.stderr[-800:]
@@ -186,6 +202,7 @@ def test_every_tool_through_the_inspector_over_stdio_and_http(
             for transport in targets
             for tool in KNOWLEDGE_TOOLS
             for kind, args in (("good", GOOD[tool][0]), ("bad", BAD[tool][0]))
+            if transport != "http-workers" or kind == "good"  # the transport is what differs
         ]
         with ThreadPoolExecutor(max_workers=4) as pool:
             answers = list(

@@ -8,6 +8,7 @@ same on SQLite and PostgreSQL; each engine only supplies the rows.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -27,6 +28,7 @@ from knowledge_store.model import (
     ContentEdge,
     ContentEdges,
     ContentEntity,
+    Edge,
     Entity,
     PrincipalInfo,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "membership_path",
     "no_store",
     "principal_info",
+    "stored_entity",
 ]
 
 #: ``(direction, near end, far end)`` of the content answer's edge lists.
@@ -269,6 +272,15 @@ def principal_info(
         inherited_groups=tuple(inherited),
         members=tuple(members),
     )
+
+
+def stored_entity(row: Sequence[Any], edges: tuple[Edge, ...], acl: tuple[str, ...]) -> Entity:
+    """The entity of a ``statements.load_entity`` row: ``ENTITY_FIELDS`` first (attributes
+    as JSON text, or decoded), then whatever else the row holds."""
+    fields = dict(zip(ENTITY_FIELDS, row[: len(ENTITY_FIELDS)], strict=True))
+    if isinstance(fields["attributes"], str):
+        fields["attributes"] = json.loads(fields["attributes"])
+    return Entity.from_fields(fields, edges=edges, acl=acl)
 
 
 def content_answer(

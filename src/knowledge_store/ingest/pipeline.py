@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge_store.engines.base import PreparedEntity, Published, Writer
+from knowledge_store.engines.base import PreparedEntity, Published, Vector, Writer
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
@@ -22,7 +22,7 @@ from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_ke
 from knowledge_store.ingest.loaders.files import Skipped
 from knowledge_store.model import DELETED_UIDS_SHOWN, Chunk, Entity, IngestReport, SkippedPath
 
-__all__ = ["EMBED_BATCH", "chunk_entity", "embed_and_cache", "ingest_entities"]
+__all__ = ["EMBED_BATCH", "cached_vectors", "chunk_entity", "embed_and_cache", "ingest_entities"]
 
 #: Texts embedded (and cached) per step.
 EMBED_BATCH = 256
@@ -45,6 +45,26 @@ class _Pending:
     entity: Entity
     chunks: tuple[Chunk, ...]
     keys: list[str]
+
+
+def cached_vectors(engine: Writer, embedder: Embedder, texts: dict[str, str]) -> dict[str, Vector]:
+    """The cached vectors of ``texts`` (keyed ``embedding_key(cache_id_of(embedder), text)``).
+
+    A vector another runtime of the same model cached counts too: one ``model_id`` is one
+    vector space (what a store checks), and a runtime whose ``cache_id`` is the model id
+    (PyTorch, ``st:``) keys on it — so a store built on PyTorch, read on ONNX fp32, or a
+    new store seeded from its cache finds its vectors instead of embedding them again.
+    Those are cached under this embedder's keys as well.
+    """
+    found = engine.cached_embeddings(list(texts))
+    if embedder.model_id == cache_id_of(embedder) or len(found) == len(texts):
+        return found
+    other = {embedding_key(embedder.model_id, texts[k]): k for k in texts if k not in found}
+    moved = {other[key]: v for key, v in engine.cached_embeddings(list(other)).items()}
+    if moved:
+        engine.cache_embeddings(moved)
+        found.update(moved)
+    return found
 
 
 def embed_and_cache(
@@ -127,20 +147,18 @@ def ingest_entities(
 
     cache_id = cache_id_of(embedder)
     pending: list[_Pending] = []
+    contexts: dict[str, str] = {}
     for entity in changed:
         chunks = chunk_entity(entity)
-        keys = [embedding_key(cache_id, c.context_text(entity.title)) for c in chunks]
+        texts = [c.context_text(entity.title) for c in chunks]
+        keys = [embedding_key(cache_id, text) for text in texts]
+        contexts.update(zip(keys, texts, strict=True))
         pending.append(_Pending(entity, chunks, keys))
 
-    wanted = list(dict.fromkeys(k for p in pending for k in p.keys))
-    vectors = engine.cached_embeddings(wanted)
-    texts: dict[str, str] = {}
-    for p in pending:
-        for key, chunk in zip(p.keys, p.chunks, strict=True):
-            if key not in vectors:
-                texts[key] = chunk.context_text(p.entity.title)
-    if texts:
-        vectors.update(embed_and_cache(engine, embedder, texts, progress=progress))
+    vectors = cached_vectors(engine, embedder, contexts)
+    missing = {key: text for key, text in contexts.items() if key not in vectors}
+    if missing:
+        vectors.update(embed_and_cache(engine, embedder, missing, progress=progress))
 
     prepared = [
         PreparedEntity(

@@ -25,6 +25,7 @@ from knowledge_store.ingest.records import (
     REQUIRED_KEYS,
 )
 from knowledge_store.model import (
+    FACETS,
     LABELS,
     MAX_ACL_PRINCIPALS,
     MAX_BODY_CHARS,
@@ -197,10 +198,7 @@ def _properties() -> dict[str, dict[str, Any]]:
             " is given replaces it."
         ),
         "status": _optional_name("A free status (published, open, closed, …); a filter."),
-        "language": _optional_name(
-            "A code sample's language (python, bash, …); a filter and an aggregate dimension."
-            " The code-sample loader sets it from the fence."
-        ),
+        **{f.name: _optional_name(f.record or "") for f in FACETS},
         "created_at": _date("When the entity was created; a filter and an aggregate dimension."),
         "updated_at": _date("When it last changed; a filter, an order and a dimension."),
         "href": _nullable(

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from knowledge_store.errors import InputError, InvalidRecord, InvalidRequest, Rejection
 from knowledge_store.model import (
     ENTITY_FIELDS,
+    FACET_NAMES,
     JSON_INT_RANGE,
     LABELS,
     MAX_ACL_PRINCIPALS,
@@ -485,7 +486,7 @@ def record_to_entity(
         body=body,
         source=_source(reject, obj, source),
         status=_optional_name(reject, obj, "status"),
-        language=_optional_name(reject, obj, "language"),
+        facets={name: _optional_name(reject, obj, name) for name in FACET_NAMES},
         created_at=_timestamp(reject, obj, "created_at"),
         updated_at=_timestamp(reject, obj, "updated_at"),
         href=_href(reject, obj),

@@ -16,7 +16,7 @@ import numpy as np
 from knowledge_store.engines.base import Writer
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key, spec_of
-from knowledge_store.ingest.pipeline import embed_and_cache
+from knowledge_store.ingest.pipeline import cached_vectors, embed_and_cache
 
 __all__ = ["reembed_store"]
 
@@ -51,7 +51,7 @@ def reembed_store(engine: Writer, embedder: Embedder, *, progress: bool = False)
             keys.append(key)
             texts.setdefault(key, context)
         after = page[-1][0]
-    vectors = engine.cached_embeddings(list(texts))
+    vectors = cached_vectors(engine, embedder, texts)
     missing = {key: text for key, text in texts.items() if key not in vectors}
     if missing:
         vectors.update(

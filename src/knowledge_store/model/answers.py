@@ -11,11 +11,12 @@ only when set. ``to_dict()`` is ``model_dump(mode="json")``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from knowledge_store.errors import Rejection
+from knowledge_store.model.records import ENTITY_FIELDS
 from knowledge_store.model.vocabulary import LIST_NAMES
 
 __all__ = [
@@ -300,18 +301,37 @@ class QueryAnswer(Answer):
     warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
-class ContentEntity(Answer):
-    uid: str
-    type: str
-    title: str
-    body: str
-    source: str
-    status: str
-    language: str
-    created_at: str | None
-    updated_at: str | None
-    href: str | None
-    attributes: dict[str, Any]
+#: The type of each of ``ENTITY_FIELDS`` in a content answer that is not ``str``.
+_ENTITY_FIELD_TYPES: dict[str, Any] = {
+    "created_at": str | None,
+    "updated_at": str | None,
+    "href": str | None,
+    "attributes": dict[str, Any],
+}
+
+if TYPE_CHECKING:
+
+    class ContentEntity(Answer):
+        """The entity's ``ENTITY_FIELDS`` (the facets too: generated below)."""
+
+        uid: str
+        type: str
+        title: str
+        body: str
+        source: str
+        status: str
+        created_at: str | None
+        updated_at: str | None
+        href: str | None
+        attributes: dict[str, Any]
+
+else:
+    ContentEntity = create_model(
+        "ContentEntity",
+        __base__=Answer,
+        __module__=__name__,
+        **{name: (_ENTITY_FIELD_TYPES.get(name, str), ...) for name in ENTITY_FIELDS},
+    )
 
 
 class ContentChunk(Answer):

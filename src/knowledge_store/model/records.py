@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from knowledge_store.model.text import check_principal
-from knowledge_store.model.vocabulary import EVERYONE
+from knowledge_store.model.vocabulary import EVERYONE, FACET_NAMES
 
 __all__ = ["ENTITY_FIELDS", "Chunk", "Edge", "Entity", "Identity", "compose_context"]
 
@@ -32,7 +32,8 @@ class Edge:
         return {"src": self.src, "label": self.label, "dst": self.dst, "position": self.position}
 
 
-#: An entity's own fields, in record order (without its edges and ACL).
+#: An entity's own fields, in record order (without its edges and ACL): the facets
+#: (``FACET_NAMES``, each a record key of its own) come after ``status``.
 ENTITY_FIELDS: tuple[str, ...] = (
     "uid",
     "type",
@@ -40,7 +41,7 @@ ENTITY_FIELDS: tuple[str, ...] = (
     "body",
     "source",
     "status",
-    "language",
+    *FACET_NAMES,
     "created_at",
     "updated_at",
     "href",
@@ -58,13 +59,37 @@ class Entity:
     body: str
     source: str = ""
     status: str = ""
-    language: str = ""  # a code sample's language ("" when none)
     created_at: str | None = None
     updated_at: str | None = None
     href: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict)
     edges: tuple[Edge, ...] = ()
     acl: tuple[str, ...] = ()
+    #: The facets that are set (``FACET_NAMES`` order; an empty value is left out).
+    facets: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.facets) - set(FACET_NAMES))
+        if unknown:
+            raise ValueError(f"not a facet: {', '.join(unknown)}; facets are {FACET_NAMES}")
+        kept = {name: str(self.facets[name]) for name in FACET_NAMES if self.facets.get(name)}
+        object.__setattr__(self, "facets", kept)
+
+    @classmethod
+    def from_fields(
+        cls, fields: Mapping[str, Any], *, edges: tuple[Edge, ...] = (), acl: tuple[str, ...] = ()
+    ) -> Entity:
+        """The entity whose ``ENTITY_FIELDS`` are ``fields`` (a facet's empty value: none)."""
+        own = {name: value for name, value in fields.items() if name not in FACET_NAMES}
+        facets = {name: fields[name] or "" for name in FACET_NAMES if name in fields}
+        return cls(**own, edges=edges, acl=acl, facets=facets)
+
+    def field_values(self) -> tuple[Any, ...]:
+        """The values of ``ENTITY_FIELDS``, in order (an unset facet: ``""``)."""
+        return tuple(self._field(name) for name in ENTITY_FIELDS)
+
+    def _field(self, name: str) -> Any:
+        return self.facets.get(name, "") if name in FACET_NAMES else getattr(self, name)
 
     @cached_property
     def content_hash(self) -> str:
@@ -85,8 +110,8 @@ class Entity:
                     (e.label, e.dst, -1 if e.position is None else e.position) for e in self.edges
                 ),
                 "acl": sorted(self.acl),
-                # only when set: the hashes (and content roots) of entities without one stay
-                **({"language": self.language} if self.language else {}),
+                # only the facets set: adding one changes no other entity's hash (or root)
+                **self.facets,
             },
             sort_keys=True,
             ensure_ascii=False,
@@ -103,7 +128,7 @@ class Entity:
             "body": self.body,
             "source": self.source,
             "status": self.status,
-            **({"language": self.language} if self.language else {}),
+            **self.facets,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "href": self.href,

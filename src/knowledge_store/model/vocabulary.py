@@ -21,6 +21,8 @@ __all__ = [
     "DIMENSIONS",
     "DIRECTIONS",
     "EVERYONE",
+    "FACETS",
+    "FACET_NAMES",
     "FANOUT_CAP",
     "FILTER_FIELDS",
     "FILTER_NAMES",
@@ -124,6 +126,14 @@ class FilterField:
     A keyword field filters by "any of" a list of values (``type``; and
     ``not_type`` where ``negatable``). A date field filters by an inclusive
     range, named ``<stem>_from`` / ``<stem>_to`` (``created_from`` …).
+
+    Where an entity's value comes from: one of its own fields (``type``,
+    ``source``, ``created_at`` …), or — ``record`` set — a record key of that
+    name beyond them: a *facet*, a name of at most ``MAX_NAME_CHARS`` (absent
+    or null: ``""``). A facet needs nothing but this declaration: the record
+    model (``Entity.facets``) and its JSON schema, both catalogs' columns (added
+    to an older store on open), the Tantivy field, the requests, the answers and
+    every surface derive it from here.
     """
 
     name: str  # the request/JSON name, the entity column, the Tantivy field
@@ -131,6 +141,12 @@ class FilterField:
     negatable: bool = False  # adds not_<name>
     dimension: bool = True  # an aggregate dimension (dates: by day, week, month)
     help: str = ""
+    #: A facet: its value is the record key ``name``; this documents it in the record schema.
+    record: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.record is not None and self.kind != "keyword":
+            raise ValueError(f"facet {self.name!r}: a record key of its own must be a keyword")
 
     @property
     def column(self) -> str:
@@ -165,11 +181,20 @@ FILTER_FIELDS: tuple[FilterField, ...] = (
     FilterField("source", "keyword", help="origin system"),
     FilterField("status", "keyword", help="status"),
     FilterField("uid", "keyword", dimension=False, help="entity uid"),
-    FilterField("language", "keyword", help="a code sample's language"),
+    FilterField(
+        "language",
+        "keyword",
+        help="a code sample's language",
+        record="A code sample's language (python, bash, …); a filter and an aggregate dimension."
+        " The code-sample loader sets it from the fence.",
+    ),
     FilterField("created_at", "date", help="creation date"),
     FilterField("updated_at", "date", help="last update"),
 )
 _BY_NAME = {f.name: f for f in FILTER_FIELDS}
+#: The facets: filter fields whose value is a record key of their own (see ``FilterField``).
+FACETS: tuple[FilterField, ...] = tuple(f for f in FILTER_FIELDS if f.record is not None)
+FACET_NAMES: tuple[str, ...] = tuple(f.name for f in FACETS)
 #: Every name a request may filter on, in declaration order (``type, not_type, …``).
 FILTER_NAMES: tuple[str, ...] = tuple(n for f in FILTER_FIELDS for n in f.request_names)
 

@@ -550,6 +550,15 @@ def serve(
         bool, typer.Option("--mcp-stdio", help="serve MCP on stdin/stdout instead of HTTP")
     ] = False,
     as_: AsOpt = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            metavar="N",
+            help="HTTP worker processes (default: one per core); with more than one, MCP"
+            " keeps no sessions",
+        ),
+    ] = None,
 ) -> None:
     """Serve: HTTP (REST /v1, GraphQL, MCP at /mcp, the search page) or MCP over stdio."""
     from knowledge_store.surfaces.serve import serve as run_server
@@ -563,6 +572,7 @@ def serve(
             anonymous=anonymous,
             mcp_stdio=mcp_stdio,
             identity=as_,
+            workers=workers,
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)

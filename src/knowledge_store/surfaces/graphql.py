@@ -50,7 +50,7 @@ from knowledge_store.surfaces.operations import OPERATIONS, Operation
 from knowledge_store.surfaces.shapes import Capabilities
 from knowledge_store.surfaces.spelling import camel, respell
 from knowledge_store.surfaces.tools import capabilities
-from knowledge_store.surfaces.web import AnyCaller, Service, service
+from knowledge_store.surfaces.web import AnyCaller, Service, the_service
 from knowledge_store.surfaces.workers import is_heavy
 
 __all__ = ["graphql_router", "output_type", "schema", "spelling"]
@@ -294,7 +294,7 @@ schema = _Schema(
 )
 
 
-async def _context(svc: Annotated[Service, Depends(service)], who: AnyCaller) -> dict[str, Any]:
+async def _context(svc: Annotated[Service, Depends(the_service)], who: AnyCaller) -> dict[str, Any]:
     return {"service": svc, "caller": who, "one_at_a_time": asyncio.Lock()}
 
 

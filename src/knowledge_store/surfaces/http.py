@@ -51,6 +51,7 @@ def create_app(
     tokens: TokensLike = None,
     anonymous: bool = False,
     allowed_hosts: Sequence[str] | None = None,
+    stateless_mcp: bool = False,
 ) -> FastAPI:
     """The HTTP app over ``store``.
 
@@ -59,6 +60,8 @@ def create_app(
     without a token runs as ``everyone``. ``allowed_hosts`` (e.g. the loopback
     names when serving on 127.0.0.1) turns on Host/Origin checks against DNS
     rebinding. Run its lifespan (uvicorn does) so that MCP sessions can start.
+    ``stateless_mcp``: MCP keeps no sessions (:func:`~.mcp.mcp_http_app`), for a
+    server of several processes on one socket (``ks serve --workers N``).
     """
     from knowledge_store import __version__
     from knowledge_store.surfaces import page, rest
@@ -68,7 +71,9 @@ def create_app(
     if anonymous and not table.anonymous:
         table = table.allowing_anonymous()
     mcp_server = create_mcp_server(store)
-    mcp_asgi, mcp_endpoint = mcp_http_app(mcp_server, table, allowed_hosts=allowed_hosts)
+    mcp_asgi, mcp_endpoint = mcp_http_app(
+        mcp_server, table, allowed_hosts=allowed_hosts, stateless=stateless_mcp
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

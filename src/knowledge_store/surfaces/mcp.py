@@ -349,13 +349,22 @@ class McpHttpEndpoint:
     can be started more than once (test clients do).
     """
 
-    def __init__(self, server: KnowledgeMCPServer, security: TransportSecuritySettings | None):
+    def __init__(
+        self,
+        server: KnowledgeMCPServer,
+        security: TransportSecuritySettings | None,
+        *,
+        stateless: bool = False,
+    ):
         self.server = server
         self.security = security
+        self.stateless = stateless
         self._transport = StreamableHTTPASGIApp(self._manager())
 
     def _manager(self) -> StreamableHTTPSessionManager:
-        return StreamableHTTPSessionManager(app=self.server, security_settings=self.security)
+        return StreamableHTTPSessionManager(
+            app=self.server, security_settings=self.security, stateless=self.stateless
+        )
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -373,12 +382,17 @@ def mcp_http_app(
     tokens: TokenTable,
     *,
     allowed_hosts: Sequence[str] | None = None,
+    stateless: bool = False,
 ) -> tuple[ASGIApp, McpHttpEndpoint]:
     """The authenticated streamable HTTP endpoint (an ASGI app) and the endpoint to run.
 
     Run ``endpoint.running()`` in the enclosing app's lifespan. With
     ``allowed_hosts`` (e.g. ``["127.0.0.1", "localhost"]``) the SDK's DNS
-    rebinding protection checks Host and Origin.
+    rebinding protection checks Host and Origin. ``stateless``: 2025-era
+    (handshake) requests keep no session — each POST is answered on its own, and
+    there is no standalone stream to push ``tools/list_changed`` on — for a server
+    of several processes, where a session's next request may reach another
+    process. 2026-era requests keep no session anyway.
     """
     security = None
     if allowed_hosts:
@@ -389,7 +403,7 @@ def mcp_http_app(
             allowed_hosts=hosts,
             allowed_origins=[f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")],
         )
-    endpoint = McpHttpEndpoint(server, security)
+    endpoint = McpHttpEndpoint(server, security, stateless=stateless)
     return _Authenticate(endpoint, tokens), endpoint
 
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Union, get_args, get_origin
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError
 from knowledge_store.ingest.records import loads_strict
@@ -29,12 +29,12 @@ from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest
 from knowledge_store.surfaces.shapes import Capabilities, ErrorEnvelope
 from knowledge_store.surfaces.tools import call_tool, capabilities, heavy_call
-from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, service
+from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, the_service
 from knowledge_store.surfaces.workers import is_heavy
 
 __all__ = ["ErrorEnvelope", "request_error", "router", "routers"]
 
-Svc = Annotated[Service, Depends(service)]
+Svc = Annotated[Service, Depends(the_service)]
 _PARAM = re.compile(r"\{(\w+)\}")
 
 
@@ -113,8 +113,8 @@ def _parameters(op: Operation, rest: Rest) -> list[inspect.Parameter]:
     return params
 
 
-def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[JSONResponse]]:
-    async def endpoint(**given: Any) -> JSONResponse:
+def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[Response]]:
+    async def endpoint(**given: Any) -> Response:
         svc: Service = given.pop("svc")
         who: Caller = given.pop("who")
         body = given.pop("body", None)
@@ -130,10 +130,10 @@ def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[JSONResponse
                 raw["records"] = await svc.run(records_of, content, kind, heavy=True)
             request = op.request.parse(raw)
         heavy = op.heavy or is_heavy(op.name, raw)
-        answer = await svc.run(op.run, svc.store, who, request, heavy=heavy)
+        body = await svc.run(_answer_json, op, svc.store, who, request, heavy=heavy)
         if op.admin:
             await svc.watcher.check()  # an ingest or a delete may flip is_empty: tell MCP sessions
-        return JSONResponse(answer.to_dict())
+        return Response(body, media_type="application/json")
 
     params = _parameters(op, rest)
     endpoint.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -142,6 +142,13 @@ def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[JSONResponse
     endpoint.operation = op  # type: ignore[attr-defined]  # for request_error
     endpoint.rest = rest  # type: ignore[attr-defined]
     return endpoint
+
+
+def _answer_json(op: Operation, store: Any, who: Caller, request: Any) -> bytes:
+    """Run the operation and serialise its answer, once, in the worker thread (pydantic's
+    own JSON serialiser: the ``to_dict()`` shape, without a dict and ``json.dumps`` on the
+    event loop)."""
+    return op.run(store, who, request).model_dump_json().encode()
 
 
 def _response_model(op: Operation) -> Any:

@@ -2,34 +2,60 @@
 
 ::
 
-    ks serve [--host H] [--port P] [--tokens FILE] [--anonymous]   # HTTP
-    ks serve --mcp-stdio [--as P]                                  # MCP over stdio
+    ks serve [--host H] [--port P] [--tokens FILE] [--anonymous] [--workers N]   # HTTP
+    ks serve --mcp-stdio [--as P]                                                # MCP over stdio
 
 HTTP needs a token file, ``--anonymous``, or both. Over stdio the caller is
 ``--as`` (default ``$KS_AS``, else ``everyone``); stdout is the protocol, so
 nothing else is printed there (the SDK diverts stray writes to stderr).
+
+Worker processes: a store call holds the GIL for most of its Python work, so one
+process uses about one core however many threads it runs. ``--workers N``
+(default: the cores this process may use) serves the one socket from N processes
+(uvicorn's supervisor, spawned — never forked: ONNX Runtime and faiss are not
+fork-safe), each with its own store handle on the same store; a publish made
+through one is seen by the others on their next query, like a publish by any
+other process. The parent opens the store once first (creating or repairing it,
+and failing there with the store's own error), then holds no store: it only
+supervises. A worker that dies is replaced; one that cannot start (it cannot
+open the store, say) stops the server with exit status 1. SIGTERM or Ctrl-C
+stops every worker. With more than one worker, MCP keeps no sessions (a
+session's next request may reach another process; :func:`.mcp.mcp_http_app`).
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
 import logging
+import os
 import re
 import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from knowledge_store.errors import InvalidRequest
+from knowledge_store.errors import InvalidRequest, StoreError
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.environment import EMBEDDER_ENV
 
+if TYPE_CHECKING:
+    from knowledge_store.surfaces.auth import TokenTable
+
+log = logging.getLogger("uvicorn.error")  # the server's log: its lines go where uvicorn's go
+
 __all__ = [
     "EMBEDDER_ENV",
     "LOOPBACK",
+    "MAX_WORKERS",
     "RedactTokens",
+    "WorkerApp",
     "banner",
+    "default_workers",
     "listen",
     "open_store",
     "serve",
@@ -47,6 +73,18 @@ def open_store(location: str | Path | None, *, create: bool = True) -> Knowledge
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 GRACEFUL_SHUTDOWN_S = 3
 KEEP_ALIVE_S = 30
+MAX_WORKERS = 64
+#: How long a worker may take to answer the supervisor's ping before it counts as hung
+#: (uvicorn's default, 5 s, is short for a busy machine: a hung worker is killed and replaced).
+WORKER_HEALTHCHECK_S = 30
+
+
+def default_workers() -> int:
+    """One worker process per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _warm(store: KnowledgeStore) -> None:
@@ -54,7 +92,7 @@ def _warm(store: KnowledgeStore) -> None:
     store.embedder.embed_query("warm up")
 
 
-def banner(host: str, port: int, *, anonymous: bool, tokens: int) -> str:
+def banner(host: str, port: int, *, anonymous: bool, tokens: int, workers: int = 1) -> str:
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{port}"
     who = (
@@ -69,6 +107,7 @@ def banner(host: str, port: int, *, anonymous: bool, tokens: int) -> str:
         f"  GraphQL      {base}/graphql\n"
         f"  MCP          {base}/mcp   (streamable HTTP)\n"
         f"  identity     {who}; {tokens} token(s) loaded\n"
+        f"  workers      {workers} process{'es' if workers > 1 else ''}\n"
         "  Ctrl-C stops the server."
     )
 
@@ -82,13 +121,18 @@ def serve(
     anonymous: bool = False,
     mcp_stdio: bool = False,
     identity: str | None = None,
+    workers: int | None = None,
 ) -> None:
-    """Run until interrupted (HTTP) or until the client closes the pipe (stdio)."""
+    """Run until interrupted (HTTP) or until the client closes the pipe (stdio).
+
+    ``workers``: HTTP worker processes (default :func:`default_workers`)."""
     from knowledge_store.surfaces.auth import TokenTable
 
     if mcp_stdio:
-        if tokens is not None or anonymous:
-            raise InvalidRequest("--tokens and --anonymous are for HTTP; over stdio use --as")
+        if tokens is not None or anonymous or workers is not None:
+            raise InvalidRequest(
+                "--tokens, --anonymous and --workers are for HTTP; over stdio use --as"
+            )
         _serve_stdio(location, environment.identity(identity).principal)
         return
     if identity is not None:
@@ -98,6 +142,13 @@ def serve(
         )
     if not 0 <= port <= 65535:
         raise InvalidRequest(f"--port {port} is not a TCP port (0–65535)", field="port")
+    processes = default_workers() if workers is None else workers
+    if not 1 <= processes <= MAX_WORKERS:
+        raise InvalidRequest(
+            f"--workers {processes} is not a number of processes from 1 to {MAX_WORKERS}"
+            f" (default: one per core, {default_workers()} here)",
+            field="workers",
+        )
     table = TokenTable.load(tokens, anonymous=anonymous)
     if not len(table) and not anonymous:
         raise InvalidRequest(
@@ -106,7 +157,10 @@ def serve(
         )
     sock = listen(host, port)
     try:
-        _serve_http(location, host, sock, table)
+        if processes == 1:
+            _serve_http(location, host, sock, table)
+        else:
+            _serve_workers(location, host, sock, table, processes)
     finally:
         sock.close()
 
@@ -162,18 +216,125 @@ def _serve_http(location: str | Path | None, host: str, sock: socket.socket, tab
     assert isinstance(table, TokenTable)
     from knowledge_store.surfaces.workers import with_embedding_slots
 
-    with open_store(location) as opened:
+    opened = open_store(location)
+    try:
         store = with_embedding_slots(opened, window_s=environment.embed_window_s())
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
         app = create_app(store, tokens=table, allowed_hosts=allowed)
-        port = int(sock.getsockname()[1])  # the one chosen, for --port 0
-        print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
-        uvicorn.Server(uvicorn_config(app, host=host, port=port)).run(sockets=[sock])
+    except BaseException:
+        opened.close()
+        raise
+    _close_at_shutdown(app, opened)  # a SIGTERM ends the process before a `with` could
+    port = int(sock.getsockname()[1])  # the one chosen, for --port 0
+    print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
+    uvicorn.Server(uvicorn_config(app, host=host, port=port)).run(sockets=[sock])
 
 
-def uvicorn_config(app: Any, *, host: str, port: int) -> Any:
-    """The server's uvicorn configuration; its access log never shows a token."""
+def _serve_workers(
+    location: str | Path | None, host: str, sock: socket.socket, table: TokenTable, n: int
+) -> None:
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    with open_store(location):  # made, repaired and checked once, before any worker opens it
+        pass
+    app = WorkerApp(
+        location=None if location is None else str(location),
+        tokens=table,
+        allowed_hosts=tuple(LOOPBACK) if host in LOOPBACK else None,
+        workers=n,
+    )
+    port = int(sock.getsockname()[1])
+    config = uvicorn_config(app, host=host, port=port, workers=n)
+    print(banner(host, port, anonymous=table.anonymous, tokens=len(table), workers=n), flush=True)
+    supervisor = Multiprocess(config, sockets=[sock])
+    supervisor.run()
+    if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
+        raise StoreError(
+            "a worker process could not start (its error is logged above), so the server"
+            " stopped; fix that, or try `ks serve --workers 1` to see the error directly",
+            workers=n,
+        )
+
+
+@dataclass(frozen=True)
+class WorkerApp:
+    """What a worker process builds its app from: pickled to each worker, called there.
+
+    uvicorn's supervisor spawns each worker and calls this (``factory=True``) once
+    the worker's logging is set up: it opens its own handle on the store, sizes
+    its lanes as one of ``workers`` (:func:`~.workers.share_cpus`), loads the model
+    and builds the app (MCP without sessions). A worker that cannot start says
+    why and exits with uvicorn's startup-failure status, which stops the server
+    instead of restarting the worker in a loop.
+    """
+
+    location: str | None
+    tokens: TokenTable
+    allowed_hosts: tuple[str, ...] | None
+    workers: int
+
+    def __call__(self) -> Any:
+        from uvicorn.config import STARTUP_FAILURE
+
+        _redact_access_log()
+        try:
+            return self._build()
+        except Exception as exc:
+            log.error("worker %d could not start: %s: %s", os.getpid(), type(exc).__name__, exc)
+            sys.exit(STARTUP_FAILURE)
+
+    def _build(self) -> Any:
+        from knowledge_store.surfaces.http import create_app
+        from knowledge_store.surfaces.workers import share_cpus, with_embedding_slots
+
+        slots = share_cpus(self.workers)
+        env = dict(os.environ)
+        # the micro-batches' ONNX threads: this worker's share of the cores
+        env.setdefault("KS_ONNX_THREADS", str(max(1, default_workers() // self.workers)))
+        opened = environment.open_store(self.location, env)
+        try:
+            store = with_embedding_slots(opened, slots, window_s=environment.embed_window_s())
+            _warm(store)
+            app = create_app(
+                store, tokens=self.tokens, allowed_hosts=self.allowed_hosts, stateless_mcp=True
+            )
+        except BaseException:
+            opened.close()
+            raise
+        _close_at_shutdown(app, opened)
+        return app
+
+
+def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
+    """Close ``store`` when ``app``'s lifespan ends (after the last request), and run the
+    process's exit handlers.
+
+    uvicorn re-raises the SIGTERM it handled once its server has stopped, and the
+    default handler ends the process (a worker, or ``--workers 1``'s only one)
+    before the interpreter's exit handlers run — among them pgserver's, which
+    stops a ``pg:DIR`` server when its last user exits (skipped, the server would
+    outlive ``ks serve``). So they run here, once.
+    """
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(started: Any) -> AsyncIterator[Any]:
+        try:
+            async with inner(started) as state:
+                yield state
+        finally:
+            store.close()
+            atexit._run_exitfuncs()
+
+    app.router.lifespan_context = lifespan
+
+
+def uvicorn_config(app: Any, *, host: str, port: int, workers: int = 1) -> Any:
+    """The server's uvicorn configuration; its access log never shows a token.
+
+    ``workers`` > 1: ``app`` is a :class:`WorkerApp`, called in each worker process."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -185,11 +346,18 @@ def uvicorn_config(app: Any, *, host: str, port: int) -> Any:
         # connection the server is closing at that very moment
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        workers=workers,
+        factory=workers > 1,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
     )
-    access = logging.getLogger("uvicorn.access")  # configured by uvicorn.Config just above
+    _redact_access_log()  # configured by uvicorn.Config just above
+    return config
+
+
+def _redact_access_log() -> None:
+    access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, RedactTokens) for f in access.filters):
         access.addFilter(RedactTokens())
-    return config
 
 
 class RedactTokens(logging.Filter):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from knowledge_store.model import Answer, ContentChunk, ContentEdges, SourcesAnswer
+from knowledge_store.model import FACET_NAMES, Answer, ContentChunk, ContentEdges, SourcesAnswer
 from knowledge_store.requests import (
     AclExplainRequest,
     AclShowRequest,
@@ -163,12 +163,12 @@ def fetch_content(
     )
     return FetchedContent(
         content_root=content.content_root,
-        **entity.model_dump(exclude={"body", "language"}),
+        **entity.model_dump(exclude={"body", *FACET_NAMES}),
         body=entity.body[: request.max_chars],
         body_truncated=len(entity.body) > request.max_chars,
         body_chars=len(entity.body),
         code=code,
-        language=entity.language or language,
+        language=language,
         edges=content.edges,
         chunks=content.chunks if request.include_chunks else None,
     )

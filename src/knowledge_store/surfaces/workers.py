@@ -20,7 +20,10 @@ not every caller:
 :class:`SlotEmbedder` bounds the CPU-heavy part of a search, the query
 embedding, to a few forward passes at once. ``$KS_SERVE_THREADS`` (default
 4 × CPUs, at most 32), ``$KS_HEAVY_THREADS`` (default CPUs / 2, at least 1)
-and ``$KS_EMBED_SLOTS`` (default the CPU count) tune them.
+and ``$KS_EMBED_SLOTS`` (default the CPU count) tune them. A server of several worker
+processes (``ks serve --workers N``) gives each process its share of the defaults
+(:func:`share_cpus`): N processes together hold about the threads and embedding
+slots one process would.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ __all__ = [
     "SlotEmbedder",
     "is_heavy",
     "run_store",
+    "share_cpus",
     "with_embedding_slots",
 ]
 
@@ -68,6 +72,24 @@ HEAVY_THREADS = _setting("KS_HEAVY_THREADS", max(1, CPUS // 2))
 EMBED_SLOTS = _setting("KS_EMBED_SLOTS", CPUS)
 _POOL = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="ks-store")
 _HEAVY_POOL = ThreadPoolExecutor(max_workers=HEAVY_THREADS, thread_name_prefix="ks-heavy")
+_SLOTS = EMBED_SLOTS
+
+
+def share_cpus(processes: int) -> int:
+    """Size this process's lanes as one of ``processes`` serving together; its embedding slots.
+
+    Call it before the first request (a worker process does, before it builds its app):
+    the lanes are replaced, not resized. A variable that is set still wins.
+    """
+    global _POOL, _HEAVY_POOL, _SLOTS
+    n = max(1, processes)
+    threads = _setting("KS_SERVE_THREADS", max(4, min(32, 4 * CPUS) // n))
+    heavy = _setting("KS_HEAVY_THREADS", max(1, CPUS // 2 // n))
+    _SLOTS = _setting("KS_EMBED_SLOTS", max(1, CPUS // n))
+    _POOL = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ks-store")
+    _HEAVY_POOL = ThreadPoolExecutor(max_workers=heavy, thread_name_prefix="ks-heavy")
+    return _SLOTS
+
 
 #: Operations that are heavy whatever their arguments (a time budget of their own, embedding).
 ALWAYS_HEAVY = frozenset(op.name for op in OPERATIONS if op.heavy)
@@ -114,9 +136,9 @@ def is_heavy(operation: str, arguments: Mapping[str, Any] | None = None) -> bool
 class SlotEmbedder(DelegatingEmbedder):
     """An :class:`Embedder` that lets at most ``slots`` embeddings run at once."""
 
-    def __init__(self, inner: Embedder, slots: int = EMBED_SLOTS) -> None:
+    def __init__(self, inner: Embedder, slots: int | None = None) -> None:
         super().__init__(inner)
-        self._slots = threading.BoundedSemaphore(slots)
+        self._slots = threading.BoundedSemaphore(_SLOTS if slots is None else slots)
 
     def embed(self, texts: Sequence[str], *, progress: bool = False) -> Vectors:
         with self._slots:
@@ -128,7 +150,7 @@ class SlotEmbedder(DelegatingEmbedder):
 
 
 def with_embedding_slots(
-    store: KnowledgeStore, slots: int = EMBED_SLOTS, *, window_s: float | None = None
+    store: KnowledgeStore, slots: int | None = None, *, window_s: float | None = None
 ) -> KnowledgeStore:
     """The same store (same engine) whose query embeddings take a slot; loads the model now.
 

@@ -14,7 +14,7 @@ import logging
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,16 @@ import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity, Vector
 from knowledge_store.engines.embedded.db import Database
-from knowledge_store.engines.embedded.schema import ADDED_COLUMNS, SCHEMA, SCHEMA_VERSION
-from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds, membership_path
+from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
+from knowledge_store.engines.shared import (
+    CHUNK_KEY_META,
+    ChunkIds,
+    membership_path,
+    stored_entity,
+)
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.facets import add_facet, missing_facets
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
     PublishPlan,
@@ -35,6 +41,8 @@ from knowledge_store.engines.sql.publish import (
 )
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
+    ENTITY_FIELDS,
+    FACET_NAMES,
     TIMESTAMP_FORM,
     Edge,
     Entity,
@@ -80,7 +88,7 @@ class ChunkRow:
     created_at: str | None
     updated_at: str | None
     ordinal: int = 0
-    language: str = ""
+    facets: Mapping[str, str] = field(default_factory=dict)  # every facet, "" when unset
 
 
 @dataclass(frozen=True)
@@ -90,9 +98,10 @@ class PublishOp:
     op: str
 
 
-_CHUNK_ROWS = """
+_CHUNK_ROWS = f"""
 SELECT c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end",
-       e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal, e.language
+       e.acl_set, e.source, e.status, e.created_at, e.updated_at, c.ordinal
+       {"".join(f", e.{name}" for name in FACET_NAMES)}
 FROM chunks AS c CROSS JOIN entities AS e ON e.id = c.entity
 WHERE c.id IN (SELECT value FROM json_each(:ids))
 """
@@ -115,16 +124,36 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
         created_at=r[12],
         updated_at=r[13],
         ordinal=r[14],
-        language=r[15],
+        facets=dict(zip(FACET_NAMES, r[15:], strict=True)),
     )
 
 
-def _add_columns(conn: sqlite3.Connection) -> None:
-    """Add the ``ADDED_COLUMNS`` an older store lacks (a new store gets them from ``SCHEMA``)."""
-    for table, column, declaration in ADDED_COLUMNS:
-        present = {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
-        if present and column not in present:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+#: What a publish writes of an entity, ``uid`` (the key) last: its other fields, then ours.
+_WRITTEN = (*(n for n in ENTITY_FIELDS if n != "uid"), "acl_set", "content_hash", "publish", "uid")
+_INSERT_ENTITY = (
+    f"INSERT INTO entities({', '.join(_WRITTEN)}) VALUES ({', '.join('?' * len(_WRITTEN))})"
+)
+_UPDATE_ENTITY = f"UPDATE entities SET {', '.join(f'{c}=?' for c in _WRITTEN[:-1])} WHERE uid=?"
+
+
+def _missing_facets(conn: sqlite3.Connection) -> tuple[str, ...]:
+    return missing_facets({str(r[1]) for r in conn.execute("PRAGMA table_info(entities)")})
+
+
+def _add_facets(conn: sqlite3.Connection) -> None:
+    """Add the facet columns an older store lacks (a new store gets them from ``SCHEMA``) in
+    one write transaction: of processes opening the store at once, one adds each column."""
+    if not _missing_facets(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for name in _missing_facets(conn):  # again, under the lock: another may have added it
+            for statement in add_facet(SQLITE, name):
+                conn.execute(statement)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class Catalog:
@@ -134,7 +163,7 @@ class Catalog:
         self.path = path
         self.db = Database(path)
         try:
-            _add_columns(self._conn())
+            _add_facets(self._conn())
             self._conn().executescript(SCHEMA)
             version = self.get_meta("schema_version")
             if version is None:
@@ -283,21 +312,7 @@ class Catalog:
         edges = tuple(
             Edge(uid, str(lb), str(dst), pos) for lb, dst, pos in conn.execute(*edges_sql)
         )
-        return Entity(
-            uid=row[0],
-            type=row[1],
-            title=row[2],
-            body=row[3],
-            source=row[4],
-            status=row[5],
-            language=row[6],
-            created_at=row[7],
-            updated_at=row[8],
-            href=row[9],
-            attributes=json.loads(row[10]),
-            edges=edges,
-            acl=acl,
-        )
+        return stored_entity(row, edges, acl)
 
     def acl_sets_principals(
         self, conn: sqlite3.Connection, acl_sets: Iterable[int]
@@ -345,39 +360,22 @@ class Catalog:
             conn.execute("DELETE FROM entities WHERE id = ?", (row[0],))
         for prepared in plan.upserts:
             entity = prepared.entity
-            values = (
-                entity.type,
-                entity.title,
-                entity.body,
-                entity.source,
-                entity.status,
-                entity.language,
-                entity.created_at,
-                entity.updated_at,
-                entity.href,
-                json.dumps(dict(entity.attributes), ensure_ascii=False, sort_keys=True),
-                self.acl_set_id(conn, entity.acl),
-                entity.content_hash,
-                publish,
-                entity.uid,
+            fields = dict(zip(ENTITY_FIELDS, entity.field_values(), strict=True))
+            fields["attributes"] = json.dumps(
+                dict(entity.attributes), ensure_ascii=False, sort_keys=True
             )
+            ours = {
+                "acl_set": self.acl_set_id(conn, entity.acl),
+                "content_hash": entity.content_hash,
+                "publish": publish,
+            }
+            values = tuple({**fields, **ours}[column] for column in _WRITTEN)
             row = conn.execute("SELECT id FROM entities WHERE uid = ?", (entity.uid,)).fetchone()
             if row is None:
-                cur = conn.execute(
-                    "INSERT INTO entities(type, title, body, source, status, language,"
-                    " created_at, updated_at, href, attributes, acl_set, content_hash, publish,"
-                    " uid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    values,
-                )
-                entity_row = int(cur.lastrowid or 0)
+                entity_row = int(conn.execute(_INSERT_ENTITY, values).lastrowid or 0)
             else:
                 entity_row = int(row[0])
-                conn.execute(
-                    "UPDATE entities SET type=?, title=?, body=?, source=?, status=?,"
-                    " language=?, created_at=?, updated_at=?, href=?, attributes=?, acl_set=?,"
-                    " content_hash=?, publish=? WHERE uid=?",
-                    values,
-                )
+                conn.execute(_UPDATE_ENTITY, values)
                 ops.extend(self._drop_chunks(conn, publish, entity_row))
                 conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
             for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):

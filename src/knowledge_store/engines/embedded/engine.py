@@ -534,7 +534,7 @@ def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
         type=row.type,
         source=row.source,
         status=row.status,
-        language=row.language,
+        facets=row.facets,
         created_at=row.created_at,
         updated_at=row.updated_at,
         title=row.title,

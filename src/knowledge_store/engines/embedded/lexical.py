@@ -30,8 +30,8 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,15 +46,19 @@ from knowledge_store.engines.embedded.analysis import (
     schema,
 )
 from knowledge_store.errors import StoreError
-from knowledge_store.model import FILTER_FIELDS, Filters, compose_context
+from knowledge_store.model import FACET_NAMES, FILTER_FIELDS, Filters, compose_context
 
 __all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", "QueryTerms"]
 
 log = logging.getLogger(__name__)
 
 #: Bumped whenever fields or analyzers change; an index of another version is rebuilt.
-SCHEMA_VERSION = 4  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
-# 4: the language field
+SCHEMA_VERSION = 5  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
+# 4: a facet field; 5: the filter fields named in SCHEMA_ID
+#: What the sidecar records of the layout: the version and the filter fields (their Tantivy
+#: fields come from FILTER_FIELDS), so an index built with another field set — a filter
+#: field declared or dropped since — is of another schema, and is rebuilt from the catalog.
+SCHEMA_ID = f"{SCHEMA_VERSION}:" + ",".join(f"{f.name}={f.kind}" for f in FILTER_FIELDS)
 #: The chunk id of the document that records, inside each commit, the publish it holds.
 WATERMARK_ID = -1
 SIDECAR = "ks-lexical.json"
@@ -95,7 +99,11 @@ class LexicalDoc:
     title: str
     heading: tuple[str, ...]
     text: str
-    language: str = ""
+    facets: Mapping[str, str] = field(default_factory=dict)  # "" when unset
+
+    def value(self, name: str) -> str | None:
+        """The value of filter field ``name``: a facet's, else the field of that name."""
+        return self.facets.get(name, "") if name in FACET_NAMES else getattr(self, name)
 
 
 T = TypeVar("T")
@@ -132,7 +140,7 @@ class LexicalIndex:
     def _open(self) -> tantivy.Index:
         self._path.mkdir(parents=True, exist_ok=True)
         if tantivy.Index.exists(str(self._path)) and (
-            self._read_sidecar().get("schema") != SCHEMA_VERSION
+            self._read_sidecar().get("schema") != SCHEMA_ID
             or not tantivy.Index.is_compatible(str(self._path))
         ):
             # Derived data of another layout: start empty (watermark 0); the catalog rebuilds.
@@ -235,7 +243,7 @@ class LexicalIndex:
     def _write_sidecar(self, watermark: int) -> None:
         target = self._path / SIDECAR
         tmp = target.with_suffix(f".tmp{os.getpid()}")
-        payload = json.dumps({"watermark": watermark, "schema": SCHEMA_VERSION})
+        payload = json.dumps({"watermark": watermark, "schema": SCHEMA_ID})
 
         def write() -> None:
             with tmp.open("w") as fh:
@@ -288,12 +296,12 @@ class LexicalIndex:
         out.add_integer("chunk_id", doc.chunk_id)
         for principal in doc.acl:
             out.add_text("acl", principal)
-        for field in FILTER_FIELDS:
-            value = getattr(doc, field.name)
-            if field.kind == "keyword":
-                out.add_text(field.name, value)
+        for f in FILTER_FIELDS:
+            value = doc.value(f.name)
+            if f.kind == "keyword":
+                out.add_text(f.name, value or "")
             elif value and (seconds := epoch(value)) is not None:
-                out.add_integer(field.name, seconds)
+                out.add_integer(f.name, seconds)
         full = compose_context(doc.title, doc.heading, doc.text)
         out.add_text("body", full)
         out.add_text("title", doc.title)
@@ -436,26 +444,26 @@ class LexicalIndex:
                 clauses.append((must, const(query.boolean_query(union))))
             else:
                 clauses.append((must, const(query.term_set_query(self._schema, "acl", held))))
-        for field in FILTER_FIELDS:
-            if field.kind == "date":
-                lo, hi = filters.range(field.name)
+        for f in FILTER_FIELDS:
+            if f.kind == "date":
+                lo, hi = filters.range(f.name)
                 if lo is None and hi is None:
                     continue
                 bounds = query.range_query(
                     self._schema,
-                    field.name,
+                    f.name,
                     tantivy.FieldType.Integer,
                     lower_bound=None if lo is None else bound(lo),
                     upper_bound=None if hi is None else bound(hi),
                 )
                 clauses.append((must, const(bounds)))
                 continue
-            if values := filters.values(field.name):
-                terms = query.term_set_query(self._schema, field.name, list(values))
+            if values := filters.values(f.name):
+                terms = query.term_set_query(self._schema, f.name, list(values))
                 clauses.append((must, const(terms)))
-            if excluded := filters.excluded(field.name):
+            if excluded := filters.excluded(f.name):
                 clauses.append(
-                    (must_not, query.term_set_query(self._schema, field.name, list(excluded)))
+                    (must_not, query.term_set_query(self._schema, f.name, list(excluded)))
                 )
         return clauses
 

@@ -1,21 +1,21 @@
 """The SQLite catalog schema of the embedded engine (the source of truth).
 
 Every table is ``CREATE … IF NOT EXISTS``, run on each open: a table added by a
-later version (``sources``, ``crawl_pages``) appears in an existing store then.
+later version (``sources``, ``crawl_pages``) appears in an existing store then;
+a facet column declared later is added before (``Catalog``, :mod:`..sql.facets`).
 """
 
 from __future__ import annotations
 
+from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
+from knowledge_store.model import FACET_NAMES
 
 SCHEMA_VERSION = 1
 
-#: Columns added after a store may have been made: ``(table, column, declaration)``. Opening
-#: an older store adds them (before ``SCHEMA``, whose indexes name them); older code keeps
-#: working on the store, as each has a default.
-ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("entities", "language", "TEXT NOT NULL DEFAULT ''"),
-)
+_FACET_COLUMNS = "".join(f"\n    {facet_column(SQLITE, name)}," for name in FACET_NAMES)
+_FACET_INDEXES = "".join(f"\n{facet_index(name)};" for name in FACET_NAMES)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -43,8 +43,7 @@ CREATE TABLE IF NOT EXISTS entities (
     title        TEXT NOT NULL,
     body         TEXT NOT NULL,
     source       TEXT NOT NULL,
-    status       TEXT NOT NULL,
-    language     TEXT NOT NULL DEFAULT '',
+    status       TEXT NOT NULL,{facet_columns}
     created_at   TEXT,
     updated_at   TEXT,
     href         TEXT,
@@ -55,8 +54,7 @@ CREATE TABLE IF NOT EXISTS entities (
 );
 CREATE INDEX IF NOT EXISTS entities_by_type       ON entities (type);
 CREATE INDEX IF NOT EXISTS entities_by_source     ON entities (source);
-CREATE INDEX IF NOT EXISTS entities_by_status     ON entities (status);
-CREATE INDEX IF NOT EXISTS entities_by_language   ON entities (language);
+CREATE INDEX IF NOT EXISTS entities_by_status     ON entities (status);{facet_indexes}
 CREATE INDEX IF NOT EXISTS entities_by_created_at ON entities (created_at);
 CREATE INDEX IF NOT EXISTS entities_by_updated_at ON entities (updated_at);
 CREATE INDEX IF NOT EXISTS entities_by_acl_set    ON entities (acl_set);
@@ -120,6 +118,7 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     vector BLOB NOT NULL
 ) WITHOUT ROWID;
 """
+SCHEMA = SCHEMA.format(facet_columns=_FACET_COLUMNS, facet_indexes=_FACET_INDEXES)
 SCHEMA += f"""
 -- One row per source name: its last ingest (engines/sql/sources.py).
 {SOURCES_DDL};

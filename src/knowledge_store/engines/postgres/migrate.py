@@ -22,6 +22,8 @@ from knowledge_store.engines.postgres.schema import (
     Migration,
     detect_features,
 )
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.facets import add_facet, missing_facets
 from knowledge_store.errors import StoreError
 
 __all__ = ["open_schema"]
@@ -82,6 +84,20 @@ def _migrate(conn: Connection, schema: str, migrations: Sequence[Migration]) -> 
         )
 
 
+def _add_facets(conn: Connection) -> None:
+    """Add the facet columns a store made before their declaration lacks (every row ``''``)."""
+    present = {
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'entities'"
+        )
+    }
+    for name in missing_facets(present):
+        for statement in add_facet(POSTGRES, name):
+            conn.execute(statement)
+
+
 def open_schema(
     conn: Connection,
     schema: str,
@@ -111,6 +127,7 @@ def open_schema(
                 "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)"
             )
             _migrate(conn, schema, migrations)
+            _add_facets(conn)
             features = detect_features(installed)
             if features.bm25_extension is not None:
                 conn.execute(extension_indexes[features.bm25_extension])

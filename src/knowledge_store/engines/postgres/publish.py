@@ -25,7 +25,7 @@ import numpy as np
 from knowledge_store.engines.base import PreparedEntity, Published
 from knowledge_store.engines.postgres.db import Connection
 from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
-from knowledge_store.engines.shared import DERIVED_LINK
+from knowledge_store.engines.shared import DERIVED_LINK, stored_entity
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import (
@@ -128,23 +128,22 @@ FROM (
 WHERE f.field = d.field
 """
 
-_UPSERT_ENTITIES = """
-INSERT INTO entities (uid, type, title, source, status, language, created_at, updated_at, href,
-                      acl_set, content_hash, publish, chunk_count)
-SELECT u.uid, u.type, u.title, u.source, u.status, u.language, u.created_at, u.updated_at,
-       u.href, u.acl_set, u.content_hash, %(publish)s, u.chunk_count
-FROM unnest(%(uid)s::text[], %(type)s::text[], %(title)s::text[],
-            %(source)s::text[], %(status)s::text[], %(language)s::text[], %(created_at)s::text[],
-            %(updated_at)s::text[], %(href)s::text[],
-            %(acl_set)s::bigint[], %(content_hash)s::text[], %(chunk_count)s::integer[])
-     AS u(uid, type, title, source, status, language, created_at, updated_at, href,
-          acl_set, content_hash, chunk_count)
+#: The ``entities`` columns a publish writes, with their types: the entity's fields (its body
+#: and attributes go to ``entity_bodies``), then ours.
+_ENTITY_COLUMNS: tuple[tuple[str, str], ...] = (
+    *((name, "text") for name in ENTITY_FIELDS if name not in ("body", "attributes")),
+    ("acl_set", "bigint"),
+    ("content_hash", "text"),
+    ("chunk_count", "integer"),
+)
+_NAMES = [name for name, _ in _ENTITY_COLUMNS]
+_UPSERT_ENTITIES = f"""
+INSERT INTO entities ({", ".join(_NAMES)}, publish)
+SELECT {", ".join(f"u.{name}" for name in _NAMES)}, %(publish)s
+FROM unnest({", ".join(f"%({name})s::{kind}[]" for name, kind in _ENTITY_COLUMNS)})
+     AS u({", ".join(_NAMES)})
 ON CONFLICT (uid) DO UPDATE SET
-    type = excluded.type, title = excluded.title, source = excluded.source,
-    status = excluded.status, language = excluded.language, created_at = excluded.created_at,
-    updated_at = excluded.updated_at, href = excluded.href,
-    acl_set = excluded.acl_set, content_hash = excluded.content_hash,
-    publish = excluded.publish, chunk_count = excluded.chunk_count
+    {", ".join(f"{name} = excluded.{name}" for name in [*_NAMES[1:], "publish"])}
 RETURNING uid, id
 """
 
@@ -206,21 +205,7 @@ def load_entity(conn: Connection, uid: str) -> Entity | None:
         return None
     acl = tuple(str(p) for (p,) in conn.execute(*acl_sql))
     edges = tuple(Edge(uid, str(lb), str(dst), pos) for lb, dst, pos in conn.execute(*edges_sql))
-    return Entity(
-        uid=row[0],
-        type=row[1],
-        title=row[2],
-        body=row[3],
-        source=row[4],
-        status=row[5],
-        language=row[6],
-        created_at=row[7],
-        updated_at=row[8],
-        href=row[9],
-        attributes=row[10],
-        edges=edges,
-        acl=acl,
-    )
+    return stored_entity(row, edges, acl)
 
 
 def _drop_chunks(conn: Connection, entity_ids: Sequence[int]) -> None:
@@ -264,19 +249,10 @@ def _upsert(conn: Connection, publish: int, upserts: Sequence[PreparedEntity]) -
     }
     for prepared in upserts:
         e = prepared.entity
-        columns["uid"].append(e.uid)
-        columns["type"].append(e.type)
-        columns["title"].append(e.title)
-        columns["body"].append(e.body)
-        columns["source"].append(e.source)
-        columns["status"].append(e.status)
-        columns["language"].append(e.language)
-        columns["created_at"].append(e.created_at)
-        columns["updated_at"].append(e.updated_at)
-        columns["href"].append(e.href)
-        columns["attributes"].append(
-            json.dumps(dict(e.attributes), ensure_ascii=False, sort_keys=True)
-        )
+        fields = dict(zip(ENTITY_FIELDS, e.field_values(), strict=True))
+        fields["attributes"] = json.dumps(dict(e.attributes), ensure_ascii=False, sort_keys=True)
+        for name, value in fields.items():
+            columns[name].append(value)
         columns["acl_set"].append(acl_ids[tuple(sorted(set(e.acl)))])
         columns["content_hash"].append(e.content_hash)
         columns["chunk_count"].append(len(prepared.chunks))

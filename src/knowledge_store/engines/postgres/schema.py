@@ -23,7 +23,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.facets import add_facet
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
+from knowledge_store.model import FACET_NAMES
 
 __all__ = [
     "ADVISORY_LOCK_MIGRATE",
@@ -296,17 +299,15 @@ _V2: tuple[str, ...] = (
 #: Version 3: a row per source (its last ingest) and a crawl's validators per (source, url).
 _V3: tuple[str, ...] = (SOURCES_DDL, CRAWL_PAGES_DDL)
 
-#: Version 4: the ``language`` filter field (a code sample's language).
-_V4: tuple[str, ...] = (
-    "ALTER TABLE entities ADD COLUMN IF NOT EXISTS language text COLLATE \"C\" NOT NULL DEFAULT ''",
-    "CREATE INDEX IF NOT EXISTS entities_by_language ON entities (language)",
-)
+#: Version 4: the facet columns (``FACETS``, generated). A facet declared later needs no
+#: migration: opening a store adds the facet columns it lacks (``migrate.open_schema``).
+_V4: tuple[str, ...] = tuple(s for name in FACET_NAMES for s in add_facet(POSTGRES, name))
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
     Migration(3, "sources and crawl state", _V3),
-    Migration(4, "the language filter field", _V4),
+    Migration(4, "the facet columns", _V4),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

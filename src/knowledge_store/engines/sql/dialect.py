@@ -47,6 +47,9 @@ class SqlDialect:
     multiple_recursive_selects: bool = True
     #: A join whose left side stays the outer loop (chunks picked by id, then their entity).
     driving_join: str = "JOIN"
+    #: A keyword column (a facet): text, compared byte-wise, ``''`` when unset.
+    keyword_column: str = "TEXT NOT NULL DEFAULT ''"
+    add_column: str = "ADD COLUMN"
 
     # -- syntax -------------------------------------------------------------------------------
     def param(self, name: str) -> str:
@@ -211,6 +214,8 @@ class PostgresDialect(SqlDialect):
     inner_join: str = "CROSS JOIN"
     #: A recursive CTE may reference itself once: both directions go through one union.
     multiple_recursive_selects: bool = False
+    keyword_column: str = "text COLLATE \"C\" NOT NULL DEFAULT ''"
+    add_column: str = "ADD COLUMN IF NOT EXISTS"
 
     def param(self, name: str) -> str:
         return f"%({name})s"

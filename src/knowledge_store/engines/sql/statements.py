@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from knowledge_store.engines.sql.dialect import SqlDialect, Visibility
+from knowledge_store.engines.sql.facets import entity_columns
 from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.model import (
     METRICS,
@@ -168,8 +169,7 @@ def content_entity(d: SqlDialect, held: Sequence[str], uid: str) -> Statement:
     head = _acl(d, held, params)
     join, body, attributes = d.body("e")
     return (
-        head + f"SELECT e.id, e.uid, e.type, e.title, {body}, e.source, e.status, e.language,"
-        f" e.created_at, e.updated_at, e.href, {attributes} FROM entities AS e{join}"
+        head + f"SELECT e.id, {entity_columns('e', body, attributes)} FROM entities AS e{join}"
         f" WHERE e.uid = {d.param('uid')} AND {d.visible('e', 'probe')}",
         params,
     )
@@ -220,9 +220,8 @@ def load_entity(d: SqlDialect, uid: str) -> tuple[Statement, Statement, Statemen
     p = d.param("uid")
     return (
         (
-            f"SELECT e.uid, e.type, e.title, {body}, e.source, e.status, e.language,"
-            f" e.created_at, e.updated_at, e.href, {attributes}, e.acl_set FROM entities AS e{join}"
-            f" WHERE e.uid = {p}",
+            f"SELECT {entity_columns('e', body, attributes)}, e.acl_set"
+            f" FROM entities AS e{join} WHERE e.uid = {p}",
             {"uid": uid},
         ),
         (

@@ -7,20 +7,20 @@ values engines take, so every surface has the same bounds and the same
 errors. Each read runs on one reader (:meth:`KnowledgeStore.reader`): one
 snapshot, the identity expanded once. The library never reads the
 environment: the CLI and the server decide defaults (``KS_AS``, ``KS_STORE``).
+What changes a store — ingest, sync, delete, ACLs, memberships — is in :mod:`.admin`.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from knowledge_store.engines.base import Engine, EngineSettings
-from knowledge_store.errors import InvalidRequest, ModelMismatch, NotFound
+from knowledge_store.errors import ModelMismatch
 from knowledge_store.ingest.embedding import (
     Embedder,
     EmbedderSettings,
@@ -28,38 +28,21 @@ from knowledge_store.ingest.embedding import (
     open_embedder,
     spec_of,
 )
-from knowledge_store.ingest.pipeline import ingest_entities
-from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import (
-    DELETED_UIDS_SHOWN,
-    MAX_ACL_PRINCIPALS,
-    MAX_UID_LENGTH,
-    AclChange,
-    AclExplanation,
     AggregateAnswer,
     ChunkHits,
     Content,
-    DeleteReport,
-    Entity,
     Filters,
     GraphHits,
     Identity,
-    IngestReport,
-    MembershipsLoaded,
-    PrincipalInfo,
     QueryAnswer,
     SearchAnswer,
-    SourceSummary,
     SqlHits,
     StoreStats,
-    check_list_bound,
-    text_problem,
 )
 from knowledge_store.requests import (
-    AclRequest,
     AggregateRequest,
     ContentRequest,
-    DeleteRequest,
     DocsSearchRequest,
     FacetsRequest,
     FilterSpec,
@@ -67,8 +50,6 @@ from knowledge_store.requests import (
     KnowledgeRequest,
     LearningPathRequest,
     LexicalRequest,
-    MemberRequest,
-    PrincipalRequest,
     QueryGraphRequest,
     RelatedRequest,
     Request,
@@ -83,12 +64,9 @@ from knowledge_store.retrieval.docs_tools import (
     XrefResolution,
 )
 from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
-from knowledge_store.retrieval.reader import StoreReader, TypesSeen, request_of
+from knowledge_store.retrieval.reader import StoreReader, TypesSeen
 from knowledge_store.retrieval.retrievers import Retriever
-
-if TYPE_CHECKING:
-    from knowledge_store.ingest.loaders.web import WebOptions
-    from knowledge_store.ingest.watch import WatchSummary
+from knowledge_store.store.admin import Administration
 
 __all__ = [
     "DEFAULT_STORE",
@@ -101,17 +79,6 @@ __all__ = [
 
 DEFAULT_STORE = ".ks"
 IdentityLike = Identity | str | None
-
-
-def _uid(uid: object, field: str = "uid") -> str:
-    """A uid to look up: text the engines can bind (a lone surrogate or NUL is not)."""
-    if not isinstance(uid, str) or not uid or text_problem(uid, MAX_UID_LENGTH) is not None:
-        raise InvalidRequest(
-            f"a uid is a non-empty string of at most {MAX_UID_LENGTH} characters of Unicode"
-            " text (no NUL, no lone surrogate)",
-            field=field,
-        )
-    return uid
 
 
 def _filters_of(given: object, filters: Any) -> Filters:
@@ -152,7 +119,7 @@ def open_engine(
     return EmbeddedEngine(Path(text), create=create)
 
 
-class KnowledgeStore:
+class KnowledgeStore(Administration):
     """A knowledge store: ingest an estate, search it under the caller's identity."""
 
     def __init__(
@@ -239,202 +206,6 @@ class KnowledgeStore:
                 model=self._embedder.model_id,
             )
         return self._embedder
-
-    # -- ingest ------------------------------------------------------------------------------
-    def ingest(
-        self,
-        paths: Sequence[str | Path],
-        *,
-        format: str | None = None,
-        source: str | None = None,
-        acl: Sequence[str] | None = None,
-        skip_invalid: bool = False,
-        progress: bool = False,
-        sync: bool = False,
-        allow_mass_delete: bool = False,
-        web: WebOptions | None = None,
-    ) -> IngestReport:
-        """Load files, folders or web sites (``http(s)://`` strings) and publish them as one batch.
-
-        With ``source``, the source's catalog row records this ingest (``sources()``).
-        With ``sync`` (which needs ``source``), the batch is the whole source: what
-        the source holds beyond it is deleted in the same publish; more than half of
-        it only with ``allow_mass_delete`` (else ``MassDeleteRefused``). A crawl's
-        state is kept in the store, per source, and saved once the publish is done.
-        """
-        from knowledge_store.ingest.loaders import load_paths
-        from knowledge_store.ingest.sync import (
-            check_sync,
-            crawl_options,
-            save_crawl_state,
-            source_sync,
-        )
-
-        check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
-        check_sync(source, sync)
-        writer = self.engine.writer
-        web, kept = crawl_options(writer, paths, source, web)
-        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None, web=web)
-        report = ingest_entities(
-            writer,
-            self.embedder,
-            self.embedder_spec,
-            [r.entity for r in loaded.records],
-            rejected=loaded.rejections,
-            skipped=loaded.skipped,
-            skip_invalid=skip_invalid,
-            progress=progress,
-            source=None if source is None else source_sync(loaded, source, sync, allow_mass_delete),
-        )
-        save_crawl_state(writer, loaded, kept)
-        if not loaded.crawls:
-            return report
-        crawls = [crawl.to_dict() for crawl in loaded.crawls]
-        return report.model_copy(update={"crawls": crawls})
-
-    def ingest_records(
-        self,
-        records: Iterable[Mapping[str, Any] | Entity],
-        *,
-        acl: Sequence[str] | None = None,
-        skip_invalid: bool = False,
-        progress: bool = False,
-        source: str | None = None,
-        sync: bool = False,
-        allow_mass_delete: bool = False,
-    ) -> IngestReport:
-        """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch.
-
-        ``source`` sets every record's source and records the ingest in the source's
-        row; ``sync`` and ``allow_mass_delete`` as for :meth:`ingest`.
-        """
-        from knowledge_store.errors import InvalidRecord, Rejection
-        from knowledge_store.ingest.loaders import LoadedRecord, LoadResult, SourceInfo
-        from knowledge_store.ingest.sync import check_sync, source_sync
-
-        check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
-        check_sync(source, sync)
-        entities: list[Entity] = []
-        rejected: list[Rejection] = []
-        seen: dict[str, int] = {}
-        for line, record in enumerate(records, start=1):
-            try:
-                # An Entity is held to the same rules as a record: it is one, built in Python.
-                entity = record_to_entity(
-                    record.to_record() if isinstance(record, Entity) else record,
-                    file="<records>",
-                    line=line,
-                    default_acl=acl,
-                    source=source,
-                )
-            except InvalidRecord as exc:
-                rejected.append(exc.rejection)
-                continue
-            if entity.uid in seen:
-                rejected.append(
-                    Rejection(
-                        "<records>",
-                        line,
-                        entity.uid,
-                        "uid",
-                        f"duplicate uid in this batch (first at record {seen[entity.uid]})",
-                    )
-                )
-                continue
-            seen[entity.uid] = line
-            entities.append(entity)
-        read = LoadResult(
-            records=[LoadedRecord("<records>", None, entity) for entity in entities],
-            rejections=rejected,
-            sources=[SourceInfo(source, "records", "<records>")],
-        )
-        return ingest_entities(
-            self.engine.writer,
-            self.embedder,
-            self.embedder_spec,
-            entities,
-            rejected=rejected,
-            skip_invalid=skip_invalid,
-            progress=progress,
-            source=None if source is None else source_sync(read, source, sync, allow_mass_delete),
-        )
-
-    def delete(
-        self, uids: Sequence[str] | DeleteRequest | None = None, *, source: str | None = None
-    ) -> DeleteReport:
-        """Delete entities (their chunks and outgoing edges) — or a whole ``source`` — as one
-        publish."""
-        if isinstance(uids, DeleteRequest):
-            request = uids
-        else:
-            if not uids and source is None:
-                raise InvalidRequest("delete needs at least one uid", field="uids")
-            request = DeleteRequest.parse(uids=list(uids or []), source=source)
-        if request.source is not None:
-            return self.delete_source(request.source)
-        unique = list(dict.fromkeys(request.uids))
-        published = self.engine.writer.delete(unique)
-        return DeleteReport(content_root=published.root, deleted=published.deleted)
-
-    def delete_source(self, name: str) -> DeleteReport:
-        """Delete every entity of source ``name`` (its row and crawl state too) as one publish."""
-        writer = self.engine.writer
-        if not any(view.source == name for view in writer.sources()):
-            raise NotFound(f"no source named {name!r}", source=name)
-        published = writer.delete_source(name)
-        return DeleteReport(
-            content_root=published.root,
-            deleted=published.deleted,
-            deleted_uids=list(published.deleted_uids[:DELETED_UIDS_SHOWN]),
-        )
-
-    def sources(self) -> list[SourceSummary]:
-        """Every source: entities and chunks it holds, and its last ingest (an admin view:
-        the counts are of all its entities, whatever their ACL)."""
-        return self.engine.writer.sources()
-
-    def watch(
-        self,
-        paths: Sequence[str | Path],
-        *,
-        source: str,
-        format: str | None = None,
-        acl: Sequence[str] | None = None,
-        allow_mass_delete: bool = False,
-        on_sync: Callable[[list[Path], IngestReport], None] | None = None,
-        on_error: Callable[[list[Path], Exception], None] | None = None,
-        stop: threading.Event | None = None,
-        quiet_ms: int = 300,
-        max_wait_ms: int = 10_000,
-        force_polling: bool | None = None,
-    ) -> WatchSummary[IngestReport]:
-        """Sync ``paths`` into ``source`` now, then again after each burst of file changes
-        (``ingest.sync.watch_source``): each sync one publish, a bad file rejected (its
-        stored version kept), an error handed to ``on_error`` — until Ctrl-C or ``stop``."""
-        from knowledge_store.ingest.sync import watch_source
-
-        def sync(_changed: list[Path]) -> IngestReport:
-            return self.ingest(
-                paths,
-                format=format,
-                source=source,
-                acl=acl,
-                skip_invalid=True,
-                sync=True,
-                allow_mass_delete=allow_mass_delete,
-            )
-
-        return watch_source(
-            paths,
-            sync,
-            format=format,
-            on_sync=on_sync,
-            on_error=on_error,
-            quiet_ms=quiet_ms,
-            max_wait_ms=max_wait_ms,
-            stop=stop,
-            force_polling=force_polling,
-        )
 
     # -- reading ---------------------------------------------------------------------------------
     @contextmanager
@@ -663,49 +434,6 @@ class KnowledgeStore:
         root = reembed_store(self.engine.writer, target, progress=progress)
         self._embedder_arg = self._embedder = target
         return root
-
-    # -- ACL administration ---------------------------------------------------------------------------
-    def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
-        """Let ``principal`` read ``uid`` (one publish)."""
-        request = request_of(AclRequest, uid, uid=uid, principal=principal)
-        root = self.engine.admin.grant(request.uid, request.principal)
-        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
-
-    def revoke(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
-        """Stop ``principal`` reading ``uid`` through its ACL (one publish)."""
-        request = request_of(AclRequest, uid, uid=uid, principal=principal)
-        root = self.engine.admin.revoke(request.uid, request.principal)
-        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
-
-    def acl_show(self, uid: str) -> tuple[str, ...]:
-        return self.engine.admin.acl_show(_uid(uid))
-
-    def acl_inherited_from(self, uid: str) -> str | None:
-        """The uid whose ACL ``uid`` shares (it was split off that entity, as a code sample
-        off its page), or None when the ACL is its own."""
-        return self.engine.admin.acl_inherited_from(_uid(uid))
-
-    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        return self.engine.admin.acl_explain(principal, _uid(uid))
-
-    def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
-        """Make ``member`` a member of ``group``; the member's groups after it."""
-        request = request_of(MemberRequest, group, group=group, member=member)
-        self.engine.admin.add_member(request.group, request.member)
-        return self.engine.admin.principal_show(request.member)
-
-    def remove_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
-        """Remove ``member`` from ``group``; the member's groups after it."""
-        request = request_of(MemberRequest, group, group=group, member=member)
-        self.engine.admin.remove_member(request.group, request.member)
-        return self.engine.admin.principal_show(request.member)
-
-    def principal_show(self, principal: str | PrincipalRequest) -> PrincipalInfo:
-        request = request_of(PrincipalRequest, principal, principal=principal)
-        return self.engine.admin.principal_show(request.principal)
-
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
-        return self.engine.admin.load_memberships(pairs)
 
 
 # -- the docs tools as functions of a store (the public API of ``knowledge_store``) --------------

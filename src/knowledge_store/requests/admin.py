@@ -1,0 +1,131 @@
+"""The request models of administration: ingest, delete, sources, ACLs, memberships, stats."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.requests.base import Principal, Request, SourceName, Uid, listed
+
+__all__ = [
+    "AclExplainRequest",
+    "AclRequest",
+    "AclShowRequest",
+    "DeleteRequest",
+    "IngestRequest",
+    "MemberRequest",
+    "MembershipsRequest",
+    "PrincipalRequest",
+    "SourcesRequest",
+    "StatsRequest",
+]
+
+
+# -- administration ---------------------------------------------------------------------------------------
+class IngestRequest(Request):
+    """Publish canonical records as one atomic batch."""
+
+    records: list[dict[str, Any]] = Field(
+        ...,
+        min_length=1,
+        description="canonical records: {uid, type, title, body, source, status, created_at,"
+        " updated_at, href, attributes, edges: [{label, to, position}], acl: [...]}",
+    )
+    acl: list[Principal] = Field(
+        default_factory=list, description="default ACL for records without an acl key"
+    )
+    skip_invalid: bool = Field(False, description="publish the good records, report the bad")
+    source: SourceName | None = Field(
+        None, description="the source of every record; the source's row records this ingest"
+    )
+    sync: bool = Field(
+        False, description="the records are the whole source: delete what it no longer holds"
+    )
+    allow_mass_delete: bool = Field(
+        False, description="let a sync delete more than half its source"
+    )
+
+    @model_validator(mode="after")
+    def _sync_names_source(self) -> Self:
+        if self.sync and self.source is None:
+            raise InvalidRequest(
+                "a sync replaces the content of one source: name it (source)", field="source"
+            )
+        return self
+
+
+class DeleteRequest(Request):
+    """Entities to delete — by uid, or a whole source — with their chunks and outgoing
+    edges (one publish)."""
+
+    needs: ClassVar[dict[str, str]] = {"uids": "delete needs at least one uid"}
+    uids: Annotated[list[Uid], BeforeValidator(listed)] = Field(
+        default_factory=list, description="uids to delete"
+    )
+    source: SourceName | None = Field(
+        None, description="delete every entity of this source (its row and crawl state too)"
+    )
+
+    @model_validator(mode="after")
+    def _uids_or_source(self) -> Self:
+        if self.source is not None and self.uids:
+            raise InvalidRequest("delete takes uids or a source, not both", field="source")
+        if self.source is None and not self.uids:
+            raise InvalidRequest("delete needs at least one uid", field="uids")
+        return self
+
+
+class SourcesRequest(Request):
+    """Every source: what it holds, its last ingest or sync (takes no arguments)."""
+
+
+class AclRequest(Request):
+    """A principal and an entity: grant or revoke the principal's read access."""
+
+    uid: Uid = Field(..., description="the entity's uid")
+    principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
+
+
+class MemberRequest(Request):
+    """A group membership: ``member`` is (or stops being) a member of ``group``."""
+
+    group: Principal = Field(..., description="the group: 'group:<id>'")
+    member: Principal = Field(..., description="the member: 'user:<id>' or 'group:<id>'")
+
+
+class PrincipalRequest(Request):
+    """One principal: its direct and inherited groups, and a group's members."""
+
+    principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
+
+
+class AclShowRequest(Request):
+    """The principals in one entity's ACL."""
+
+    uid: Uid = Field(..., description="the entity's uid")
+
+
+class AclExplainRequest(Request):
+    """Whether a principal can read an entity, and through which membership chain."""
+
+    principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
+    uid: Uid = Field(..., description="the entity's uid")
+
+
+class MembershipsRequest(Request):
+    """Group memberships to load: each named group's memberships are replaced by these."""
+
+    needs: ClassVar[dict[str, str]] = {"memberships": "memberships needs at least one pair"}
+    memberships: list[MemberRequest] = Field(
+        ..., min_length=1, description="the memberships: [{group, member}, ...]"
+    )
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(m.group, m.member) for m in self.memberships]
+
+
+class StatsRequest(Request):
+    """Store figures (takes no arguments)."""

@@ -1,0 +1,308 @@
+"""The request models of the reads: the primitives, fused search, the docs tools, content."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
+
+from knowledge_store.errors import InvalidRequest
+from knowledge_store.model import (
+    GRAPH_MAX_DEPTH,
+    MAX_K,
+    MAX_SEARCH_K,
+    MAX_STARTS,
+    MAX_TEXT_LENGTH,
+    MAX_UID_LENGTH,
+    ORDER_FIELDS,
+    QUERY_GRAPH_MAX_LENGTH,
+    AggregateSpec,
+    Direction,
+    FusionMode,
+    GraphQuery,
+    Label,
+    Order,
+)
+from knowledge_store.requests.base import (
+    DimensionText,
+    Filtering,
+    MetricText,
+    OrderText,
+    Request,
+    Text,
+    Uid,
+    Weight,
+    listed,
+)
+
+__all__ = [
+    "AggregateRequest",
+    "ContentRequest",
+    "DocsSearchRequest",
+    "FacetsRequest",
+    "GraphRequest",
+    "KnowledgeRequest",
+    "LearningPathRequest",
+    "LexicalRequest",
+    "QueryGraphRequest",
+    "RelatedRequest",
+    "SearchRequest",
+    "SqlRequest",
+    "VectorRequest",
+    "XrefRequest",
+]
+
+
+# -- reads ----------------------------------------------------------------------------------------------
+def _needs_words(operation: str) -> str:
+    return f"{operation} needs a non-empty text to look for (a blank one matches nothing)"
+
+
+def _words(request: Any, operation: str) -> None:
+    """Blank text to a read that ranks by it: an error, not an answer with nothing in it."""
+    if not request.query.strip():
+        raise InvalidRequest(_needs_words(operation), field="query")
+
+
+class DocsSearchRequest(Request):
+    """Fused search by words (an empty query: a pure filter request)."""
+
+    query: Text = Field(
+        "",
+        max_length=MAX_TEXT_LENGTH,
+        description="what to look for, in words (a question, a phrase, an identifier); empty"
+        " for a pure filter request",
+    )
+    k: int = Field(10, ge=1, le=MAX_SEARCH_K, description="how many results")
+    filters: Filtering
+
+    @model_validator(mode="after")
+    def _words_or_filters(self) -> Self:
+        """Blank text is a pure filter request — which needs a filter to request."""
+        if not self.query.strip() and not self.filters.as_mapping():
+            raise InvalidRequest(
+                "search needs a text to look for, or at least one filter for a pure filter"
+                " request (a blank text with no filter would only list everything; sql lists"
+                " entities by their fields)",
+                field="query",
+            )
+        return self
+
+
+class SearchRequest(DocsSearchRequest):
+    """Fused search with the fusion's knobs."""
+
+    mode: FusionMode | None = Field(None, description="fusion mode (default adaptive)")
+    weights: dict[str, Weight] | None = Field(
+        None, description="per-list weights; 0 switches a list off"
+    )
+    explain: bool = Field(False, description="include the lists side by side with timings")
+
+
+class KnowledgeRequest(Request):
+    """``search_knowledge``: fused search as cited passages."""
+
+    needs: ClassVar[dict[str, str]] = {"query": _needs_words("search_knowledge")}
+
+    query: Text = Field(
+        ..., min_length=1, max_length=MAX_TEXT_LENGTH, description="the question, in words"
+    )
+    k: int = Field(5, ge=1, le=MAX_SEARCH_K, description="how many sources to return")
+    filters: Filtering
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> Self:
+        _words(self, "search_knowledge")
+        return self
+
+
+class LexicalRequest(Request):
+    """BM25 over chunks."""
+
+    needs: ClassVar[dict[str, str]] = {"query": _needs_words("lexical")}
+
+    query: Text = Field(
+        ..., min_length=1, max_length=MAX_TEXT_LENGTH, description="the text to look for"
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="how many chunks")
+    filters: Filtering
+    explain: bool = Field(False, description="include how the answer was computed")
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> Self:
+        _words(self, "lexical")
+        return self
+
+
+class VectorRequest(Request):
+    """Dense nearest chunks by meaning, of a text or of a query vector."""
+
+    query: Text = Field(
+        "", max_length=MAX_TEXT_LENGTH, description="the text whose meaning to look for"
+    )
+    vector: list[float] | None = Field(
+        None, description="a query vector instead of a text (the store's dimension)"
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="how many chunks")
+    filters: Filtering
+    explain: bool = Field(False, description="include how the answer was computed")
+
+    @model_validator(mode="after")
+    def _one_query(self) -> Self:
+        if (self.vector is None) == (not self.query.strip()):
+            raise InvalidRequest(
+                "vector needs a non-empty text or a query vector (one of them)", field="query"
+            )
+        return self
+
+
+class GraphRequest(Request):
+    """Entities linked to start uids."""
+
+    bound_fields: ClassVar[frozenset[str]] = frozenset({"depth"})
+    needs: ClassVar[dict[str, str]] = {"starts": "graph needs at least one start uid"}
+
+    starts: Annotated[list[Uid], BeforeValidator(listed)] = Field(
+        ..., min_length=1, max_length=MAX_STARTS, description="uids of the entities to start from"
+    )
+    depth: int = Field(
+        1, ge=1, le=GRAPH_MAX_DEPTH, description=f"hops to follow (1–{GRAPH_MAX_DEPTH})"
+    )
+    labels: Annotated[list[Label], BeforeValidator(listed)] = Field(
+        default_factory=list, description="follow only these edge labels (default: all 9)"
+    )
+    direction: Direction = Field(
+        "both", description="out: edges from the starts; in: edges into them; both"
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="how many entities to return")
+
+    @property
+    def value(self) -> GraphQuery:
+        return GraphQuery(
+            starts=tuple(dict.fromkeys(self.starts)),
+            depth=self.depth,
+            labels=tuple(dict.fromkeys(self.labels)),
+            direction=self.direction,
+            k=self.k,
+        )
+
+
+class RelatedRequest(Request):
+    """``get_related``: the neighbours of one entity."""
+
+    bound_fields: ClassVar[frozenset[str]] = frozenset({"depth"})
+
+    uid: Uid = Field(..., description="the entity's uid")
+    labels: Annotated[list[Label], BeforeValidator(listed)] = Field(
+        default_factory=list, description="follow only these edge labels (default: all 9)"
+    )
+    depth: int = Field(
+        1, ge=1, le=GRAPH_MAX_DEPTH, description=f"hops to follow (1–{GRAPH_MAX_DEPTH})"
+    )
+    direction: Direction = Field("both", description="edge direction")
+    k: int = Field(10, ge=1, le=MAX_K, description="how many entities to return")
+
+
+class SqlRequest(Request):
+    """Entities by their typed fields, ordered."""
+
+    filters: Filtering
+    order: OrderText = Field(
+        "updated_at:desc",
+        description=f"the order: {', '.join(ORDER_FIELDS)}, each optionally :asc or :desc",
+    )
+    k: int = Field(10, ge=1, le=MAX_K, description="how many entities")
+
+    @field_validator("order", mode="before")
+    @classmethod
+    def _order(cls, value: Any) -> Any:
+        if value is None or isinstance(value, Order):
+            return str(Order.parse(value))
+        if isinstance(value, str):
+            return str(Order.parse(value))  # an unknown field or direction says which
+        return value
+
+    @property
+    def order_value(self) -> Order:
+        return Order.parse(self.order)
+
+
+class AggregateRequest(Request):
+    """A catalog metric by a dimension over the visible slice."""
+
+    metric: MetricText = Field("count", description="what to compute")
+    dimension: DimensionText | None = Field(
+        None,
+        description="group by this (a date trend lists every bucket in the range, zeros"
+        " included); none for one total",
+    )
+    filters: Filtering
+    _spec: AggregateSpec = PrivateAttr()
+
+    @field_validator("dimension", mode="before")
+    @classmethod
+    def _blank(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _catalog(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):  # the catalog's own sentences for a bad metric/dimension
+            AggregateSpec.of(data.get("metric", "count"), data.get("dimension") or None)
+        return data
+
+    @model_validator(mode="after")
+    def _typed(self) -> Self:
+        self._spec = AggregateSpec.of(self.metric, self.dimension)
+        return self
+
+    @property
+    def spec(self) -> AggregateSpec:
+        return self._spec
+
+
+class QueryGraphRequest(Request):
+    """A bounded, read-only openCypher query."""
+
+    query: Text = Field(
+        ...,
+        min_length=1,
+        max_length=QUERY_GRAPH_MAX_LENGTH,
+        description="a read-only openCypher query: MATCH … WHERE … RETURN … ORDER BY … SKIP …"
+        " LIMIT …; every value as a $parameter",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the values of the query's $parameters, by name"
+    )
+    lenient: bool = Field(False, description="report every problem at once, with positions")
+
+
+class ContentRequest(Request):
+    """One entity with its chunks and its edges to visible entities."""
+
+    uid: Uid = Field(..., description="the entity's uid")
+
+
+class LearningPathRequest(ContentRequest):
+    """``get_learning_path``: the ordered path an entity belongs to."""
+
+
+class XrefRequest(Request):
+    """``resolve_xref``: a uid, an href (with or without #anchor) or an exact title."""
+
+    ref: Text = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_UID_LENGTH,
+        description="a uid, an href (with or without #anchor) or an exact title",
+    )
+
+
+class FacetsRequest(Request):
+    """``graph_facets``: the neighbours of a result set, counted by label and type."""
+
+    needs: ClassVar[dict[str, str]] = {"uids": "graph_facets needs at least one uid"}
+    uids: Annotated[list[Uid], BeforeValidator(listed)] = Field(
+        ..., min_length=1, max_length=MAX_STARTS, description="the result set's uids"
+    )
