@@ -55,3 +55,16 @@ def test_a_chunk_id_is_the_keyed_hash_of_its_uid_and_ordinal_everywhere(
 
 def test_the_meta_key_is_the_one_the_side_channel_test_names() -> None:
     assert CHUNK_KEY_META == "chunk_id_key"
+
+
+def test_a_remembered_id_is_the_computed_one() -> None:
+    """Public ids are remembered (a bounded memo): the same id the keyed hash gives, after
+    the memo filled and started over too."""
+    key = ChunkIds.new_key()
+    fresh = ChunkIds(key)
+    remembering = ChunkIds(key)
+    remembering.MEMO = 50  # type: ignore[misc]
+    pairs = [(f"page:{i % 70}", i % 3) for i in range(400)]
+    assert [remembering(uid, o) for uid, o in pairs] == [ChunkIds(key)(uid, o) for uid, o in pairs]
+    assert [remembering(uid, o) for uid, o in pairs] == [fresh(uid, o) for uid, o in pairs]
+    assert ChunkIds(ChunkIds.new_key())("page:1", 0) != fresh("page:1", 0)

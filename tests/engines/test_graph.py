@@ -232,3 +232,30 @@ def test_the_primitive_and_query_graph_walk_the_same_graph(
                     uid,
                     hops,
                 )
+
+
+@pytest.mark.parametrize("direction", ["out", "in", "both"])
+def test_a_hop_sorted_in_python_is_the_ordered_statement(
+    estate: KnowledgeStore, direction: str
+) -> None:
+    """A hop that is not capped is sorted in Python: the same rows in the same order as the
+    ordered statement (frontier position, recency newest first and none last, uid,
+    orientation, label), from every start and from all starts at once."""
+    from knowledge_store.engines.sql.dialect import POSTGRES
+    from knowledge_store.engines.sql.traversal import _in_edge_order, statements
+
+    uids = [str(record["uid"]) for record in graph_estate.RECORDS]
+    with estate.reader("everyone") as r:
+        conn = r.engine._conn  # type: ignore[attr-defined]
+        d = POSTGRES if type(r.engine).__name__.startswith("Postgres") else SQLITE
+        _, unordered, ordered = statements(d, GraphQuery(starts=("x",), direction=direction))
+        for frontier in [[uid] for uid in uids] + [uids, uids[::-1]]:
+            params = {
+                **d.held_params(r.engine.held),
+                "frontier": d.bind_array(frontier),
+                "seen": d.bind_array(frontier[:1]),
+                "cap": FANOUT_CAP + 1,
+            }
+            expected = [tuple(row) for row in conn.execute(ordered, params).fetchall()]
+            got = _in_edge_order([tuple(row) for row in conn.execute(unordered, params).fetchall()])
+            assert got == expected, frontier

@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.sources import SourceSync
+from knowledge_store.engines.sql.traversal import Traversal
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
     AclExplanation,
@@ -131,15 +132,18 @@ class RankedChunks:
     scores: list[float]
     vector: VectorInfo | None = None
     details: Mapping[str, Any] = field(default_factory=dict)  # for --explain
+    #: The chunks hydrated, when the primitive was asked to (``hydrate=True``) and could
+    #: read them with its final check; None: hydrate with :meth:`Reader.chunks`.
+    records: Mapping[int, ChunkRecord] | None = None
 
 
-@dataclass(frozen=True)
-class ChunkRecord:
+class ChunkRecord(NamedTuple):
     """A chunk hydrated for an answer: its text and where it sits, with its entity's card.
 
     ``chunk_id`` is the engine's row id (internal: primitives rank it); ``public_id``
     names the chunk in answers (``engines.shared.ChunkIds``: a keyed hash of uid and
-    ordinal, so the ids a caller sees say nothing of the chunks hidden from it).
+    ordinal, so the ids a caller sees say nothing of the chunks hidden from it). A named
+    tuple: a top-100 primitive makes a hundred.
     """
 
     chunk_id: int
@@ -154,9 +158,8 @@ class ChunkRecord:
     end: int
 
 
-@dataclass(frozen=True)
-class EntityCard:
-    """What a result shows of an entity."""
+class EntityCard(NamedTuple):
+    """What a result shows of an entity (a named tuple: the graph list makes one per hit)."""
 
     uid: str
     title: str
@@ -179,13 +182,26 @@ class Reader(Protocol):
         """The principals the identity holds, expanded once when the reader opened."""
         ...
 
-    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks: ...
-    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks: ...
+    def lexical(
+        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks: ...
+    def vector(
+        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks: ...
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
-    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]: ...
+    def entities(
+        self, uids: Sequence[str], filters: Filters | None = None
+    ) -> dict[str, EntityCard]:
+        """The cards of the visible ones of ``uids`` (that pass ``filters``, when given)."""
+        ...
+
     def sql(self, filters: Filters, order: Order, k: int) -> SqlHits: ...
     def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer: ...
     def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]: ...
+    def walk(self, query: GraphQuery) -> Traversal:
+        """The bounded walk as plain data (fused search ranks it; ``graph`` shapes it)."""
+        ...
+
     def graph(self, query: GraphQuery) -> GraphHits: ...
     def query_graph(self, query: Query, params: Mapping[str, Any]) -> QueryAnswer: ...
     def content(self, uid: str) -> Content | None: ...

@@ -121,19 +121,29 @@ class ChunkIds:
     """
 
     BITS = 53
+    #: Ids remembered (hot chunks come back in answer after answer); then it starts over.
+    MEMO = 65_536
 
     def __init__(self, key_hex: str) -> None:
         self._key = bytes.fromhex(key_hex)
+        self._keyed = hashlib.blake2b(key=self._key, digest_size=8)  # copied per id: no re-keying
+        self._memo: dict[tuple[str, int], int] = {}
 
     @staticmethod
     def new_key() -> str:
         return secrets.token_hex(32)
 
     def __call__(self, uid: str, ordinal: int) -> int:
-        digest = hashlib.blake2b(
-            f"{uid}\x00{int(ordinal)}".encode(), key=self._key, digest_size=8
-        ).digest()
-        return int.from_bytes(digest, "big") & ((1 << self.BITS) - 1)
+        known = self._memo.get((uid, ordinal))
+        if known is not None:
+            return known
+        h = self._keyed.copy()
+        h.update(f"{uid}\x00{int(ordinal)}".encode())
+        public = int.from_bytes(h.digest(), "big") & ((1 << self.BITS) - 1)
+        if len(self._memo) >= self.MEMO:
+            self._memo.clear()
+        self._memo[(uid, ordinal)] = public
+        return public
 
 
 def check_vectors(what: str, vectors: Any, rows: int, dimension: int | None) -> None:

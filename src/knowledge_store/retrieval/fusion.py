@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import LIST_NAMES
@@ -71,13 +73,15 @@ class RankedList:
         return {uid: rank for rank, (uid, _) in enumerate(self.items, start=1)}
 
 
-@dataclass(frozen=True)
-class Fused:
-    """One fused entity: its score and its rank in every list given (None where absent)."""
+class Fused(NamedTuple):
+    """One fused entity: its score and its rank in every list given (None where absent).
+
+    A named tuple: each fusion makes one per candidate entity (a few hundred per search).
+    """
 
     uid: str
     score: float
-    ranks: Mapping[str, int | None] = field(default_factory=dict)
+    ranks: Mapping[str, int | None] = MappingProxyType({})
 
     @property
     def best_rank(self) -> int | None:
@@ -114,21 +118,14 @@ def _rank(
     contributions: dict[str, list[float]],
     ranks: dict[str, dict[str, int]],
 ) -> list[Fused]:
-    fused = [
-        Fused(
-            uid=uid,
-            score=math.fsum(parts),
-            ranks={lst.name: ranks[lst.name].get(uid) for lst in lists},
-        )
-        for uid, parts in contributions.items()
-    ]
-
-    def key(result: Fused) -> tuple[float, float, str]:
-        best = result.best_rank
-        return (-result.score, math.inf if best is None else best, result.uid)
-
-    fused.sort(key=key)
-    return fused
+    names = [lst.name for lst in lists]
+    rows: list[tuple[float, float, str, dict[str, int | None]]] = []
+    for uid, parts in contributions.items():
+        found = {name: ranks[name].get(uid) for name in names}
+        present = [r for r in found.values() if r is not None]
+        rows.append((-math.fsum(parts), min(present) if present else math.inf, uid, found))
+    rows.sort()  # score, best rank, uid: uids are unique, so the ranks are never compared
+    return [Fused(uid, -negated, found) for negated, _, uid, found in rows]
 
 
 def rrf(

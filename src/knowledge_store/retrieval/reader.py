@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from knowledge_store.engines.base import Reader, Vector
+from knowledge_store.engines.base import RankedChunks, Reader, Vector
 from knowledge_store.errors import NotFound
 from knowledge_store.graphquery.check import checked_query
 from knowledge_store.ingest.embedding import Embedder
@@ -164,12 +164,10 @@ class StoreReader:
         return answer.model_copy(update={"warnings": (*answer.warnings, *notes)})
 
     # -- primitives ---------------------------------------------------------------------------
-    def _chunk_hits(
-        self, ids: Sequence[int], scores: Sequence[float], explain: dict[str, Any] | None
-    ) -> list[ChunkHit]:
-        records = self.engine.chunks(ids)
+    def _chunk_hits(self, ranked: RankedChunks) -> list[ChunkHit]:
+        records = ranked.records if ranked.records is not None else self.engine.chunks(ranked.ids)
         hits: list[ChunkHit] = []
-        for chunk_id, score in zip(ids, scores, strict=True):
+        for chunk_id, score in zip(ranked.ids, ranked.scores, strict=True):
             c = records.get(chunk_id)
             if c is None:
                 continue
@@ -198,9 +196,9 @@ class StoreReader:
             LexicalRequest, text, query=text, k=k, filters=filters, explain=explain
         )
         started = time.perf_counter()
-        ranked = self.engine.lexical(request.query, request.k, request.filters.value)
+        ranked = self.engine.lexical(request.query, request.k, request.filters.value, hydrate=True)
         t_rank = time.perf_counter()
-        hits = self._chunk_hits(ranked.ids, ranked.scores, None)
+        hits = self._chunk_hits(ranked)
         details = None
         if request.explain:
             details = self._explained(ranked.details, started, t_rank)
@@ -232,9 +230,9 @@ class StoreReader:
         else:
             vec = self.embed(request.query)
         t_embed = time.perf_counter()
-        ranked = self.engine.vector(vec, request.k, request.filters.value)
+        ranked = self.engine.vector(vec, request.k, request.filters.value, hydrate=True)
         t_rank = time.perf_counter()
-        hits = self._chunk_hits(ranked.ids, ranked.scores, None)
+        hits = self._chunk_hits(ranked)
         details = None
         if request.explain:
             details = self._explained(ranked.details, t_embed, t_rank)

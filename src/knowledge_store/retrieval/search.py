@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -150,6 +150,9 @@ class Fusion:
         weights = {lst.name: self.weight(lst.name) for lst in lists}
         mode = ADAPTIVE_BASE if self.mode == "adaptive" else self.mode
         fused = (rrf if mode == "rrf" else convex)(lists, weights=weights)
+        silent = [name for name, w in weights.items() if w <= 0]
+        if not silent:
+            return fused
         return [
             f
             for f in fused
@@ -357,14 +360,17 @@ def _successors(reader: StoreReader, uids: Sequence[str], filters: Filters) -> d
 
 
 # -- answer --------------------------------------------------------------------------------------------
-def _evidence(rankings: Mapping[str, Ranking], per_result: int) -> dict[str, list[int]]:
-    """uid → its best chunk ids across the chunk lists (Σ 1/(60 + chunk rank)), best first."""
+def _evidence(
+    rankings: Mapping[str, Ranking], wanted: Set[str], per_result: int
+) -> dict[str, list[int]]:
+    """uid → its best chunk ids across the chunk lists (Σ 1/(60 + chunk rank)), best first,
+    for the ``wanted`` uids (the results)."""
     best: dict[int, tuple[float, str]] = {}
     for ranking in rankings.values():
         if ranking.granularity != "chunk":
             continue
         for rank, c in enumerate(ranking.candidates, start=1):
-            if c.chunk_id is None:
+            if c.chunk_id is None or c.uid not in wanted:
                 continue
             prev = best.get(c.chunk_id)
             best[c.chunk_id] = (1.0 / (60 + rank) + (prev[0] if prev else 0.0), c.uid)
@@ -380,14 +386,15 @@ def _evidence(rankings: Mapping[str, Ranking], per_result: int) -> dict[str, lis
 def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
     """The answer: the first ``k`` results, hydrated once (cards and evidence)."""
     started = time.perf_counter()
+    window = r.ordered[: p.k]
+    shown = {uid for uid, _ in window}
     cards: dict[str, EntityCard] = {}
     for ranking in r.rankings.values():
         for c in ranking.candidates:
-            if c.card is not None:
+            if c.card is not None and c.uid in shown:
                 cards.setdefault(c.uid, c.card)
-    evidence = _evidence(r.rankings, p.evidence)
-    similarity = _best_scores(r.rankings.get("vector"))
-    window = r.ordered[: p.k]
+    evidence = _evidence(r.rankings, shown, p.evidence)
+    similarity = _best_scores(r.rankings.get("vector"), shown)
     wanted = [cid for uid, _ in window for cid in evidence.get(uid, ())]
     chunks = reader.engine.chunks(wanted)
     for uid, _ in window:
@@ -451,12 +458,14 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
 SIMILARITY_PLACES = 4
 
 
-def _best_scores(ranking: Ranking | None) -> dict[str, float]:
-    """uid → the best score of its chunks in ``ranking`` (the vector list: cosine), rounded."""
+def _best_scores(ranking: Ranking | None, wanted: Set[str]) -> dict[str, float]:
+    """uid → the best score of its chunks in ``ranking`` (the vector list: cosine), rounded,
+    for the ``wanted`` uids."""
     best: dict[str, float] = {}
     if ranking is not None and ranking.ran:
         for c in ranking.candidates:
-            best[c.uid] = max(c.score, best.get(c.uid, c.score))
+            if c.uid in wanted:
+                best[c.uid] = max(c.score, best.get(c.uid, c.score))
     return {uid: round(float(score), SIMILARITY_PLACES) for uid, score in best.items()}
 
 

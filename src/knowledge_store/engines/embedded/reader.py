@@ -8,7 +8,9 @@ expanded once when it opened. Every primitive reads that view:
 
 * ``lexical`` / ``vector`` rank chunk ids in the derived index with the ACL as
   a pre-filter, then probe those ids against the catalog's visibility (the
-  final check: ids only, no text);
+  final check: ids only, no text) — against the selection of visible chunk
+  ids the engine holds for this publish, principals and FILTERS (the vector
+  pre-filter) when it is there, else with a statement;
 * ``chunks`` / ``entities`` hydrate what an answer returns, once;
 * sql, aggregates, successors, content, the graph walk and query_graph run
   the shared statements of :mod:`knowledge_store.engines.sql` on the snapshot.
@@ -16,6 +18,7 @@ expanded once when it opened. Every primitive reads that view:
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -30,7 +33,7 @@ from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
-from knowledge_store.engines.sql.traversal import traverse
+from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
 from knowledge_store.errors import InvalidRequest, ModelMismatch, QueryTimeout, StoreError
 from knowledge_store.graphquery.compiler import compile_query
 from knowledge_store.graphquery.nodes import Query
@@ -40,7 +43,6 @@ from knowledge_store.model import (
     AggregateSpec,
     Content,
     Filters,
-    GraphHit,
     GraphHits,
     GraphQuery,
     Identity,
@@ -62,6 +64,12 @@ _READ_ACTIONS = frozenset(
 )
 #: Candidates fetched beyond k, so that a final check that drops a few still fills k.
 _SLACK = 10
+
+
+@functools.lru_cache(maxsize=8192)
+def _heading(stored: str) -> tuple[str, ...]:
+    """A chunk's heading path from its JSON text (chunks of a page share their headings)."""
+    return tuple(json.loads(stored))
 
 
 def _ms(seconds: float) -> float:
@@ -161,27 +169,55 @@ class EmbeddedReader:
         return SQLITE.held_params(self._held)
 
     # -- ranking ids -----------------------------------------------------------------------
-    def _checked(self, ids: Sequence[int], filters: Filters) -> dict[int, str]:
-        """The final check: which ids exist in this snapshot, pass filters, and are visible
-        (with their entity's uid)."""
+    def _probed(self, ids: Sequence[int], filters: Filters) -> dict[int, str]:
+        """The final check in the catalog: which ids exist in this snapshot, pass filters and
+        are visible (with their entity's uid)."""
         if not ids:
             return {}
         found = self._run(*statements.probe_chunks(SQLITE, self._held, ids, filters))
         return {int(r[0]): str(r[1]) for r in found}
 
+    def _uids(self, ids: Sequence[int]) -> dict[int, str]:
+        """The entity uid of each of ``ids`` that exists in this snapshot."""
+        if not ids:
+            return {}
+        return {int(r[0]): str(r[1]) for r in self._run(*statements.chunk_uids(SQLITE, ids))}
+
+    @staticmethod
+    def _members(ids: Sequence[int], selection: np.ndarray | None) -> list[bool]:
+        """Whether each id is in ``selection`` (sorted visible chunk ids; None: every chunk)."""
+        if selection is None:
+            return [True] * len(ids)
+        wanted = np.asarray(ids, dtype=np.int64)
+        at = np.minimum(np.searchsorted(selection, wanted), max(len(selection) - 1, 0))
+        return (selection[at] == wanted).tolist() if len(selection) else [False] * len(ids)
+
     def _ranked(
         self,
         found: Sequence[tuple[int, float]],
+        visible: Mapping[int, str],
         k: int,
-        filters: Filters,
         details: dict[str, Any],
+        started: float,
+        *,
+        hydrate: bool = False,
+        records: Mapping[int, ChunkRecord] | None = None,
+        dropped: int | None = None,
         vector: VectorInfo | None = None,
     ) -> RankedChunks:
-        started = time.perf_counter()
-        visible = self._checked([c for c, _ in found], filters)
+        """The first ``k`` of ``found`` that passed the final check (``visible``: id → uid),
+        with their records when ``hydrate`` (one statement; nothing is loaded otherwise) or
+        when the caller read them already. ``dropped``: how many the check dropped, when
+        ``visible`` does not tell (it holds only the first ``k``)."""
         kept = [(c, s) for c, s in found if c in visible][:k]
+        if records is None and hydrate:
+            records = self.chunks([c for c, _ in kept])
+        if records is not None:
+            kept = [(c, s) for c, s in kept if c in records]
         details["index_hits"] = len(found)
-        details["dropped_by_final_check"] = len(found) - len(visible)
+        details["dropped_by_final_check"] = (
+            sum(1 for c, _ in found if c not in visible) if dropped is None else dropped
+        )
         details.setdefault("ms", {})["final_check"] = _ms(time.perf_counter() - started)
         return RankedChunks(
             [c for c, _ in kept],
@@ -189,9 +225,18 @@ class EmbeddedReader:
             [s for _, s in kept],
             vector,
             details,
+            records,
         )
 
-    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+    def lexical(
+        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
+        """BM25 with the principals and FILTERS inside the Tantivy query; then the final check.
+
+        The final check probes the hits against the selection of visible chunk ids this
+        snapshot, the held principals and ``filters`` (what the vector pre-filter reads)
+        when the engine holds it — no statement — and in the catalog otherwise.
+        """
         if self._view.lexical_error is not None:
             raise StoreError(self._view.lexical_error)
         started = time.perf_counter()
@@ -199,15 +244,34 @@ class EmbeddedReader:
             text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
         )
         details: dict[str, Any] = {"ms": {"index": _ms(time.perf_counter() - started)}}
-        return self._ranked([(c, s) for c, _, s in found], k, filters, details)
+        checked = time.perf_counter()
+        known, selection = self._engine.views.known_visible(self, filters)
+        if known:
+            ids = [c for c, _, _ in found]
+            visible = {
+                c: uid
+                for (c, uid, _), ok in zip(found, self._members(ids, selection), strict=True)
+                if ok
+            }
+        else:
+            visible = self._probed([c for c, _, _ in found], filters)
+        details["final_check"] = "visible set" if known else "catalog"
+        ranked = [(c, s) for c, _, s in found]
+        return self._ranked(ranked, visible, k, details, checked, hydrate=hydrate)
 
-    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+    def vector(
+        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
+        """HNSW (or an exact scan) over the visible chunk ids of this snapshot, the held
+        principals and ``filters`` — the pre-filter, computed once per publish — then the
+        final check of the hits against that same selection, and their entities' uids
+        (read with the records when ``hydrate``)."""
         if self._view.dense_error is not None:
             raise StoreError(self._view.dense_error)
         dense = self._dense
         if dense is None or len(dense) == 0:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
-            return RankedChunks([], [], [], empty, {"ms": {}})
+            return RankedChunks([], [], [], empty, {"ms": {}}, {} if hydrate else None)
         if vector.shape[-1] != dense.owner.dimension:
             model = self._engine.model()
             raise ModelMismatch(
@@ -221,9 +285,21 @@ class EmbeddedReader:
         details: dict[str, Any] = {
             "visible_chunks": None if allowed is None else len(allowed),
             "ms": {"acl": _ms(t_acl - started), "index": _ms(time.perf_counter() - t_acl)},
+            "final_check": "visible set",
         }
+        checked = time.perf_counter()
         found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
-        return self._ranked(found, k, filters, details, info)
+        hits = [c for c, _ in found]
+        members = [c for c, ok in zip(hits, self._members(hits, allowed), strict=True) if ok]
+        if hydrate:  # the records carry the uids: no statement for them alone
+            records = self.chunks(members[:k])
+            visible = {c: r.uid for c, r in records.items()}
+            dropped = len(found) - len(members)
+            return self._ranked(
+                found, visible, k, details, checked, records=records, dropped=dropped, vector=info
+            )
+        uids = self._uids(members)
+        return self._ranked(found, uids, k, details, checked, vector=info)
 
     def visible_chunk_ids(self, filters: Filters) -> np.ndarray | None:
         """Sorted ids of the chunks this reader may see that pass ``filters`` (the dense
@@ -252,19 +328,21 @@ class EmbeddedReader:
                 type=r[3],
                 href=r[4],
                 text=r[5],
-                heading=tuple(json.loads(r[6])),
+                heading=_heading(r[6]),
                 start=int(r[7]),
                 end=int(r[8]),
             )
             for r in self._run(*statements.chunk_cards(SQLITE, chunk_ids))
         }
 
-    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]:
+    def entities(
+        self, uids: Sequence[str], filters: Filters | None = None
+    ) -> dict[str, EntityCard]:
         if not uids:
             return {}
         return {
             str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
-            for r in self._run(*statements.entity_cards(SQLITE, self._held, uids))
+            for r in self._run(*statements.entity_cards(SQLITE, self._held, uids, filters))
         }
 
     # -- entities by field --------------------------------------------------------------------
@@ -301,28 +379,17 @@ class EmbeddedReader:
         return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------
-    def graph(self, query: GraphQuery) -> GraphHits:
+    def walk(self, query: GraphQuery) -> Traversal:
         try:
             walk = traverse(self._conn, SQLITE, self._held, query)
         except sqlite3.Error as exc:
             raise StoreError(f"the graph walk failed: {exc}") from exc
         for sql in walk.statements:
             self._statements[sql] = self._statements.get(sql, 0) + 1
-        hits = [
-            GraphHit(
-                uid=r.uid,
-                title=r.title,
-                type=r.type,
-                rank=rank,
-                hops=r.hops,
-                paths=r.paths,
-                path=r.path,
-                href=r.href,
-                updated_at=r.updated_at,
-            )
-            for rank, r in enumerate(walk.reached[: query.k], start=1)
-        ]
-        return GraphHits(content_root=self._root, hits=hits, capped=walk.capped)
+        return walk
+
+    def graph(self, query: GraphQuery) -> GraphHits:
+        return graph_hits(self.walk(query), query.k, self._root)
 
     def query_graph(
         self,

@@ -12,6 +12,7 @@ rest.
 
 The dense pre-filter selection (visible chunk ids under an identity and
 FILTERS) is cached here too, per publish: it is a function of the snapshot.
+A reader's final check probes ranked ids against it when it is there.
 """
 
 from __future__ import annotations
@@ -145,6 +146,18 @@ class Views:
             if self._view is None or self._view.publish < publish:
                 self._view = view
             return view
+
+    def known_visible(
+        self, reader: EmbeddedReader, filters: Filters
+    ) -> tuple[bool, np.ndarray | None]:
+        """``(True, selection)`` when :meth:`visible_chunks` already holds the selection of
+        ``reader`` and ``filters``; ``(False, None)`` when it would have to compute it."""
+        key = (reader.publish, reader.held, filters)
+        with self._allowed_lock:
+            if key in self._allowed:
+                self._allowed.move_to_end(key)
+                return True, self._allowed[key]
+        return False, None
 
     def visible_chunks(self, reader: EmbeddedReader, filters: Filters) -> np.ndarray | None:
         """Visible chunk ids for the dense pre-filter (None: everything is visible).

@@ -31,7 +31,7 @@ from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
-from knowledge_store.engines.sql.traversal import traverse
+from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
 from knowledge_store.errors import ModelMismatch, QueryTimeout, StoreError
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
@@ -40,7 +40,6 @@ from knowledge_store.model import (
     AggregateSpec,
     Content,
     Filters,
-    GraphHit,
     GraphHits,
     GraphQuery,
     Identity,
@@ -131,7 +130,10 @@ class PostgresReader:
                 self._conn.execute("RELEASE SAVEPOINT ks_local")
 
     # -- ranking ids -----------------------------------------------------------------------
-    def lexical(self, text: str, k: int, filters: Filters) -> RankedChunks:
+    def lexical(
+        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
+        # One statement ranks and checks: ``hydrate`` has nothing to share; chunks() hydrates.
         started = time.perf_counter()
         ranker = self._engine.lexical_ranker
         statement = lexical_sql.lexical_statement(ranker, self.held, text, k, filters)
@@ -144,7 +146,9 @@ class PostgresReader:
             {"ranker": ranker, "ms": {"statement": _ms(time.perf_counter() - started)}},
         )
 
-    def vector(self, vector: Vector, k: int, filters: Filters) -> RankedChunks:
+    def vector(
+        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
+    ) -> RankedChunks:
         expected = self._engine.model()
         if expected is None:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
@@ -206,12 +210,14 @@ class PostgresReader:
             for r in self._run(*statements.chunk_cards(POSTGRES, chunk_ids))
         }
 
-    def entities(self, uids: Sequence[str]) -> dict[str, EntityCard]:
+    def entities(
+        self, uids: Sequence[str], filters: Filters | None = None
+    ) -> dict[str, EntityCard]:
         if not uids:
             return {}
         return {
             str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
-            for r in self._run(*statements.entity_cards(POSTGRES, self.held, uids))
+            for r in self._run(*statements.entity_cards(POSTGRES, self.held, uids, filters))
         }
 
     # -- entities by field --------------------------------------------------------------------
@@ -244,26 +250,15 @@ class PostgresReader:
         return content_answer(self._root, row[1:], chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------
-    def graph(self, query: GraphQuery) -> GraphHits:
+    def walk(self, query: GraphQuery) -> Traversal:
         with translate("the graph walk"):
             walk = traverse(self._conn, POSTGRES, self.held, query)
         for sql in walk.statements:
             self._statements[sql] = self._statements.get(sql, 0) + 1
-        hits = [
-            GraphHit(
-                uid=r.uid,
-                title=r.title,
-                type=r.type,
-                rank=rank,
-                hops=r.hops,
-                paths=r.paths,
-                path=r.path,
-                href=r.href,
-                updated_at=r.updated_at,
-            )
-            for rank, r in enumerate(walk.reached[: query.k], start=1)
-        ]
-        return GraphHits(content_root=self._root, hits=hits, capped=walk.capped)
+        return walk
+
+    def graph(self, query: GraphQuery) -> GraphHits:
+        return graph_hits(self.walk(query), query.k, self._root)
 
     def query_graph(
         self,

@@ -36,6 +36,7 @@ __all__ = [
     "aggregate",
     "any_entity_hidden",
     "chunk_cards",
+    "chunk_uids",
     "content_chunks",
     "content_edges",
     "content_entity",
@@ -256,6 +257,16 @@ def probe_chunks(
     )
 
 
+def chunk_uids(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
+    """``id, entity uid`` of those of ``chunk_ids`` that exist (their visibility already
+    checked: the caller's selection of visible chunk ids)."""
+    return (
+        f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
+        f" WHERE {d.in_array('c.id', 'ids', 'bigint')}",
+        {"ids": d.bind_array([int(c) for c in chunk_ids])},
+    )
+
+
 def chunk_cards(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
     """:data:`CHUNK_COLUMNS` of ``chunk_ids`` (already checked in this snapshot)."""
     return (
@@ -265,13 +276,17 @@ def chunk_cards(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
     )
 
 
-def entity_cards(d: SqlDialect, held: Sequence[str], uids: Sequence[str]) -> Statement:
-    """``uid, title, type, href, updated_at`` of the visible ones of ``uids``."""
-    params: dict[str, Any] = {"uids": d.bind_array(list(uids))}
+def entity_cards(
+    d: SqlDialect, held: Sequence[str], uids: Sequence[str], filters: Filters | None = None
+) -> Statement:
+    """``uid, title, type, href, updated_at`` of the visible ones of ``uids`` (that pass
+    ``filters``, when given)."""
+    where, params = filter_clause(filters or Filters(), d)
+    params["uids"] = d.bind_array(list(uids))
     head = _acl(d, held, params)
     return (
         head + "SELECT e.uid, e.title, e.type, e.href, e.updated_at FROM entities AS e"
-        f" WHERE {d.in_array('e.uid', 'uids')} AND {d.visible('e', 'probe')}",
+        f" WHERE {d.in_array('e.uid', 'uids')} AND {d.visible('e', 'probe')} AND {where}",
         params,
     )
 
