@@ -37,8 +37,9 @@ run: install
 	@echo ""
 	$(KS) --store $(STORE) serve --host $(HOST) --port $(PORT) --tokens $(DEMO_TOKENS) --anonymous
 
+# two workers (pytest-xdist), each test file on one of them: its module fixtures are built once
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

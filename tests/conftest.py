@@ -1,5 +1,4 @@
-"""Shared fixtures: the engine under test, the real embedding model (loaded once), fresh stores,
-a small estate.
+"""Shared fixtures: the engine under test, the embedders, fresh stores, a small estate.
 
 ``engine`` is parametrised over both engines for every test that uses a store
 (``store``, ``estate_store``, or a module's estate opened with
@@ -7,6 +6,15 @@ a small estate.
 ``embedded_only(reason=…)`` runs on the embedded engine alone — the reason says
 why (it reads SQLite or Tantivy directly, or it tests a surface over the store,
 not the engine). Nothing is deselected behind the reader's back.
+
+``embedder`` is deterministic feature hashing (``hash:384``, STYLE 17): the
+tests that use it are about permissions, SQL, graphs, surfaces or storage, and
+texts that share words are near each other, which is all they need of vectors.
+``real_embedder`` is the real model (memoised); a test that uses it — or that
+runs the default model another way, e.g. ``ks`` in a subprocess on a store of
+the default model — is marked ``real_model(reason=…)``, the reason saying what
+of the model it measures. ``pytest -m real_model`` lists them; a test that asks
+for ``real_embedder`` without the mark is a collection error.
 """
 
 from __future__ import annotations
@@ -19,12 +27,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from knowledge_store.ingest.embedding import Embedder
+from knowledge_store.ingest.embedding import Embedder, open_embedder
 from knowledge_store.store import KnowledgeStore
+
+#: The suite's embedder where vectors are not what a test measures (see the module docstring).
+HASH_SPEC = "hash:384"
+
+#: ``ks`` and the servers the suite runs (in-process or as subprocesses) make new stores with
+#: the hashing embedder too; a ``real_model`` test that runs them drops this from its env.
+os.environ["KS_EMBEDDER"] = HASH_SPEC
 
 ESTATE: list[dict[str, Any]] = [
     {
@@ -96,12 +112,42 @@ ESTATE: list[dict[str, Any]] = [
 
 ENGINES = ("embedded", "postgres")
 
+#: No hypothesis deadlines: speed is measured in bench/, and a loaded machine (or a second
+#: xdist worker) once stretched a 0.06 ms example of a pure function past the 200 ms default.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "embedded_only(reason): runs on the embedded engine only; the reason says why",
     )
+    config.addinivalue_line(
+        "markers",
+        "real_model(reason): uses the real embedding model; the reason says what of it is measured",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold a ``slow`` test run first (on two workers, the longest files then
+    start at once instead of ending the run one by one); the order is otherwise unchanged.
+
+    The real model is a choice a test states: ``real_embedder`` needs ``real_model(reason)``.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "real_embedder" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("real_model") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests use real_embedder without @pytest.mark.real_model(reason=...): "
+            + ", ".join(unmarked[:5])
+        )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -148,9 +194,16 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="session")
-def embedder(request: pytest.FixtureRequest) -> Embedder:
+def embedder() -> Embedder:
+    """Feature hashing, ``hash:384``: no model, the same vectors everywhere, microseconds."""
+    return open_embedder(HASH_SPEC)
+
+
+@pytest.fixture(scope="session")
+def real_embedder(request: pytest.FixtureRequest) -> Embedder:
     """The real model, memoised: each distinct text is embedded once per run (same vectors),
-    and the vectors of the fixture texts are kept in pytest's cache directory between runs."""
+    and the vectors of the fixture texts are kept in pytest's cache directory between runs.
+    Only for tests marked ``real_model(reason=…)``."""
     from tests.conformance import memo
 
     shared = memo.shared()

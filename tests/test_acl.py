@@ -25,9 +25,9 @@ from hypothesis.stateful import (
 
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.errors import InputError, InvalidRequest, KnowledgeStoreError, NotFound
-from knowledge_store.ingest.embedding import open_embedder
 from knowledge_store.model import Filters
 from knowledge_store.store import KnowledgeStore
+from tests.conftest import HASH_SPEC
 
 
 def _uids(answer: Any) -> set[str]:
@@ -235,8 +235,9 @@ class AclMachine(RuleBasedStateMachine):
         self.structure: set[tuple[str, str]] = set()  # (src, dst): partOf / implementedBy
 
     def open_store(self) -> KnowledgeStore:
-        """The store under test (tests/conformance runs this machine on every engine)."""
-        return KnowledgeStore.open(self.dir / "s", embedder=open_embedder())
+        """The store under test (tests/conformance runs this machine on every engine), embedded
+        by feature hashing: the oracle checks who sees what, not how near the vectors are."""
+        return KnowledgeStore.open(self.dir / "s", embedder=HASH_SPEC)
 
     def teardown(self) -> None:
         self.store.close()

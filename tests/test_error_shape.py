@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import knowledge_store.errors as errors
 from knowledge_store.errors import KnowledgeStoreError, Rejection
+from tests.conftest import HASH_SPEC
 
 #: Each error class: its code, its HTTP status and its CLI exit status (DESIGN §6: 2 for
 #: every error caused by the caller's input, 1 for other failures). Pinned, not a range.
@@ -72,7 +73,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from knowledge_store.surfaces.http import create_app
     from tests.surfaces.serve_estate import TOKENS
 
-    with KnowledgeStore.open(tmp_path_factory.mktemp("errors") / "s", embedder="hash:64") as s:
+    with KnowledgeStore.open(tmp_path_factory.mktemp("errors") / "s", embedder=HASH_SPEC) as s:
         yield create_app(s, tokens=TOKENS)
 
 

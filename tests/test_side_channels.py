@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
-from tests.conformance import memo
 
 READER = "user:reader"
 WORDS = ["vacuum", "index", "replica", "checkpoint", "merger", "salary", "table", "lock"]
@@ -30,11 +29,6 @@ KINDS = ["page", "ticket"]
 
 bodies = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4, unique=True).map(" ".join)
 entities = st.lists(st.tuples(bodies, st.sampled_from(KINDS)), min_size=1, max_size=5)
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return memo.shared()
 
 
 @pytest.fixture(scope="module")

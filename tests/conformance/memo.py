@@ -3,6 +3,7 @@ on two engines, over and over): same vectors, a fraction of the time."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,7 +56,7 @@ class MemoEmbedder(DelegatingEmbedder):
 
         t_texts, t_vectors = pack(self._texts)
         q_texts, q_vectors = pack(self._queries)
-        tmp = path.with_suffix(".tmp.npz")
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")  # one per process (xdist)
         np.savez(
             tmp,
             model=np.array(self.model_id),

@@ -11,7 +11,7 @@ import pytest
 
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
-from tests.hash_embedder import HashEmbedder
+from tests.conftest import HASH_SPEC
 
 _names = itertools.count(1)
 
@@ -24,7 +24,7 @@ def location(kind: str, tmp_path: Path, pg_database: str) -> str:
 
 
 def open_at(where: str) -> KnowledgeStore:
-    return KnowledgeStore.open(where, embedder=HashEmbedder())
+    return KnowledgeStore.open(where, embedder=HASH_SPEC)
 
 
 def write_pages(folder: Path, names: list[str], *, words: str = "beavers build dams") -> None:

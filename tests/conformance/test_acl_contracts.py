@@ -15,7 +15,7 @@ from hypothesis import settings
 from knowledge_store.model import Filters
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support, test_acl
-from tests.conformance import memo
+from tests.conftest import HASH_SPEC
 
 
 def _chunk_ids(store: KnowledgeStore, who: str) -> dict[str, set[int]]:
@@ -83,7 +83,7 @@ class PostgresAclMachine(test_acl.AclMachine):
         global _database
         if _database is None:
             _database = postgres_support.fresh_database("acl_machine")
-        return KnowledgeStore.open(postgres_support.store_url(_database), embedder=memo.shared())
+        return KnowledgeStore.open(postgres_support.store_url(_database), embedder=HASH_SPEC)
 
 
 #: Fewer examples than the embedded run (each example opens a new schema); a long run:

@@ -40,7 +40,9 @@ from knowledge_store.model import (
 )
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
-from tests.hash_embedder import HashEmbedder
+from tests.conftest import HASH_SPEC
+
+DIMENSION = 384  # HASH_SPEC's
 
 _rng = random.Random(11)
 
@@ -125,7 +127,7 @@ def hash_store(engine_kind: str, tmp_path: Path, pg_database: str) -> Iterator[K
     location: Path | str = tmp_path / "hash"
     if engine_kind == "postgres":
         location = postgres_support.store_url(pg_database)
-    with KnowledgeStore.open(location, embedder=HashEmbedder()) as store:
+    with KnowledgeStore.open(location, embedder=HASH_SPEC) as store:
         yield store
 
 
@@ -177,11 +179,11 @@ def _prepared(vectors: np.ndarray) -> PreparedEntity:
 @pytest.mark.parametrize(
     ("vectors", "says"),
     [
-        (np.full((1, HashEmbedder.dimension), np.nan, np.float32), "NaN"),
-        (np.full((1, HashEmbedder.dimension), np.inf, np.float32), "NaN or infinite"),
-        (np.zeros((1, HashEmbedder.dimension), np.float32), "all-zero"),
-        (np.ones((1, HashEmbedder.dimension + 1), np.float32), "shape"),
-        (np.ones((2, HashEmbedder.dimension), np.float32), "shape"),
+        (np.full((1, DIMENSION), np.nan, np.float32), "NaN"),
+        (np.full((1, DIMENSION), np.inf, np.float32), "NaN or infinite"),
+        (np.zeros((1, DIMENSION), np.float32), "all-zero"),
+        (np.ones((1, DIMENSION + 1), np.float32), "shape"),
+        (np.ones((2, DIMENSION), np.float32), "shape"),
     ],
 )
 def test_vectors_a_derived_index_cannot_take_are_refused_before_the_commit(

@@ -34,10 +34,10 @@ import pytest
 
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.errors import KnowledgeStoreError
+from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import DIMENSIONS, LABELS, METRICS, Filters, Identity
 from knowledge_store.store import KnowledgeStore
 from tests import fields_estate, graph_estate, postgres_support
-from tests.conformance import memo
 from tests.conftest import ESTATE
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -56,9 +56,14 @@ IDENTITIES = ["everyone", "user:sam", "user:fay", "user:alice", "user:olga", "gr
 Pair = tuple[KnowledgeStore, KnowledgeStore]
 
 
+pytestmark = pytest.mark.real_model(
+    reason="the ranking bounds are measured on the model's vectors of real documentation"
+)
+
+
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    embedder = memo.shared()
+def pair(tmp_path_factory: pytest.TempPathFactory, real_embedder: Embedder) -> Iterator[Pair]:
+    embedder = real_embedder
     database = postgres_support.fresh_database("engines_agree")
     embedded = KnowledgeStore.open(tmp_path_factory.mktemp("agree") / "s", embedder=embedder)
     postgres = KnowledgeStore.open(postgres_support.store_url(database), embedder=embedder)

@@ -27,7 +27,7 @@ from knowledge_store.ingest.record_schema import record_json_schema
 from knowledge_store.ingest.records import record_to_entity
 from knowledge_store.model import ENTITY_FIELDS, FACET_NAMES, FACETS, Entity
 from knowledge_store.store import KnowledgeStore
-from tests.conftest import EngineUnderTest
+from tests.conftest import HASH_SPEC, EngineUnderTest
 
 pytestmark = pytest.mark.skipif(not FACETS, reason="no facet is declared")
 
@@ -85,10 +85,10 @@ def _drop_facet_columns(engine: EngineUnderTest, store: KnowledgeStore, where: A
 
 def test_a_store_made_before_a_facet_gains_its_column_on_open(engine: EngineUnderTest) -> None:
     where = engine.location()
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         store.ingest_records([_record("old")], acl=["everyone"])
         _drop_facet_columns(engine, store, where)
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         values = {name: f"{name}-value" for name in FACET_NAMES}
         store.ingest_records([_record("new", **values)], acl=["everyone"])
         for name, value in values.items():
@@ -103,7 +103,7 @@ def test_a_store_made_before_a_facet_gains_its_column_on_open(engine: EngineUnde
 def test_a_lexical_index_of_another_field_set_is_rebuilt_on_open(engine: EngineUnderTest) -> None:
     where = engine.location()
     values = {name: f"{name}-value" for name in FACET_NAMES}
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         store.ingest_records([_record("alpha", **values), _record("beta")], acl=["everyone"])
     sidecar = Path(where) / "lexical" / SIDECAR
     written = json.loads(sidecar.read_text())
@@ -112,7 +112,7 @@ def test_a_lexical_index_of_another_field_set_is_rebuilt_on_open(engine: EngineU
     older = SCHEMA_ID.replace(f",{FACETS[-1].name}={FACETS[-1].kind}", "")
     assert older != SCHEMA_ID
     sidecar.write_text(json.dumps({**written, "schema": older}))
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         for name, value in values.items():
             hits = store.lexical("body", filters={name: [value]}).hits
             assert [h.uid for h in hits] == ["alpha"]
@@ -152,7 +152,7 @@ _NEW_FACET = textwrap.dedent(
     from knowledge_store.surfaces.cli import app
 
     where = sys.argv[1]
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder="hash:384") as store:
         store.ingest_records(
             [
                 {"uid": "a", "type": "page", "title": "A", "body": "alpha text", "team": "search"},
@@ -201,7 +201,7 @@ def test_processes_opening_an_older_store_at_once_add_each_facet_once(
     from knowledge_store.engines.embedded import catalog
 
     where = engine.location()
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         store.ingest_records([_record("old")], acl=["everyone"])
         _drop_facet_columns(engine, store, where)
     checked = catalog.missing_facets
@@ -219,7 +219,7 @@ def test_processes_opening_an_older_store_at_once_add_each_facet_once(
         return stale
 
     monkeypatch.setattr(catalog, "missing_facets", the_other_process_adds_them)
-    with KnowledgeStore.open(where, embedder="hash:64") as store:
+    with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         assert raced == list(FACET_NAMES)
         values = {name: f"{name}-value" for name in FACET_NAMES}
         store.ingest_records([_record("new", **values)], acl=["everyone"])

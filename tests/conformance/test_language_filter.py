@@ -29,6 +29,7 @@ from knowledge_store.surfaces.operations import OPERATIONS, Operation
 from knowledge_store.surfaces.spelling import camel
 from knowledge_store.surfaces.tools import call_tool
 from tests import postgres_support
+from tests.conftest import HASH_SPEC
 from tests.surfaces.serve_estate import BOB, TOKENS, call
 
 PAGE = """# Install
@@ -73,7 +74,7 @@ def coded(
         if module_engine_kind == "embedded"
         else postgres_support.store_url(pg_database)
     )
-    with KnowledgeStore.open(location, embedder="hash:64") as store:
+    with KnowledgeStore.open(location, embedder=HASH_SPEC) as store:
         store.ingest([root / "docs"], acl=["everyone"])
         yield store, location
 
@@ -198,7 +199,7 @@ def test_an_older_embedded_store_gains_the_column(tmp_path: Path) -> None:
     """A catalog made before ``language`` existed opens, gains the column, and filters on it."""
     import sqlite3
 
-    with KnowledgeStore.open(tmp_path / "s", embedder="hash:64") as store:
+    with KnowledgeStore.open(tmp_path / "s", embedder=HASH_SPEC) as store:
         store.ingest_records(
             [{"uid": "a", "type": "page", "title": "A", "body": "alpha"}], acl=["everyone"]
         )
@@ -207,7 +208,7 @@ def test_an_older_embedded_store_gains_the_column(tmp_path: Path) -> None:
     conn.execute("ALTER TABLE entities DROP COLUMN language")
     conn.commit()
     conn.close()
-    with KnowledgeStore.open(tmp_path / "s", embedder="hash:64") as store:
+    with KnowledgeStore.open(tmp_path / "s", embedder=HASH_SPEC) as store:
         store.ingest_records(
             [{"uid": "b", "type": "codeSample", "title": "B", "body": "beta", "language": "go"}],
             acl=["everyone"],

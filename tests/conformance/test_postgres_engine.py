@@ -38,8 +38,7 @@ from knowledge_store.model import (
 )
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
-from tests.conformance import memo
-from tests.conftest import ESTATE
+from tests.conftest import ESTATE, HASH_SPEC
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DOCS = [json.loads(line) for line in (FIXTURES / "pg-docs-sample.jsonl").open(encoding="utf-8")]
@@ -52,7 +51,7 @@ def database() -> str:
 
 @pytest.fixture(scope="module")
 def docs(database: str) -> Any:
-    store = KnowledgeStore.open(postgres_support.store_url(database), embedder=memo.shared())
+    store = KnowledgeStore.open(postgres_support.store_url(database), embedder=HASH_SPEC)
     store.ingest_records(DOCS[:30])
     store.ingest_records(ESTATE)
     store.add_member("group:sre", "user:sam")
@@ -284,7 +283,7 @@ def _statistics(engine: PostgresEngine) -> tuple[Any, ...]:
 
 
 def test_bm25_statistics_stay_exact_through_updates_deletes_and_a_rebuild(database: str) -> None:
-    store = KnowledgeStore.open(postgres_support.store_url(database), embedder=memo.shared())
+    store = KnowledgeStore.open(postgres_support.store_url(database), embedder=HASH_SPEC)
     try:
         store.ingest_records(DOCS[:6])
         changed = [dict(DOCS[1], body=DOCS[1]["body"] + "\n\nA new paragraph about VACUUM.")]
@@ -312,7 +311,7 @@ def test_filtered_vectors_fall_back_to_post_filtered_hnsw_on_pgvector_0_6(
 ) -> None:
     engine = _engine(docs)
     assert not engine.features.iterative_scan
-    query = memo.shared().embed_query("how do I see which queries are running")
+    query = docs.embedder.embed_query("how do I see which queries are running")
     store = KnowledgeStore(engine)
     everyone = store.vector(query, k=10)
     assert everyone.vector is not None and everyone.vector.strategy == "exact"  # a small store
@@ -480,7 +479,7 @@ def test_no_input_value_reaches_the_sql_text(
     filters = Filters.build(type=[f"{mark}'"], source=[mark], uid=[f"{mark};"])
     with engine.reader(who) as r:
         r.lexical(f"{mark} ' OR 1=1 pg_stat_{mark}", 5, filters)
-        r.vector(memo.shared().embed_query("anything"), 5, filters)
+        r.vector(docs.embedder.embed_query("anything"), 5, filters)
         r.sql(filters, Order.parse("title"), 5)
         r.aggregate(AggregateSpec.of("count", "created_at:week"), filters)
         r.successors([mark], filters)

@@ -17,6 +17,7 @@ from typing import Any
 
 from knowledge_store.surfaces.http import create_app
 from tests.conformance.sync_support import docs, open_at, where
+from tests.conftest import HASH_SPEC
 from tests.surfaces.serve_estate import BOB, ROOT, TOKENS, call
 
 __all__ = ["docs", "where"]  # fixtures
@@ -81,7 +82,7 @@ def _ks(store: str, *args: str) -> tuple[int, Any]:
         [sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", store, *args, "--json"],
         capture_output=True,
         text=True,
-        env={**os.environ, "KS_EMBEDDER": "hash:64"},
+        env={**os.environ, "KS_EMBEDDER": HASH_SPEC},
         timeout=300,
     )
     return done.returncode, json.loads(done.stdout)

@@ -20,13 +20,14 @@ import pytest
 from knowledge_store.model import IngestReport
 from knowledge_store.store import KnowledgeStore
 from tests.conformance.sync_support import by_source, docs, open_at, where, write_pages
+from tests.conftest import HASH_SPEC
 from tests.ingest.site_server import Route, Site, page, serve
 
 __all__ = ["docs", "where"]  # fixtures
 
 QUIET_MS = 800  # generous: a loaded machine may pause between two writes of a storm
 KS = [sys.executable, "-m", "knowledge_store.surfaces.cli"]
-ENV = {**os.environ, "KS_EMBEDDER": "hash:64", "HF_HUB_OFFLINE": "1"}
+ENV = {**os.environ, "KS_EMBEDDER": HASH_SPEC, "HF_HUB_OFFLINE": "1"}
 
 
 @contextmanager
@@ -94,6 +95,12 @@ def test_watch_syncs_a_save_storm_as_one_publish_and_survives_a_bad_file(
         assert by_source(store) == [("docs", 405)]
 
 
+def _interruptible() -> None:
+    """A program started with SIGINT ignored keeps ignoring it (POSIX; pytest-xdist's workers
+    ignore it, and a child inherits that): Ctrl-C must reach this one."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_cli_watch_prints_one_line_per_publish_and_ends_on_ctrl_c(
     tmp_path: Path, docs: Path
 ) -> None:
@@ -105,6 +112,7 @@ def test_the_cli_watch_prints_one_line_per_publish_and_ends_on_ctrl_c(
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
+        preexec_fn=_interruptible,
     )
     try:
         assert proc.stdout is not None

@@ -11,7 +11,7 @@ import pytest
 
 from knowledge_store.model import Filters, Identity
 from knowledge_store.store import KnowledgeStore
-from tests.hash_embedder import HashEmbedder
+from tests.conftest import HASH_SPEC
 
 
 def _record(uid: str, acl: list[str], **extra: Any) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def _record(uid: str, acl: list[str], **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture()
 def store(tmp_path: Path) -> Any:
-    with KnowledgeStore.open(tmp_path / "s", embedder=HashEmbedder()) as opened:
+    with KnowledgeStore.open(tmp_path / "s", embedder=HASH_SPEC) as opened:
         opened.ingest_records(
             [
                 _record("open:1", ["everyone"], created_at="2024-01-01"),

@@ -202,7 +202,7 @@ def test_rebuild_restores_a_lost_lexical_index(estate_store: KnowledgeStore) -> 
 def test_model_mismatch_is_refused(estate_store: KnowledgeStore) -> None:
     with pytest.raises(ModelMismatch) as info:
         estate_store.engine.set_model("openai:text-embedding-3-small", 1536, "openai:x")
-    assert "all-MiniLM-L6-v2" in info.value.message
+    assert estate_store.embedder.model_id in info.value.message  # names the store's model
     with pytest.raises(ModelMismatch):
         estate_store.vector(np.ones(12, dtype=np.float32))
 

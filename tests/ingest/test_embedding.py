@@ -61,6 +61,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 # --- the bundled model ------------------------------------------------------------------
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_default_embedder_identity():
     e = open_embedder()
     assert e is open_embedder("default") is open_embedder(None) is open_embedder(DEFAULT_SPEC)
@@ -72,6 +73,7 @@ def test_default_embedder_identity():
     assert e.max_tokens == 256
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_the_bundled_model_on_pytorch_is_st_by_name(minilm):
     assert minilm is open_embedder("st:all-MiniLM-L6-v2")
     assert minilm.model_id == DEFAULT_MODEL_ID
@@ -79,6 +81,7 @@ def test_the_bundled_model_on_pytorch_is_st_by_name(minilm):
     assert minilm.max_tokens == minilm.model.get_max_seq_length() == 256
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_vectors_are_normalised_float32(minilm):
     vectors = minilm.embed(["hello world", "a cat sat on the mat", ""])
     assert vectors.shape == (3, 384)
@@ -91,11 +94,13 @@ def test_vectors_are_normalised_float32(minilm):
     assert minilm.embed([]).shape == (0, 384)
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_deterministic(minilm):
     texts = ["PostgreSQL vacuum reclaims storage", "write-ahead log"]
     assert np.array_equal(minilm.embed(texts), minilm.embed(texts))
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_similar_texts_are_closer(minilm):
     query, near, far = minilm.embed(
         [
@@ -107,6 +112,7 @@ def test_similar_texts_are_closer(minilm):
     assert cosine(query, near) > cosine(query, far) + 0.2
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_batches_keep_input_order(minilm, monkeypatch):
     texts = [f"item {i}: " + "word " * ((i * 7) % 23) + TOPIC[i % 4] for i in range(12)]
     reference = minilm.model.encode(texts, normalize_embeddings=True)  # restores order itself
@@ -117,6 +123,7 @@ def test_batches_keep_input_order(minilm, monkeypatch):
     assert np.allclose(batched[5], minilm.embed_query(texts[5]), atol=1e-5)
 
 
+@pytest.mark.real_model(reason="the bundled model itself: its identity, vectors and windows")
 def test_long_text_is_embedded_in_windows(minilm):
     paragraph = " ".join(TOPIC)
     long_text = " ".join([paragraph] * 35)  # 88 tokens each: ~3,080
@@ -246,6 +253,7 @@ def server(minilm) -> Iterator[EmbeddingServer]:
     s.close()
 
 
+@pytest.mark.real_model(reason="an OpenAI-compatible endpoint serving the bundled model")
 def test_openai_embedder_against_a_real_endpoint(server, minilm):
     remote = open_embedder(
         f"openai:{server.base_url}#text-embedding-minilm", EmbedderSettings(api_key="sekret")
@@ -274,6 +282,7 @@ def test_openai_embedder_against_a_real_endpoint(server, minilm):
     remote.close()
 
 
+@pytest.mark.real_model(reason="an OpenAI-compatible endpoint serving the bundled model")
 def test_openai_long_text_is_split_by_characters(server, minilm):
     remote = OpenAIEmbedder(server.base_url, "minilm", max_tokens=64)
     [parts] = remote.parts([" ".join(TOPIC * 5)])
@@ -322,8 +331,8 @@ def test_hashing_embedder_is_deterministic_and_normalised():
     texts = ["VACUUM reclaims storage", "vacuum RECLAIMS storage!", "bake a cake", ""]
     vectors = e.embed(texts)
     assert vectors.shape == (4, 64) and vectors.dtype == np.float32
-    assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-6)
-    assert not vectors[3].any()  # no words: the zero vector
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    assert np.array_equal(vectors[3], np.eye(64, dtype=np.float32)[0])  # no words: one axis
     assert np.allclose(vectors[0], vectors[1])  # case and punctuation do not count
     assert np.allclose(e.embed_query(texts[0]), vectors[0])
     # the same vectors in another process: the buckets do not depend on Python's hash seed
@@ -342,6 +351,22 @@ def test_hashing_embedder_is_deterministic_and_normalised():
         env={**os.environ, "PYTHONHASHSEED": "123"},
     )
     assert np.allclose(json.loads(other.stdout), vectors[0])
+
+
+def test_a_store_embedded_by_hashing_takes_a_text_without_words(tmp_path):
+    """It gave such a text the zero vector, which the engines refuse ("all-zero")."""
+    from knowledge_store.store import KnowledgeStore
+
+    record = {
+        "uid": "a",
+        "type": "page",
+        "title": "---",
+        "body": "--- !!! ---",
+        "acl": ["everyone"],
+    }
+    with KnowledgeStore.open(tmp_path / "s", embedder="hash:64") as store:
+        assert store.ingest_records([record]).added == 1
+        assert [h.uid for h in store.vector("!!!").hits] == ["a"]
 
 
 def test_hashing_texts_sharing_words_are_closer():

@@ -72,7 +72,9 @@ def concurrently(batcher: MicroBatchingEmbedder, texts: list[str]) -> list[objec
     return out
 
 
-def test_concurrent_queries_share_passes_and_get_their_own_rows(embedder):
+@pytest.mark.real_model(reason="the production runtime: int8 activations are quantized per batch")
+def test_concurrent_queries_share_passes_and_get_their_own_rows(real_embedder):
+    embedder = real_embedder
     inner = Counting(embedder)
     batcher = MicroBatchingEmbedder(inner, window_s=0.02)
     texts = QUERIES * 3
@@ -112,7 +114,9 @@ def test_a_failed_pass_fails_every_caller_in_it(embedder):
     assert healthy.embed_query("x").shape == (384,)
 
 
-def test_it_keeps_the_identity_of_what_it_wraps(embedder):
+@pytest.mark.real_model(reason="it wraps the default ONNX runtime and keeps its spec")
+def test_it_keeps_the_identity_of_what_it_wraps(real_embedder):
+    embedder = real_embedder
     batcher = MicroBatchingEmbedder(embedder)
     assert batcher.model_id == embedder.model_id
     assert spec_of(batcher) == spec_of(embedder)

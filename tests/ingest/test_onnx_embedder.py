@@ -33,6 +33,10 @@ from knowledge_store.ingest.embedding import (
 from knowledge_store.store import KnowledgeStore
 from tests.conftest import ESTATE
 
+pytestmark = pytest.mark.real_model(
+    reason="the ONNX runtime against the PyTorch path, its export and threads"
+)
+
 TOPIC = [
     "A B-tree index keeps the keys of a table column sorted, so equality and range lookups"
     " touch few pages.",
@@ -207,9 +211,10 @@ def _imported_by(command: list[str], env: dict[str, str]) -> set[str]:
 FORBIDDEN = {"torch", "transformers", "sentence_transformers"}
 
 
-def test_no_command_that_embeds_imports_torch(tmp_path, embedder):
+@pytest.mark.real_model(reason="the commands embed with the store's model, the default ONNX one")
+def test_no_command_that_embeds_imports_torch(tmp_path, real_embedder):
     store_dir = tmp_path / "store"
-    with KnowledgeStore.open(store_dir, embedder=embedder) as store:
+    with KnowledgeStore.open(store_dir, embedder=real_embedder) as store:
         store.ingest_records(ESTATE)
     extra = tmp_path / "more.jsonl"
     extra.write_text(
@@ -226,7 +231,7 @@ def test_no_command_that_embeds_imports_torch(tmp_path, embedder):
         + "\n"
     )
     ks = str(Path(sys.executable).with_name("ks"))
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "KS_EMBEDDER"}  # the store's model
     for args in (
         ["search", "how does vacuum reclaim space", "--json"],
         ["vector", "replica lag", "--json"],

@@ -29,6 +29,10 @@ from knowledge_store.surfaces.serve import open_store
 from tests import postgres_support
 from tests.conftest import ESTATE
 
+pytestmark = pytest.mark.real_model(
+    reason="changing a store's model: fp32 and int8 vectors of the bundled model"
+)
+
 ENGINES = ("embedded", "postgres")
 
 

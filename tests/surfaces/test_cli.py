@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from knowledge_store.surfaces.cli import app
-from tests.conftest import ESTATE
+from tests.conftest import ESTATE, HASH_SPEC
 
 runner = CliRunner()
 
@@ -135,9 +135,9 @@ def test_stats_json_shape(cli_store: Path) -> None:
     }
     assert stats["entities"] == len(ESTATE) and stats["is_empty"] is False
     assert stats["edges"] == {"partOf": 2, "xref": 2}
-    assert stats["model"].startswith(
-        "sentence-transformers/all-MiniLM-L6-v2"
-    )  # …@int8: the default
+    # the model $KS_EMBEDDER names (the suite's hashing; unset, the default model:
+    # tests/ingest/test_embedding.py::test_default_embedder_identity)
+    assert stats["model"] == os.environ["KS_EMBEDDER"] == HASH_SPEC
     assert stats["dimension"] == 384
 
 

@@ -14,7 +14,11 @@ from knowledge_store.retrieval.evaluation import parse_config
 from knowledge_store.surfaces.cli import app
 from tests.conftest import ESTATE
 
-runner = CliRunner()
+pytestmark = pytest.mark.real_model(
+    reason="which queries a comparison moves is what the default model ranks"
+)
+
+runner = CliRunner(env={"KS_EMBEDDER": None})  # not the suite's hashing: the default model
 
 QUERIES = [
     {"qid": "1", "text": "autovacuum", "type": "term"},

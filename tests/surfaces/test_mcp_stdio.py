@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters, types
 
-from knowledge_store.ingest.embedding import Embedder
+from knowledge_store.ingest.embedding import Embedder, spec_of
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.tools import KNOWLEDGE_TOOLS
 from tests.surfaces.serve_estate import build
@@ -31,7 +31,8 @@ def test_stdio_lists_nothing_when_empty_then_flips_and_serves_as_its_identity(
     params = StdioServerParameters(
         command=KS,
         args=["--store", str(where), "serve", "--mcp-stdio", "--as", "user:ann"],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        # the store is empty (it records no model yet): the server embeds with the writer's
+        env={**os.environ, "KS_EMBEDDER": spec_of(embedder), "HF_HUB_OFFLINE": "1"},
     )
     changed = anyio.Event()
     seen: list[Any] = []

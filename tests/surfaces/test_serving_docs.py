@@ -12,6 +12,7 @@ from graphql import parse, validate
 
 from knowledge_store.surfaces.auth import TokenTable
 from knowledge_store.surfaces.graphql import schema
+from tests.conftest import HASH_SPEC
 from tests.surfaces.serve_estate import call
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text(encoding="utf-8")
@@ -83,7 +84,7 @@ def test_the_python_mcp_client_example_runs_against_a_live_server(
     code = _example("streamable_http_client")
     token = re.search(r"Bearer (\S+?)\"", code)
     assert token is not None
-    with KnowledgeStore.open(tmp_path / "store", embedder="hash:64") as store:
+    with KnowledgeStore.open(tmp_path / "store", embedder=HASH_SPEC) as store:
         store.ingest_records(RECORDS)
         for group, member in MEMBERSHIPS:
             store.add_member(group, member)

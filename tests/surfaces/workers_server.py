@@ -26,6 +26,11 @@ def until(what: str, check: Callable[[], Any]) -> Any:
     raise AssertionError(f"gave up waiting: {what}")
 
 
+#: The suite's environment less its KS_EMBEDDER: a server embeds with its store's model
+#: (an empty store: the default one).
+_INHERITED = {k: v for k, v in os.environ.items() if k != "KS_EMBEDDER"}
+
+
 class Workers:
     """``ks serve --workers N`` (default 2) on an ephemeral port, its log in a file."""
 
@@ -43,7 +48,7 @@ class Workers:
                 *(sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", str(store)),
                 *("serve", "--port", "0", "--workers", str(workers), *args),
             ],
-            env={**os.environ, **(env or {})},
+            env={**_INHERITED, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=log.open("w"),
             text=True,

@@ -2,6 +2,8 @@
 
 Each lower-cased word of a text adds ±1 to one of ``dimension`` buckets
 (blake2b of the word picks the bucket and the sign); the sum is L2-normalised.
+A text with no word (or whose signs cancel) gets the first axis, never the zero
+vector, which no index can rank by and the engines refuse.
 Texts that share words are closer than texts that share none, which is all a
 test about permissions, SQL or graphs needs from vectors — with no model to
 load, the same vectors on every machine, and microseconds per text. It knows
@@ -81,6 +83,7 @@ class HashingEmbedder:
             for word in _WORD.findall(text.lower()):
                 column, sign = self._bucket(word)
                 out[row, column] += sign
+        out[~out.any(axis=1), 0] = 1.0
         return normalise(out)
 
     def embed_query(self, text: str) -> Vectors:
