@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from typer.testing import CliRunner
 
 from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.ingest.embedders.hashing import HashingEmbedder
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app
 from tests import postgres_support
@@ -32,7 +33,6 @@ from tests.bad_inputs import (
     cli_problem,
     write_case,
 )
-from tests.hash_embedder import HashEmbedder
 
 
 def run(engine: str, folder: Path) -> dict[str, Tally]:
@@ -52,7 +52,7 @@ def run(engine: str, folder: Path) -> dict[str, Tally]:
             return result.exit_code, out
 
     tallies = {"cli": Tally(), "api file": Tally(), "api records": Tally()}
-    with KnowledgeStore.open(location, embedder=HashEmbedder()) as store:
+    with KnowledgeStore.open(location, embedder=HashingEmbedder()) as store:
 
         def unchanged() -> str | None:
             return None if store.content_root() == EMPTY_ROOT else "something was published"
