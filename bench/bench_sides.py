@@ -304,35 +304,27 @@ def report(figures: dict[str, Any], names: list[str]) -> None:
     for name in names:
         print(f"{name}: {json.dumps(info[name])}  memory at end {figures['memory'][name]}")
     print(f"{'figure':<16}" + "".join(f"{n + ' p50':>14}{n + ' p95':>14}" for n in names))
-    for key, row in figures.items():
-        if "@" not in key:
-            continue
-        cells = "".join(
-            f"{row[n]['p50']:14.2f}{row[n]['p95']:14.2f}" if n in row else f"{'':>28}"
-            for n in names
-        )
-        ratios = ""
-        if "raw" in row:
-            ratios = "  " + " ".join(
-                f"{n}/raw {row[n]['p50'] / row['raw']['p50']:.1f}x" for n in names if n != "raw"
-            )
-        print(f"{key:<16}{cells}{ratios}  load {row['load1']:.1f}")
+    _table(figures, names, "", with_load=True)
     print("CPU time of the process per query (ms, best of --repeat): p50 / p95")
+    _table(figures, names, "cpu_", with_load=False)
+
+
+def _table(figures: dict[str, Any], names: list[str], prefix: str, *, with_load: bool) -> None:
+    """One row per timed figure: each side's ``{prefix}p50`` / ``{prefix}p95``, and ÷ raw."""
+    p50, p95 = f"{prefix}p50", f"{prefix}p95"
     for key, row in figures.items():
-        if "@" not in key or "cpu_p50" not in row.get(names[0], {}):
+        if "@" not in key or p50 not in row.get(names[0], {}):
             continue
         cells = "".join(
-            f"{row[n]['cpu_p50']:14.2f}{row[n]['cpu_p95']:14.2f}" if n in row else f"{'':>28}"
-            for n in names
+            f"{row[n][p50]:14.2f}{row[n][p95]:14.2f}" if n in row else f"{'':>28}" for n in names
         )
         ratios = ""
         if "raw" in row:
             ratios = "  " + " ".join(
-                f"{n}/raw {row[n]['cpu_p50'] / row['raw']['cpu_p50']:.1f}x"
-                for n in names
-                if n != "raw"
+                f"{n}/raw {row[n][p50] / row['raw'][p50]:.1f}x" for n in names if n != "raw"
             )
-        print(f"{key:<16}{cells}{ratios}")
+        load = f"  load {row['load1']:.1f}" if with_load else ""
+        print(f"{key:<16}{cells}{ratios}{load}")
 
 
 if __name__ == "__main__":
