@@ -313,7 +313,10 @@ class EmbeddedReader:
             return self._ranked(
                 found, visible, k, details, checked, records=records, dropped=dropped, vector=info
             )
-        uids = self._uids(members)
+        uids = self._engine.owners.owners(members, self._conn, self._publish)
+        if len(uids) < len(members):  # the map is not read yet, or misses a deleted chunk
+            uids.update(self._uids([c for c in members if c not in uids]))
+        details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
         return self._ranked(found, uids, k, details, checked, vector=info)
 
     def any_entity_hidden(self, filters: Filters) -> bool:
