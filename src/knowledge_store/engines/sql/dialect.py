@@ -102,8 +102,9 @@ class SqlDialect:
         return "NULL"
 
     def body(self, alias: str) -> tuple[str, str, str]:
-        """``(join, body, attributes)``: how to read entity ``alias``'s body and attributes."""
-        return "", f"{alias}.body", f"{alias}.attributes"
+        """``(join, body, attributes)``: how to read entity ``alias``'s body and attributes
+        (both catalogs keep them in ``entity_bodies``, out of the entity's row)."""
+        return f" JOIN entity_bodies AS b ON b.entity = {alias}.id", "b.body", "b.attributes"
 
     # -- identity and the ACL: the only producer --------------------------------------------------
     def expand_identity(self) -> str:
@@ -280,9 +281,6 @@ class PostgresDialect(SqlDialect):
 
     def null_text(self) -> str:
         return "NULL::text"
-
-    def body(self, alias: str) -> tuple[str, str, str]:
-        return f" JOIN entity_bodies AS b ON b.entity = {alias}.id", "b.body", "b.attributes"
 
 
 SQLITE = SqliteDialect()

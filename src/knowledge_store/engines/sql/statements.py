@@ -36,6 +36,7 @@ __all__ = [
     "aggregate",
     "any_entity_hidden",
     "chunk_cards",
+    "chunk_owners",
     "chunk_uids",
     "content_chunks",
     "content_edges",
@@ -264,6 +265,22 @@ def chunk_uids(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
         f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
         f" WHERE {d.in_array('c.id', 'ids', 'bigint')}",
         {"ids": d.bind_array([int(c) for c in chunk_ids])},
+    )
+
+
+def chunk_owners(d: SqlDialect, after: int | None = None) -> Statement:
+    """``id, entity uid`` of every chunk (entity by entity, from the entity index alone), or
+    of the chunks with an id above ``after`` (in id order)."""
+    if after is None:
+        return (
+            f"SELECT c.id, e.uid FROM entities AS e {d.driving_join} chunks AS c"
+            " ON c.entity = e.id",
+            {},
+        )
+    return (
+        f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
+        f" WHERE c.id > {d.param('after')} ORDER BY c.id",
+        {"after": int(after)},
     )
 
 
