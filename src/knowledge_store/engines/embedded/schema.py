@@ -8,7 +8,7 @@ a facet column declared later is added before (``Catalog``, :mod:`..sql.facets`)
 from __future__ import annotations
 
 from knowledge_store.engines.embedded.migrate import ENTITY_BODIES_DDL, THIN_ROWS_SCHEMA
-from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.dialect import ENTITY_CARD_COLUMNS, ENTITY_CARD_INDEX, SQLITE
 from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 from knowledge_store.model import FACET_NAMES
@@ -59,6 +59,7 @@ CREATE INDEX IF NOT EXISTS entities_by_updated_at ON entities (updated_at);
 CREATE INDEX IF NOT EXISTS entities_by_acl_set    ON entities (acl_set);
 CREATE INDEX IF NOT EXISTS entities_by_href       ON entities (href);
 CREATE INDEX IF NOT EXISTS entities_by_title      ON entities (title);
+CREATE INDEX IF NOT EXISTS {card_index} ON entities ({card_columns});
 -- An entity's body and attributes, out of its row: the row stays a few hundred bytes
 -- (what visibility checks, cards and the graph walk read), the body reaches 100 KB.
 {entity_bodies};
@@ -121,7 +122,11 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
 ) WITHOUT ROWID;
 """
 SCHEMA = SCHEMA.format(
-    facet_columns=_FACET_COLUMNS, facet_indexes=_FACET_INDEXES, entity_bodies=ENTITY_BODIES_DDL
+    facet_columns=_FACET_COLUMNS,
+    facet_indexes=_FACET_INDEXES,
+    entity_bodies=ENTITY_BODIES_DDL,
+    card_index=ENTITY_CARD_INDEX,
+    card_columns=", ".join(ENTITY_CARD_COLUMNS),
 )
 SCHEMA += f"""
 -- One row per source name: its last ingest (engines/sql/sources.py).

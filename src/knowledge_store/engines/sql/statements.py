@@ -156,8 +156,8 @@ def successors(
     params["starts"] = d.bind_array(list(uids))
     return (
         head + "SELECT ed.src, e.uid FROM edges AS ed"
-        " JOIN entities AS e ON e.uid = ed.dst"
-        " JOIN entities AS o ON o.uid = ed.src"
+        f" JOIN {d.entities_by_uid('e')} ON e.uid = ed.dst"
+        f" JOIN {d.entities_by_uid('o')} ON o.uid = ed.src"
         f" WHERE ed.label = 'supersededBy' AND {d.in_array('ed.src', 'starts')}"
         f" AND ed.src <> ed.dst AND {d.visible('e', 'probe')} AND {d.visible('o', 'probe')}"
         f" AND {where} ORDER BY ed.src, e.updated_at IS NULL, e.updated_at DESC, e.uid",
@@ -196,7 +196,7 @@ def content_edges(d: SqlDialect, held: Sequence[str], uid: str, near: str, far: 
     head = _acl(d, held, params)
     return (
         head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+        f" FROM edges AS g JOIN {d.entities_by_uid('o')} ON o.uid = g.{far}"
         f" WHERE g.{near} = {d.param('uid')} AND {d.visible('o', 'probe')}"
         f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
         params,
