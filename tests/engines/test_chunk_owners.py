@@ -137,3 +137,22 @@ def test_the_map_always_names_the_catalogs_owner(
         assert {c: mapped[c] for c in mapped} == {c: truth[c] for c in mapped}
         if engine.owners.loaded:
             assert mapped == truth
+
+
+def test_lexical_hits_named_by_the_map_equal_those_read_from_stored_documents(
+    store: KnowledgeStore,
+) -> None:
+    engine = _engine(store)
+
+    def lexical() -> tuple[list[int], list[str], list[float]]:
+        with engine.reader(EVERYONE) as r:
+            got = r.lexical("alpha beta filler", 40, Filters())
+            return got.ids, got.uids, got.scores
+
+    from_documents = lexical()
+    engine.owners.load()
+    assert lexical() == from_documents
+    store.ingest_records([_page("later", chunks=3)], acl=["everyone"])  # caught up, then named
+    ids, uids, _ = lexical()
+    truth = _catalog_owners(engine)
+    assert "later" in uids and [truth[c] for c in ids] == uids

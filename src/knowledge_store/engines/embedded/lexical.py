@@ -475,11 +475,15 @@ class LexicalIndex:
         principals: Collection[str] | None,
         filters: Filters,
         pinned: Pinned | None = None,
+        owners: Callable[[list[int]], Mapping[int, str]] | None = None,
     ) -> list[tuple[int, str, float]]:
         """``(chunk_id, uid, bm25 score)`` of the best ``k`` chunks, best first.
 
         ``principals`` are those the caller holds (None: no ACL restriction;
-        empty: nothing). Filters restrict inside the query.
+        empty: nothing). Filters restrict inside the query. ``owners`` names the
+        uids of chunk ids it knows (the engine's in-memory map): the hits' ids
+        come from the ``chunk_id`` fast field, and only the others' stored
+        documents are read.
         """
         if k <= 0 or (principals is not None and len(principals) == 0):
             return []
@@ -495,10 +499,17 @@ class LexicalIndex:
             if limit <= 0:
                 return []
             hits = searcher.search(query, limit=limit, count=False).hits
+            named: Mapping[int, str] = {}
+            ids: list[Any] = [None] * len(hits)
+            if owners is not None and hits:
+                ids = searcher.fast_field_values("chunk_id", [a for _, a in hits])
+                named = owners([int(i) for i in ids if i is not None])
             out = []
-            for score, address in hits:
-                doc = searcher.doc(address)
-                chunk_id, uid = doc.get_first("chunk_id"), doc.get_first("uid")
+            for (score, address), chunk_id in zip(hits, ids, strict=True):
+                uid = None if chunk_id is None else named.get(int(chunk_id))
+                if uid is None:
+                    doc = searcher.doc(address)
+                    chunk_id, uid = doc.get_first("chunk_id"), doc.get_first("uid")
                 if chunk_id is None or uid is None:
                     raise ValueError("a document without chunk_id or uid")
                 out.append((int(chunk_id), str(uid), float(score)))

@@ -180,6 +180,10 @@ class EmbeddedReader:
         found = self._run(*statements.probe_chunks(SQLITE, self._held, ids, filters))
         return {int(r[0]): str(r[1]) for r in found}
 
+    def _owners(self, ids: Sequence[int]) -> dict[int, str]:
+        """The uids of those of ``ids`` the engine's in-memory map names (no statement)."""
+        return self._engine.owners.owners(ids, self._conn, self._publish)
+
     def _uids(self, ids: Sequence[int]) -> dict[int, str]:
         """The entity uid of each of ``ids`` that exists in this snapshot."""
         if not ids:
@@ -245,14 +249,15 @@ class EmbeddedReader:
         started = time.perf_counter()
         views = self._engine.views
         hides = views.hides_any(self, filters)
-        if hides:
-            found = self._engine.lexical_index.search(
-                text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
-            )
-        else:  # every chunk is in: no ACL or filter clause (pure BM25, pruned)
-            found = self._engine.lexical_index.search(
-                text, k + _SLACK, principals=None, filters=_EVERYTHING, pinned=self._lexical
-            )
+        found = self._engine.lexical_index.search(
+            text,
+            k + _SLACK,
+            # every chunk is in: no ACL or filter clause (plain BM25, pruned)
+            principals=self._held if hides else None,
+            filters=filters if hides else _EVERYTHING,
+            pinned=self._lexical,
+            owners=self._owners,
+        )
         details: dict[str, Any] = {
             "ms": {"index": _ms(time.perf_counter() - started)},
             # "query": the ACL and FILTERS are clauses of the Tantivy query; "none": the
@@ -313,7 +318,7 @@ class EmbeddedReader:
             return self._ranked(
                 found, visible, k, details, checked, records=records, dropped=dropped, vector=info
             )
-        uids = self._engine.owners.owners(members, self._conn, self._publish)
+        uids = self._owners(members)
         if len(uids) < len(members):  # the map is not read yet, or misses a deleted chunk
             uids.update(self._uids([c for c in members if c not in uids]))
         details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
