@@ -158,3 +158,31 @@ def test_lexical_drops_the_acl_and_filter_clauses_only_when_the_snapshot_hides_n
         assert clause == "query" and "secret" not in uids and len(uids) == 6
         assert "secret" in ranked("user:alice", Filters())[0]
         assert ranked("everyone", Filters.build(type=("page",)))[1] == "query"
+
+
+@pytest.mark.parametrize("k", [1, 3, 20])
+def test_post_filtering_the_plain_ranking_equals_the_filtered_query(
+    estate: KnowledgeStore, monkeypatch: pytest.MonkeyPatch, k: int
+) -> None:
+    """Whoever asks, whatever the FILTERS: the plain BM25 ranking over-fetched and cut by the
+    visible selection is the ranking of the query that holds the ACL and FILTERS clauses —
+    or, when the fetch cannot tell (too few passed, a tie at its end), that query runs."""
+    from knowledge_store.engines.embedded import reader as embedded_reader
+
+    engine = _engine(estate)
+    ways: set[str] = set()
+    for who in WHO:
+        for filters in FILTERS:
+            with engine.reader(Identity(who)) as r:  # the selection, made by the vector pre-filter
+                r.vector(np.ones(engine.dense.dimension, np.float32), 5, filters)  # type: ignore[union-attr]
+            for text in QUERIES:
+                answers = []
+                for share, margin in ((2.0, 1.5), (0.0, 1.5), (0.0, 0.01)):
+                    monkeypatch.setattr(embedded_reader, "_POST_FILTER_SHARE", share)
+                    monkeypatch.setattr(embedded_reader, "_POST_FILTER_MARGIN", margin)
+                    with engine.reader(Identity(who)) as r:
+                        got = r.lexical(text, k, filters)
+                    answers.append((got.ids, got.uids, got.scores))
+                    ways.add(str(got.details["acl_clause"]))
+                assert answers[1] == answers[0] and answers[2] == answers[0], (who, filters, text)
+    assert {"query", "post-filter"} <= ways
