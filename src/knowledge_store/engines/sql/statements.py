@@ -302,7 +302,8 @@ def entity_cards(
     params["uids"] = d.bind_array(list(uids))
     head = _acl(d, held, params)
     return (
-        head + "SELECT e.uid, e.title, e.type, e.href, e.updated_at FROM entities AS e"
+        head + "SELECT e.uid, e.title, e.type, e.href, e.updated_at"
+        f" FROM {d.entities_by_uid('e')}"
         f" WHERE {d.in_array('e.uid', 'uids')} AND {d.visible('e', 'probe')} AND {where}",
         params,
     )
