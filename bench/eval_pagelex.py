@@ -21,6 +21,9 @@ under ``--work``.
     PYTHONPATH=src .venv/bin/python bench/eval_pagelex.py \
         --set /tmp/ev/pg15 /work/shared/eval/postgres-docs \
         --set /tmp/ev/sqlite-git-faq /work/shared/eval/sqlite-git-faq
+    # the floor's before/after alone, on any engine's store:
+    PYTHONPATH=src .venv/bin/python bench/eval_pagelex.py --floor-only \
+        --set pg:/tmp/pg-eval /work/shared/eval/postgres-docs
 """
 
 from __future__ import annotations
@@ -49,7 +52,6 @@ from knowledge_store.retrieval.evaluation import (
     read_queries,
     run_variant,
 )
-from knowledge_store.retrieval import fusion
 from knowledge_store.retrieval.fusion import RankedList
 from knowledge_store.retrieval.search import Fusion, fuse_stages
 from knowledge_store.store import KnowledgeStore
@@ -128,9 +130,7 @@ class PageIndex:
             clauses += [
                 (
                     should,
-                    q.boost_query(
-                        q.term_query(self.schema, "ident", t), analysis.IDENTIFIER_BOOST
-                    ),
+                    q.boost_query(q.term_query(self.schema, "ident", t), analysis.IDENTIFIER_BOOST),
                 )
                 for t in terms.idents
             ]
@@ -164,7 +164,9 @@ def blend(
     return sorted(both.items(), key=lambda x: (-x[1], x[0]))[:k]
 
 
-def second_fold(hits: Sequence[tuple[str, float]], w: float, k: int = 100) -> list[tuple[str, float]]:
+def second_fold(
+    hits: Sequence[tuple[str, float]], w: float, k: int = 100
+) -> list[tuple[str, float]]:
     by_page: dict[str, list[float]] = {}
     for uid, score in hits:
         by_page.setdefault(uid, []).append(score)
@@ -184,24 +186,35 @@ class ThirdList:
 
 
 class Floored:
-    """The default fusion for the query; lists in ``complete`` are normalised over [0, top]
-    (every entity they leave out scored 0), the others min-max as today."""
+    """The default fusion for the query, over lists as the store's retrievers gave them, except:
+    lists named in ``floors`` get that floor, lists named in ``no_floor`` lose theirs, and the
+    lexical weight is × ``boost`` when the lexical list holds every match (its floor is 0)."""
 
-    def __init__(self, text: str, complete: Collection[str]) -> None:
+    def __init__(
+        self,
+        text: str,
+        *,
+        floors: Mapping[str, float] | None = None,
+        no_floor: Collection[str] = (),
+        boost: float = 1.0,
+    ) -> None:
         self.fusion, _ = Fusion.of(None).for_query(text)
-        self.complete = complete
+        self.floors = floors or {}
+        self.no_floor = no_floor
+        self.boost = boost
 
     def fuse(self, lists: Sequence[RankedList]) -> Any:
-        ranks = {lst.name: lst.ranks() for lst in lists}
-        parts: dict[str, list[float]] = {}
-        for lst in lists:
-            if not lst.items:
-                continue
-            scale = fusion._by_max if lst.name in self.complete else fusion._minmax
-            w = self.fusion.weight(lst.name)
-            for (uid, _), v in zip(lst.items, scale([s for _, s in lst.items]), strict=True):
-                parts.setdefault(uid, []).append(w * v)
-        return fusion._rank(lists, parts, ranks)
+        lists = [
+            RankedList(lst.name, lst.items, None)
+            if lst.name in self.no_floor
+            else RankedList(lst.name, lst.items, self.floors.get(lst.name, lst.floor))
+            for lst in lists
+        ]
+        weights = dict(self.fusion.weights)
+        lexical = next((lst for lst in lists if lst.name == "lexical"), None)
+        if lexical is not None and lexical.floor is not None and self.boost != 1.0:
+            weights["lexical"] = self.boost * self.fusion.weight("lexical")
+        return Fusion(self.fusion.mode, weights).fuse(lists)
 
 
 def fused_run(collected: Collected, make: Callable[[str], Any] | None = None) -> dict[str, Any]:
@@ -218,6 +231,11 @@ def with_lists(base: Collected, lists: Mapping[str, list[RankedList]]) -> Collec
     return replace(base, lists=dict(lists))
 
 
+def listed(name: str, items: Sequence[tuple[str, float]], whole: bool) -> RankedList:
+    """A list; floor 0 when it holds every match (``whole``: fewer hits than asked)."""
+    return RankedList(name, items, 0.0 if whole else None)
+
+
 def swap(lists: list[RankedList], name: str, new: RankedList) -> list[RankedList]:
     return [new if lst.name == name else lst for lst in lists]
 
@@ -225,13 +243,15 @@ def swap(lists: list[RankedList], name: str, new: RankedList) -> list[RankedList
 # -- the experiment ------------------------------------------------------------------------
 
 
-def measure(store_path: str, set_dir: str, work: Path) -> dict[str, dict[str, Scores]]:
-    """variant → {"lexical": scores, "fused": scores} on one set."""
+def measure(
+    store_path: str, set_dir: str, work: Path, *, floor_only: bool = False
+) -> dict[str, dict[str, Scores]]:
+    """variant → {"lexical", "vector", "fused": scores} on one set."""
     name = Path(set_dir).name
     queries = read_queries(f"{set_dir}/queries.jsonl")
     qrels = read_qrels(f"{set_dir}/qrels.tsv")
     queries = [(q, t) for q, t in queries if q in qrels]
-    cache = work / f"{name}-lists.pkl"
+    cache = work / f"{name}-{Path(store_path).name}-lists.pkl"
     cached: Lists | None = pickle.loads(cache.read_bytes()) if cache.exists() else None
     out: dict[str, dict[str, Scores]] = {}
     with KnowledgeStore.open(store_path) as store:
@@ -240,82 +260,90 @@ def measure(store_path: str, set_dir: str, work: Path) -> dict[str, dict[str, Sc
         if cached is None:
             cache.write_bytes(pickle.dumps(base.lists))
         print(f"{name}: lists in {time.perf_counter() - started:.1f} s", flush=True)
-        with store.engine.reader(Identity()) as reader:
-            deep = {
-                qid: list(zip(*(lambda r: (r.uids, r.scores))(reader.lexical(t, 400, FILTERS))))
-                for qid, t in queries
-            }
-        index = PageIndex(store_path, work / f"{name}-pages")
-        started = time.perf_counter()
-        page = {qid: index.search(t, 100) for qid, t in queries}
-        per_q = (time.perf_counter() - started) / len(queries) * 1000
-        print(f"{name}: page list {per_q:.2f} ms/query", flush=True)
-        heads = {qid: index.search(t, 100, fields="heads") for qid, t in queries}
-
-        def lex(lists: list[RankedList]) -> list[tuple[str, float]]:
-            return list(next(x for x in lists if x.name == "lexical").items)
 
         def score(label: str, col: Collected, fused: dict[str, Any]) -> None:
-            lexrun = run_variant(col, Variant("lexical", single="lexical"))
-            out[label] = {"lexical": per_query(qrels, lexrun), "fused": per_query(qrels, fused)}
+            out[label] = {
+                "lexical": per_query(qrels, run_variant(col, Variant("l", single="lexical"))),
+                "vector": per_query(qrels, run_variant(col, Variant("v", single="vector"))),
+                "fused": per_query(qrels, fused),
+            }
             report_row(name, label, out)
 
         score("today", base, fused_run(base))
-        qid_of = {t: q for q, t in queries}
+        score(
+            "lexical without its floor (before)",
+            base,
+            fused_run(base, lambda t: Floored(t, no_floor=("lexical",))),
+        )
+        if floor_only:  # any engine (the page index below reads an embedded catalog)
+            return out
+        with store.engine.reader(Identity()) as reader:
+            deep = {}
+            for qid, text in queries:
+                hits = reader.lexical(text, 400, FILTERS)
+                deep[qid] = list(zip(hits.uids, hits.scores, strict=True))
+        index = PageIndex(store_path, work / f"{name}-pages")
+        started = time.perf_counter()
+        page = {qid: index.search(text, 100) for qid, text in queries}
+        per_q = (time.perf_counter() - started) / len(queries) * 1000
+        print(f"{name}: page list {per_q:.2f} ms/query", flush=True)
+        heads = {qid: index.search(text, 100, fields="heads") for qid, text in queries}
         lists_of = base.lists
-        page_lists = {
-            q: swap(ls, "lexical", RankedList("lexical", page[q])) for q, ls in lists_of.items()
-        }
-        col = with_lists(base, page_lists)
-        score("page list instead of chunk BM25", col, fused_run(col))
-        heads_lists = {
-            q: swap(ls, "lexical", RankedList("lexical", heads[q])) for q, ls in lists_of.items()
-        }
-        col = with_lists(base, heads_lists)
-        score("page headings list instead of chunk BM25", col, fused_run(col))
-        for beta in (0.25, 0.5, 1.0):
-            blended = {
-                q: swap(ls, "lexical", RankedList("lexical", blend(lex(ls), page[q], beta)))
-                for q, ls in lists_of.items()
-            }
-            col = with_lists(base, blended)
-            score(f"lexical = chunk + {beta:g} × page", col, fused_run(col))
-        for w in (0.25, 0.5, 1.0):
-            third = {q: [*ls, RankedList("page", page[q])] for q, ls in lists_of.items()}
-            col = with_lists(base, third)
-            score(f"+ page list, weight {w:g} × lexical", col, fused_run(col, lambda t, w=w: ThirdList(t, w)))
-        for w in (0.25, 0.5):
-            third = {q: [*ls, RankedList("page", heads[q])] for q, ls in lists_of.items()}
-            col = with_lists(base, third)
-            score(
-                f"+ headings list, weight {w:g} × lexical",
-                col,
-                fused_run(col, lambda t, w=w: ThirdList(t, w)),
+        complete = sum(
+            1 for ls in lists_of.values() for x in ls if x.name == "lexical" and x.floor is not None
+        )
+        print(f"{name}: {complete} of {len(lists_of)} lexical lists hold every match", flush=True)
+
+        def lexical_as(make: Callable[[str, list[RankedList]], RankedList]) -> Collected:
+            return with_lists(
+                base, {q: swap(ls, "lexical", make(q, ls)) for q, ls in lists_of.items()}
             )
-        exhausted = {q for q in lists_of if len(deep[q]) < 100}
-        print(f"{name}: {len(exhausted)} of {len(lists_of)} lexical lists hold every match", flush=True)
-        score(
-            "lexical over [0, top] when it holds every match",
-            base,
-            fused_run(base, lambda t: Floored(t, ("lexical",) if qid_of[t] in exhausted else ())),
-        )
-        score("lexical over [0, top] always", base, fused_run(base, lambda t: Floored(t, ("lexical",))))
-        score(
-            "lexical and vector over [0, top]",
-            base,
-            fused_run(base, lambda t: Floored(t, ("lexical", "vector"))),
-        )
-        for label, hits_k, w in (
-            ("lexical fold best chunk, 400 hits", 400, 0.0),
-            ("lexical fold best + 0.1 × second, 400 hits", 400, 0.1),
+
+        def plus(lists: Mapping[str, Sequence[tuple[str, float]]]) -> Collected:
+            return with_lists(
+                base,
+                {
+                    q: [*ls, listed("page", lists[q], len(lists[q]) < 100)]
+                    for q, ls in lists_of.items()
+                },
+            )
+
+        for m in (1.5, 2.0):
+            score(
+                f"lexical × {m:g} when it holds every match",
+                base,
+                fused_run(base, lambda t, m=m: Floored(t, boost=m)),
+            )
+        score("+ graph floor 0", base, fused_run(base, lambda t: Floored(t, floors={"graph": 0.0})))
+        for label, pages in (("page", page), ("page headings", heads)):
+            col = lexical_as(lambda q, _, p=pages: listed("lexical", p[q], len(p[q]) < 100))
+            score(f"{label} list instead of chunk BM25", col, fused_run(col))
+        for beta in (0.25, 0.5, 1.0):
+            col = lexical_as(
+                lambda q, ls, b=beta: listed("lexical", blend(_items(ls), page[q], b), False)
+            )
+            score(f"lexical = chunk + {beta:g} × page", col, fused_run(col))
+        for label, pages, weights in (
+            ("page", page, (0.1, 0.25, 0.5)),
+            ("headings", heads, (0.25, 0.5)),
         ):
-            folded = {
-                q: swap(ls, "lexical", RankedList("lexical", second_fold(deep[q][:hits_k], w)))
-                for q, ls in lists_of.items()
-            }
-            col = with_lists(base, folded)
-            score(label, col, fused_run(col))
+            col = plus(pages)
+            for w in weights:
+                score(
+                    f"+ {label} list, weight {w:g} × lexical",
+                    col,
+                    fused_run(col, lambda t, w=w: ThirdList(t, w)),
+                )
+        for label, w in (("best chunk", 0.0), ("best + 0.1 × second", 0.1)):
+            col = lexical_as(
+                lambda q, _, w=w: listed("lexical", second_fold(deep[q], w), len(deep[q]) < 400)
+            )
+            score(f"lexical fold {label}, 400 hits", col, fused_run(col))
     return out
+
+
+def _items(lists: Sequence[RankedList]) -> list[tuple[str, float]]:
+    return list(next(x for x in lists if x.name == "lexical").items)
 
 
 REF = "today"
@@ -331,7 +359,7 @@ def report_row(set_name: str, label: str, table: Mapping[str, Mapping[str, Score
         cells.append(
             f"{lst} {mean['ndcg@10']:.4f} {mean['recall@100']:.4f} {mean['mrr@10']:.4f} Δ {d}"
         )
-    print(f"{set_name:<15} {label:<44} " + " | ".join(cells), flush=True)
+    print(f"{set_name:<15} {label:<48} " + " | ".join(cells), flush=True)
 
 
 def print_macro(scores: Mapping[str, Mapping[str, Mapping[str, Scores]]]) -> None:
@@ -353,14 +381,38 @@ def print_macro(scores: Mapping[str, Mapping[str, Mapping[str, Scores]]]) -> Non
         print(f"  {label:<44} " + " | ".join(cells), flush=True)
 
 
+def print_before_after(
+    scores: Mapping[str, Mapping[str, Mapping[str, Scores]]], before: str
+) -> None:
+    """Each list's three measures before (``before``) and after (today), with paired intervals."""
+    print(f"\nbefore = {before!r}, after = today; Δ = after − before [95 %]:")
+    for set_name, table in scores.items():
+        for lst in ("lexical", "vector", "fused"):
+            cells = []
+            for m in ("ndcg@10", "recall@100", "mrr@10"):
+                a, b = table[before][lst][m], table[REF][lst][m]
+                d = paired_bootstrap([b[q] - a[q] for q in a])
+                mean_a, mean_b = sum(a.values()) / len(a), sum(b.values()) / len(b)
+                cells.append(f"{m} {mean_a:.4f} → {mean_b:.4f} {d}")
+            print(f"  {set_name:<15} {lst:<8} " + " | ".join(cells), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", nargs=2, action="append", metavar=("STORE", "SET_DIR"), required=True)
+    parser.add_argument(
+        "--set", nargs=2, action="append", metavar=("STORE", "SET_DIR"), required=True
+    )
     parser.add_argument("--work", type=Path, default=Path("/tmp/eval_pagelex"))
+    parser.add_argument(
+        "--floor-only", action="store_true", help="only the floor's before/after (any engine)"
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    scores = {Path(d).name: measure(s, d, args.work) for s, d in args.set}
+    scores = {
+        Path(d).name: measure(s, d, args.work, floor_only=args.floor_only) for s, d in args.set
+    }
     print_macro(scores)
+    print_before_after(scores, "lexical without its floor (before)")
 
 
 if __name__ == "__main__":
