@@ -175,11 +175,14 @@ def second_fold(
 
 
 class ThirdList:
-    """The default fusion for the query, with ``page`` at ``w ×`` the lexical weight."""
+    """The default fusion for the query, with list ``name`` at ``w ×`` the weight it chose
+    for ``relative_to``."""
 
-    def __init__(self, text: str, w: float) -> None:
+    def __init__(
+        self, text: str, w: float, name: str = "page", relative_to: str = "lexical"
+    ) -> None:
         chosen, _ = Fusion.of(None).for_query(text)
-        self.fusion = Fusion(chosen.mode, {**chosen.weights, "page": w * chosen.weight("lexical")})
+        self.fusion = Fusion(chosen.mode, {**chosen.weights, name: w * chosen.weight(relative_to)})
 
     def fuse(self, lists: Sequence[RankedList]) -> Any:
         return self.fusion.fuse(lists)
