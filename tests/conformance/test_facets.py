@@ -198,13 +198,13 @@ def test_processes_opening_an_older_store_at_once_add_each_facet_once(
 ) -> None:
     """Another process adds the columns between this one's check and its ALTER TABLE (as
     the workers of ``ks serve`` open a store at once): the open still succeeds."""
-    from knowledge_store.engines.embedded import catalog
+    from knowledge_store.engines.embedded import migrate
 
     where = engine.location()
     with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         store.ingest_records([_record("old")], acl=["everyone"])
         _drop_facet_columns(engine, store, where)
-    checked = catalog.missing_facets
+    checked = migrate.missing_facets
     raced: list[str] = []
 
     def the_other_process_adds_them(columns: Any) -> tuple[str, ...]:
@@ -218,7 +218,7 @@ def test_processes_opening_an_older_store_at_once_add_each_facet_once(
             raced.extend(stale)
         return stale
 
-    monkeypatch.setattr(catalog, "missing_facets", the_other_process_adds_them)
+    monkeypatch.setattr(migrate, "missing_facets", the_other_process_adds_them)
     with KnowledgeStore.open(where, embedder=HASH_SPEC) as store:
         assert raced == list(FACET_NAMES)
         values = {name: f"{name}-value" for name in FACET_NAMES}

@@ -121,3 +121,40 @@ def test_a_vector_hit_outside_the_selection_never_survives(
         ranked = r.vector(np.ones(dense.dimension, np.float32), 10, Filters())
     assert ranked.ids and not set(ranked.uids) & graph_estate.UNREADABLE_BY_EVERYONE
     assert ranked.details["dropped_by_final_check"] >= len(hidden)
+
+
+def test_lexical_drops_the_acl_and_filter_clauses_only_when_the_snapshot_hides_nothing(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing hidden from the reader (and nothing filtered out): BM25 runs alone, with the
+    same ranking as with the clauses. One entity hidden, or one filtered out: the clauses
+    are back, and the hidden entity is never a hit."""
+    pages = [
+        {"uid": f"p{i}", "type": "page", "title": f"Vacuum {i}", "body": "vacuum " * (i + 1)}
+        for i in range(6)
+    ]
+    with KnowledgeStore.open(tmp_path / "s", embedder=embedder) as store:
+        store.ingest_records(pages, acl=["everyone"])
+        engine = _engine(store)
+
+        def ranked(who: str, filters: Filters) -> tuple[list[str], str]:
+            with engine.reader(Identity(who)) as r:
+                got = r.lexical("vacuum", 10, filters)
+                return got.uids, str(got.details["acl_clause"])
+
+        open_uids, clause = ranked("everyone", Filters())
+        assert clause == "none" and len(open_uids) == 6
+        assert ranked("everyone", Filters.build(type=("page",))) == (open_uids, "none")
+        monkeypatch.setattr(engine.views, "hides_any", lambda reader, filters: True)
+        assert ranked("everyone", Filters()) == (open_uids, "query")
+        monkeypatch.undo()
+
+        assert ranked("everyone", Filters.build(not_type=("page",))) == ([], "query")
+        store.ingest_records(
+            [{"uid": "secret", "type": "note", "title": "Vacuum", "body": "vacuum vacuum"}],
+            acl=["user:alice"],
+        )
+        uids, clause = ranked("everyone", Filters())
+        assert clause == "query" and "secret" not in uids and len(uids) == 6
+        assert "secret" in ranked("user:alice", Filters())[0]
+        assert ranked("everyone", Filters.build(type=("page",)))[1] == "query"

@@ -259,3 +259,27 @@ def test_a_hop_sorted_in_python_is_the_ordered_statement(
             expected = [tuple(row) for row in conn.execute(ordered, params).fetchall()]
             got = _in_edge_order([tuple(row) for row in conn.execute(unordered, params).fetchall()])
             assert got == expected, frontier
+
+
+@pytest.mark.embedded_only(reason="SQLite's plan")
+def test_a_hop_reads_entities_from_the_covering_index_only(estate: KnowledgeStore) -> None:
+    """Each step looks its targets up by uid in ``entities_card`` and never reads the entity
+    row (SQLite's planner would take the unique uid index and read the row)."""
+    from knowledge_store.engines.sql.traversal import statements
+
+    engine = estate.engine
+    assert isinstance(engine, EmbeddedEngine)
+    query = GraphQuery(starts=("page:start",), depth=1, k=10)
+    with engine.reader(Identity("everyone")) as r, engine.catalog.read() as conn:
+        params = {
+            **SQLITE.held_params(r.held),
+            "starts": SQLITE.bind_array(["page:start"]),
+            "frontier": SQLITE.bind_array(["page:start"]),
+            "seen": SQLITE.bind_array(["page:start"]),
+            "cap": 11,
+        }
+        for sql in statements(SQLITE, query):
+            steps = [str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            lookups = [s for s in steps if s.startswith(("SEARCH e ", "SEARCH t "))]
+            assert lookups, steps
+            assert all("USING COVERING INDEX entities_card" in s for s in lookups), steps

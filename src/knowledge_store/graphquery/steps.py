@@ -79,7 +79,7 @@ def step_joins(
         return [
             Step(
                 f"JOIN {both} AS {edge} ON {edge}.a = {source}{cond}"
-                f" JOIN entities AS {target} ON {target}.uid = {edge}.b AND {visible}",
+                f" JOIN {dialect.entities_by_uid(target)} ON {target}.uid = {edge}.b AND {visible}",
                 edge,
                 target,
                 f"{edge}.o",
@@ -88,7 +88,8 @@ def step_joins(
     return [
         Step(
             f"JOIN edges AS {edge} ON {edge}.{near} = {source}{cond}"
-            f" JOIN entities AS {target} ON {target}.uid = {edge}.{far} AND {visible}",
+            f" JOIN {dialect.entities_by_uid(target)} ON {target}.uid = {edge}.{far}"
+            f" AND {visible}",
             edge,
             target,
             "0" if near == "src" else "1",

@@ -171,8 +171,8 @@ class StoreReader:
             c = records.get(chunk_id)
             if c is None:
                 continue
-            hits.append(
-                ChunkHit(
+            hits.append(  # typed by the catalog already: built without re-validation
+                ChunkHit.model_construct(
                     uid=c.uid,
                     chunk_id=c.public_id,
                     title=c.title,

@@ -417,8 +417,8 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
         f = by_uid.get(uid)
         if f is not None:
             ranks.update(f.ranks)
-        results.append(
-            Result(
+        results.append(  # typed already (ranks name every list): built without re-validation
+            Result.model_construct(
                 uid=uid,
                 title=card.title,
                 type=card.type,
@@ -427,7 +427,7 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
                 ranks=ranks,
                 superseded_by=superseded_by,
                 evidence=tuple(
-                    Evidence(
+                    Evidence.model_construct(
                         chunk_id=c.public_id,
                         text=c.text,
                         heading=c.heading,

@@ -23,6 +23,7 @@ import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity, Vector
 from knowledge_store.engines.embedded.db import Database
+from knowledge_store.engines.embedded.migrate import upgrade
 from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
 from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
@@ -32,7 +33,6 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import SQLITE
-from knowledge_store.engines.sql.facets import add_facet, missing_facets
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
     PublishPlan,
@@ -128,32 +128,25 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
     )
 
 
-#: What a publish writes of an entity, ``uid`` (the key) last: its other fields, then ours.
-_WRITTEN = (*(n for n in ENTITY_FIELDS if n != "uid"), "acl_set", "content_hash", "publish", "uid")
+#: The entity fields kept in ``entity_bodies`` (keyed by the entity's row id), not in its row.
+_BODY = ("body", "attributes")
+_UPSERT_BODY = (
+    "INSERT INTO entity_bodies(entity, body, attributes) VALUES (?, ?, ?)"
+    " ON CONFLICT(entity) DO UPDATE SET body = excluded.body, attributes = excluded.attributes"
+)
+
+#: What a publish writes of an entity's row, ``uid`` (the key) last: its other fields, then ours.
+_WRITTEN = (
+    *(n for n in ENTITY_FIELDS if n not in ("uid", *_BODY)),
+    "acl_set",
+    "content_hash",
+    "publish",
+    "uid",
+)
 _INSERT_ENTITY = (
     f"INSERT INTO entities({', '.join(_WRITTEN)}) VALUES ({', '.join('?' * len(_WRITTEN))})"
 )
 _UPDATE_ENTITY = f"UPDATE entities SET {', '.join(f'{c}=?' for c in _WRITTEN[:-1])} WHERE uid=?"
-
-
-def _missing_facets(conn: sqlite3.Connection) -> tuple[str, ...]:
-    return missing_facets({str(r[1]) for r in conn.execute("PRAGMA table_info(entities)")})
-
-
-def _add_facets(conn: sqlite3.Connection) -> None:
-    """Add the facet columns an older store lacks (a new store gets them from ``SCHEMA``) in
-    one write transaction: of processes opening the store at once, one adds each column."""
-    if not _missing_facets(conn):
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for name in _missing_facets(conn):  # again, under the lock: another may have added it
-            for statement in add_facet(SQLITE, name):
-                conn.execute(statement)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 class Catalog:
@@ -163,7 +156,7 @@ class Catalog:
         self.path = path
         self.db = Database(path)
         try:
-            _add_facets(self._conn())
+            upgrade(self._conn())
             self._conn().executescript(SCHEMA)
             version = self.get_meta("schema_version")
             if version is None:
@@ -357,6 +350,7 @@ class Catalog:
             row = conn.execute("SELECT id FROM entities WHERE uid = ?", (uid,)).fetchone()
             ops.extend(self._drop_chunks(conn, publish, int(row[0])))
             conn.execute("DELETE FROM edges WHERE src = ?", (uid,))
+            conn.execute("DELETE FROM entity_bodies WHERE entity = ?", (row[0],))
             conn.execute("DELETE FROM entities WHERE id = ?", (row[0],))
         for prepared in plan.upserts:
             entity = prepared.entity
@@ -378,6 +372,7 @@ class Catalog:
                 conn.execute(_UPDATE_ENTITY, values)
                 ops.extend(self._drop_chunks(conn, publish, entity_row))
                 conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
+            conn.execute(_UPSERT_BODY, (entity_row, *(fields[name] for name in _BODY)))
             for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
                 cur = conn.execute(
                     'INSERT INTO chunks(entity, ordinal, text, heading, start, "end",'

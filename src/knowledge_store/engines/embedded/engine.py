@@ -42,6 +42,7 @@ from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
+from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
@@ -97,6 +98,7 @@ class EmbeddedEngine:
         self.lexical_index = self._open_lexical()
         self._dense: DenseIndex | None = None
         self.views = Views(self)
+        self.owners = ChunkOwners(self.catalog)
         self._admin = EmbeddedAdmin(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
@@ -520,6 +522,7 @@ class EmbeddedEngine:
             self.derived_error = None
 
     def close(self) -> None:
+        self.owners.close()
         self.lexical_index.close()
         if self._dense is not None:
             self._dense.close()

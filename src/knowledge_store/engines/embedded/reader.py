@@ -65,6 +65,9 @@ _READ_ACTIONS = frozenset(
 #: Candidates fetched beyond k, so that a final check that drops a few still fills k.
 _SLACK = 10
 
+#: No filter: what a lexical query carries when the snapshot hides nothing from the reader.
+_EVERYTHING = Filters()
+
 
 @functools.lru_cache(maxsize=8192)
 def _heading(stored: str) -> tuple[str, ...]:
@@ -240,12 +243,24 @@ class EmbeddedReader:
         if self._view.lexical_error is not None:
             raise StoreError(self._view.lexical_error)
         started = time.perf_counter()
-        found = self._engine.lexical_index.search(
-            text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
-        )
-        details: dict[str, Any] = {"ms": {"index": _ms(time.perf_counter() - started)}}
+        views = self._engine.views
+        hides = views.hides_any(self, filters)
+        if hides:
+            found = self._engine.lexical_index.search(
+                text, k + _SLACK, principals=self._held, filters=filters, pinned=self._lexical
+            )
+        else:  # every chunk is in: no ACL or filter clause (pure BM25, pruned)
+            found = self._engine.lexical_index.search(
+                text, k + _SLACK, principals=None, filters=_EVERYTHING, pinned=self._lexical
+            )
+        details: dict[str, Any] = {
+            "ms": {"index": _ms(time.perf_counter() - started)},
+            # "query": the ACL and FILTERS are clauses of the Tantivy query; "none": the
+            # snapshot hides nothing from this reader, so BM25 runs alone
+            "acl_clause": "query" if hides else "none",
+        }
         checked = time.perf_counter()
-        known, selection = self._engine.views.known_visible(self, filters)
+        known, selection = views.known_visible(self, filters)
         if known:
             ids = [c for c, _, _ in found]
             visible = {
@@ -298,14 +313,19 @@ class EmbeddedReader:
             return self._ranked(
                 found, visible, k, details, checked, records=records, dropped=dropped, vector=info
             )
-        uids = self._uids(members)
+        uids = self._engine.owners.owners(members, self._conn, self._publish)
+        if len(uids) < len(members):  # the map is not read yet, or misses a deleted chunk
+            uids.update(self._uids([c for c in members if c not in uids]))
+        details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
         return self._ranked(found, uids, k, details, checked, vector=info)
 
-    def visible_chunk_ids(self, filters: Filters) -> np.ndarray | None:
+    def any_entity_hidden(self, filters: Filters) -> bool:
+        """Whether some entity is unreadable to this reader or fails ``filters``."""
+        return bool(self._run(*statements.any_entity_hidden(SQLITE, self._held, filters)))
+
+    def visible_chunk_ids(self, filters: Filters) -> np.ndarray:
         """Sorted ids of the chunks this reader may see that pass ``filters`` (the dense
-        pre-filter); None when every chunk is in."""
-        if not self._run(*statements.any_entity_hidden(SQLITE, self._held, filters)):
-            return None
+        pre-filter)."""
         rows = self._run(*statements.visible_chunk_ids(SQLITE, self._held, filters))
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         ids.sort()

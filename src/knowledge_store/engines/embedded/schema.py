@@ -7,12 +7,13 @@ a facet column declared later is added before (``Catalog``, :mod:`..sql.facets`)
 
 from __future__ import annotations
 
-from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.embedded.migrate import ENTITY_BODIES_DDL, THIN_ROWS_SCHEMA
+from knowledge_store.engines.sql.dialect import ENTITY_CARD_COLUMNS, ENTITY_CARD_INDEX, SQLITE
 from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 from knowledge_store.model import FACET_NAMES
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = THIN_ROWS_SCHEMA  # 2: body and attributes in entity_bodies (migrate.py)
 
 _FACET_COLUMNS = "".join(f"\n    {facet_column(SQLITE, name)}," for name in FACET_NAMES)
 _FACET_INDEXES = "".join(f"\n{facet_index(name)};" for name in FACET_NAMES)
@@ -41,13 +42,11 @@ CREATE TABLE IF NOT EXISTS entities (
     uid          TEXT NOT NULL UNIQUE,
     type         TEXT NOT NULL,
     title        TEXT NOT NULL,
-    body         TEXT NOT NULL,
     source       TEXT NOT NULL,
     status       TEXT NOT NULL,{facet_columns}
     created_at   TEXT,
     updated_at   TEXT,
     href         TEXT,
-    attributes   TEXT NOT NULL,
     acl_set      INTEGER NOT NULL REFERENCES acl_sets(id),
     content_hash TEXT NOT NULL,
     publish      INTEGER NOT NULL
@@ -60,6 +59,10 @@ CREATE INDEX IF NOT EXISTS entities_by_updated_at ON entities (updated_at);
 CREATE INDEX IF NOT EXISTS entities_by_acl_set    ON entities (acl_set);
 CREATE INDEX IF NOT EXISTS entities_by_href       ON entities (href);
 CREATE INDEX IF NOT EXISTS entities_by_title      ON entities (title);
+CREATE INDEX IF NOT EXISTS {card_index} ON entities ({card_columns});
+-- An entity's body and attributes, out of its row: the row stays a few hundred bytes
+-- (what visibility checks, cards and the graph walk read), the body reaches 100 KB.
+{entity_bodies};
 
 -- Chunk ids are never reused (AUTOINCREMENT): the derived indexes key on them.
 CREATE TABLE IF NOT EXISTS chunks (
@@ -118,7 +121,13 @@ CREATE TABLE IF NOT EXISTS embedding_cache (
     vector BLOB NOT NULL
 ) WITHOUT ROWID;
 """
-SCHEMA = SCHEMA.format(facet_columns=_FACET_COLUMNS, facet_indexes=_FACET_INDEXES)
+SCHEMA = SCHEMA.format(
+    facet_columns=_FACET_COLUMNS,
+    facet_indexes=_FACET_INDEXES,
+    entity_bodies=ENTITY_BODIES_DDL,
+    card_index=ENTITY_CARD_INDEX,
+    card_columns=", ".join(ENTITY_CARD_COLUMNS),
+)
 SCHEMA += f"""
 -- One row per source name: its last ingest (engines/sql/sources.py).
 {SOURCES_DDL};

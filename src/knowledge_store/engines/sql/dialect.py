@@ -25,7 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["HELD_PARAM", "POSTGRES", "SQLITE", "PostgresDialect", "SqlDialect", "SqliteDialect"]
+__all__ = [
+    "ENTITY_CARD_COLUMNS",
+    "ENTITY_CARD_INDEX",
+    "HELD_PARAM",
+    "POSTGRES",
+    "SQLITE",
+    "PostgresDialect",
+    "SqlDialect",
+    "SqliteDialect",
+]
 
 #: The bound parameter holding the principals a reader's identity holds.
 HELD_PARAM = "held"
@@ -34,6 +43,13 @@ PRINCIPAL_PARAM = "principal"
 
 Visibility = Literal["scan", "probe", "walk"]
 ArrayType = Literal["text", "bigint"]
+
+
+#: The embedded catalog's covering index of the columns a lookup by uid reads — the ACL
+#: set, type, title, href and update time (and the row id, as every index has): the graph
+#: walk, successors and edge cards never touch the entity row.
+ENTITY_CARD_INDEX = "entities_card"
+ENTITY_CARD_COLUMNS = ("uid", "acl_set", "type", "title", "href", "updated_at")
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,11 @@ class SqlDialect:
     # -- syntax -------------------------------------------------------------------------------
     def param(self, name: str) -> str:
         raise NotImplementedError
+
+    def entities_by_uid(self, alias: str) -> str:
+        """``entities`` under ``alias``, in a join that looks entities up by uid and reads
+        their cards and ACL set (see :data:`ENTITY_CARD_INDEX`)."""
+        return f"entities AS {alias}"
 
     def bind_list(self, values: Sequence[Any]) -> Any:
         """One parameter value holding a whole list of values of any JSON type."""
@@ -102,8 +123,9 @@ class SqlDialect:
         return "NULL"
 
     def body(self, alias: str) -> tuple[str, str, str]:
-        """``(join, body, attributes)``: how to read entity ``alias``'s body and attributes."""
-        return "", f"{alias}.body", f"{alias}.attributes"
+        """``(join, body, attributes)``: how to read entity ``alias``'s body and attributes
+        (both catalogs keep them in ``entity_bodies``, out of the entity's row)."""
+        return f" JOIN entity_bodies AS b ON b.entity = {alias}.id", "b.body", "b.attributes"
 
     # -- identity and the ACL: the only producer --------------------------------------------------
     def expand_identity(self) -> str:
@@ -163,6 +185,12 @@ class SqliteDialect(SqlDialect):
 
     def param(self, name: str) -> str:
         return f":{name}"
+
+    def entities_by_uid(self, alias: str) -> str:
+        # Without the hint SQLite's planner takes the unique uid index and then reads the
+        # row: more pages per entity (a graph hop's statement at 1M chunks: 0.39 → 0.26 ms
+        # on a warm cache, and less of the cache evicted by the other stages).
+        return f"entities AS {alias} INDEXED BY {ENTITY_CARD_INDEX}"
 
     def list_rows(self, param: str) -> str:
         return f"SELECT value FROM json_each({self.param(param)})"
@@ -280,9 +308,6 @@ class PostgresDialect(SqlDialect):
 
     def null_text(self) -> str:
         return "NULL::text"
-
-    def body(self, alias: str) -> tuple[str, str, str]:
-        return f" JOIN entity_bodies AS b ON b.entity = {alias}.id", "b.body", "b.attributes"
 
 
 SQLITE = SqliteDialect()

@@ -36,6 +36,7 @@ __all__ = [
     "aggregate",
     "any_entity_hidden",
     "chunk_cards",
+    "chunk_owners",
     "chunk_uids",
     "content_chunks",
     "content_edges",
@@ -155,8 +156,8 @@ def successors(
     params["starts"] = d.bind_array(list(uids))
     return (
         head + "SELECT ed.src, e.uid FROM edges AS ed"
-        " JOIN entities AS e ON e.uid = ed.dst"
-        " JOIN entities AS o ON o.uid = ed.src"
+        f" JOIN {d.entities_by_uid('e')} ON e.uid = ed.dst"
+        f" JOIN {d.entities_by_uid('o')} ON o.uid = ed.src"
         f" WHERE ed.label = 'supersededBy' AND {d.in_array('ed.src', 'starts')}"
         f" AND ed.src <> ed.dst AND {d.visible('e', 'probe')} AND {d.visible('o', 'probe')}"
         f" AND {where} ORDER BY ed.src, e.updated_at IS NULL, e.updated_at DESC, e.uid",
@@ -195,7 +196,7 @@ def content_edges(d: SqlDialect, held: Sequence[str], uid: str, near: str, far: 
     head = _acl(d, held, params)
     return (
         head + f"SELECT g.label, g.{far}, g.position, o.title, o.type, o.href"
-        f" FROM edges AS g JOIN entities AS o ON o.uid = g.{far}"
+        f" FROM edges AS g JOIN {d.entities_by_uid('o')} ON o.uid = g.{far}"
         f" WHERE g.{near} = {d.param('uid')} AND {d.visible('o', 'probe')}"
         f" ORDER BY g.label, g.position IS NULL, g.position, g.{far}",
         params,
@@ -264,6 +265,22 @@ def chunk_uids(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
         f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
         f" WHERE {d.in_array('c.id', 'ids', 'bigint')}",
         {"ids": d.bind_array([int(c) for c in chunk_ids])},
+    )
+
+
+def chunk_owners(d: SqlDialect, after: int | None = None) -> Statement:
+    """``id, entity uid`` of every chunk (entity by entity, from the entity index alone), or
+    of the chunks with an id above ``after`` (in id order)."""
+    if after is None:
+        return (
+            f"SELECT c.id, e.uid FROM entities AS e {d.driving_join} chunks AS c"
+            " ON c.entity = e.id",
+            {},
+        )
+    return (
+        f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
+        f" WHERE c.id > {d.param('after')} ORDER BY c.id",
+        {"after": int(after)},
     )
 
 

@@ -80,7 +80,7 @@ def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str, str]:
     chunks). Only a capped hop runs the ordered statement, which keeps the first edges.
     """
     seeds_sql = d.with_acl(f"starts(pos, uid) AS ({d.indexed_array_rows('starts')})") + (
-        f"SELECT e.uid FROM starts AS s JOIN entities AS e ON e.uid = s.uid"
+        f"SELECT e.uid FROM starts AS s JOIN {d.entities_by_uid('e')} ON e.uid = s.uid"
         f" AND {d.visible('e', 'walk')} ORDER BY s.pos"
     )
     steps = step_joins(query.direction, query.labels, source="f.value", dialect=d)
