@@ -100,7 +100,14 @@ class PageIndex:
 
         conn = sqlite3.connect(f"file:{store_path}/catalog.sqlite?mode=ro", uri=True)
         writer = self.index.writer(heap_size=96_000_000, num_threads=1)
-        for uid, type_, title, body in conn.execute("SELECT uid, type, title, body FROM entities"):
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        rows = (  # catalog schema 2 keeps bodies in entity_bodies
+            "SELECT e.uid, e.type, e.title, b.body FROM entities e"
+            " JOIN entity_bodies b ON b.entity = e.id"
+            if "entity_bodies" in tables
+            else "SELECT uid, type, title, body FROM entities"
+        )
+        for uid, type_, title, body in conn.execute(rows):
             doc = tantivy.Document()
             doc.add_text("uid", uid)
             doc.add_text("type", type_)
