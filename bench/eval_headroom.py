@@ -10,7 +10,9 @@ can reach it; the lists themselves must get better.
         --run STORE ../shared/eval/postgres-docs 0.819 \
         --run STORE2 ../shared/eval/sqlite-git-faq 0.513
 
-(the third value is the set's best baseline nDCG@10 from its BASELINES.md).
+(the third value is the set's best baseline nDCG@10 from its BASELINES.md;
+``--worst 50`` also prints the 50 queries where fused loses most against the
+better of the two lists, with each list's top 3: what docs/relevance.md §7 read).
 """
 
 from __future__ import annotations
@@ -33,7 +35,32 @@ from knowledge_store.store import KnowledgeStore
 FILTERS = Filters.build(not_type=("codeSample",))  # as both sets' READMEs ask
 
 
-def headroom(store_path: str, set_dir: str, best_baseline: float) -> dict[str, float]:
+def worst(
+    texts: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    runs: dict[str, dict[str, dict[str, float]]],
+    per: dict[str, dict[str, float]],
+    n: int,
+) -> None:
+    """The ``n`` queries where fused loses most against the better list, each list's top 3."""
+
+    def top(run: dict[str, float], k: int = 3) -> list[str]:
+        return sorted(run, key=lambda uid: -run[uid])[:k]
+
+    def gap(q: str) -> float:
+        return per["fused"][q] - max(per["lexical"][q], per["vector"][q])
+
+    for q in sorted(per["fused"], key=gap)[:n]:
+        scores = " ".join(f"{name[0].upper()}={per[name][q]:.2f}" for name in per)
+        relevant = [uid for uid, grade in qrels[q].items() if grade > 0][:3]
+        print(f"{q} {texts[q]!r} {scores} relevant={relevant}")
+        for name, run in runs.items():
+            print(f"    {name:<8} {top(run.get(q, {}))}")
+
+
+def headroom(
+    store_path: str, set_dir: str, best_baseline: float, show_worst: int = 0
+) -> dict[str, float]:
     queries = read_queries(f"{set_dir}/queries.jsonl")
     qrels = read_qrels(f"{set_dir}/qrels.tsv")
     queries = [(q, t) for q, t in queries if q in qrels]
@@ -54,15 +81,20 @@ def headroom(store_path: str, set_dir: str, best_baseline: float) -> dict[str, f
         max(per["lexical"][q], per["vector"][q]) for q in ids
     )
     out["goal (1.05 x best baseline)"] = 1.05 * best_baseline
+    if show_worst:
+        worst(dict(queries), qrels, runs, per, show_worst)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", nargs=3, action="append", metavar=("STORE", "SET", "BEST"))
+    parser.add_argument(
+        "--worst", type=int, default=0, metavar="N", help="print the N queries fused loses most"
+    )
     args = parser.parse_args()
     for store_path, set_dir, best in args.run or []:
-        figures = headroom(store_path, set_dir, float(best))
+        figures = headroom(store_path, set_dir, float(best), args.worst)
         print(f"\n{set_dir}")
         for name, value in figures.items():
             print(f"  {name:32} {value:.4f}")

@@ -275,6 +275,42 @@ def test_convex_normalisation_examples():
         convex([vec], normalise="rank")
 
 
+def test_convex_spans_a_list_from_its_floor():
+    """A lexical list holding every match (floor 0): its last match keeps a share (regression:
+    min-max over [last, top] gave the second of two matches 0, below every vector-only page)."""
+    vector = RankedList("vector", [("v", 0.9), ("b", 0.8), ("x", 0.4)])
+    lexical = RankedList("lexical", [("a", 12.0), ("b", 9.0)], floor=0.0)
+    out = convex([vector, lexical])
+    assert by_uid(out)["b"].score == pytest.approx(0.8 + 0.75)
+    assert out[0].uid == "b"  # found by both lists, first
+    cut = convex([vector, RankedList("lexical", lexical.items)])
+    assert by_uid(cut)["b"].score == pytest.approx(0.8)  # without a floor: [9, 12] → b gets 0
+    assert cut[0].uid != "b"
+    # A floor above the list's lowest score never lifts the lowest above 0.
+    above = by_uid(convex([RankedList("lexical", [("a", 3.0), ("b", -1.0)], floor=0.0)]))
+    assert above["b"].score == 0.0
+    # The other normalisations ignore the floor.
+    assert by_uid(convex([lexical], normalise="max"))["b"].score == pytest.approx(0.75)
+
+
+@given(ranked_list("lexical"), st.floats(min_value=-1e6, max_value=1e6, allow_nan=False))
+def test_a_floor_keeps_order_and_bounds(lst, floor):
+    floored = RankedList(lst.name, lst.items, floor=floor)
+    out = convex([floored])
+    scores = [r.score for r in out]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    if lst.items and floor <= min(s for _, s in lst.items):
+        plain = by_uid(convex([lst]))
+        # Lowering the bottom of the span never lowers a score.
+        assert all(r.score >= plain[r.uid].score - 1e-12 for r in out)
+
+
+def test_a_floor_must_be_finite():
+    with pytest.raises(InvalidRequest, match="floor"):
+        RankedList("lexical", [("a", 1.0)], floor=math.inf)
+
+
 def test_convex_handles_huge_score_ranges():
     lst = RankedList("lexical", [("a", 1.7e308), ("b", 0.0), ("c", -1.7e308)])
     out = by_uid(convex([lst]))

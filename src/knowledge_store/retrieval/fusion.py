@@ -5,8 +5,9 @@ are folded to their entity first: ``fold_chunks``). Two modes:
 
 * ``rrf``: ``score(e) = Σ_list w_list / (k + rank_list(e))`` — ranks only;
 * ``convex``: ``score(e) = Σ_list w_list × norm(score_list(e))`` — scores, each
-  list normalised on its own (:data:`NORMALISATIONS`: min-max by default; or
-  divided by the list's top score; or z-scores).
+  list normalised on its own (:data:`NORMALISATIONS`: min-max by default, down to
+  the list's ``floor`` when it has one; or divided by the list's top score; or
+  z-scores).
 
 An entity in several lists is one result; a list an entity is absent from
 contributes nothing and reports a null rank. Sums are exact (``math.fsum``), so
@@ -43,12 +44,27 @@ RRF_K = 60
 
 @dataclass(frozen=True)
 class RankedList:
-    """One retriever's answer: ``(uid, score)`` best first; rank = position + 1."""
+    """One retriever's answer: ``(uid, score)`` best first; rank = position + 1.
+
+    ``floor`` is the score of every entity the list leaves out, when the
+    retriever knows it: 0 for a BM25 list that holds every match (an entity
+    outside it matched no query term). ``convex``'s min-max then spans
+    ``[floor, top]`` instead of ``[last, top]``, so a list of two matches gives
+    its second one a share of the weight rather than nothing. None (the
+    default): unknown — the list was cut at its length, and the rest score
+    somewhere below its last.
+    """
 
     name: str
     items: Sequence[tuple[str, float]]
+    floor: float | None = None
 
     def __post_init__(self) -> None:
+        if self.floor is not None and not math.isfinite(self.floor):
+            raise InvalidRequest(
+                f"list {self.name!r} has the floor {self.floor}; a floor must be finite",
+                list=self.name,
+            )
         items = tuple((uid, float(score)) for uid, score in self.items)
         seen: dict[str, int] = {}
         for rank, (uid, score) in enumerate(items, start=1):
@@ -144,9 +160,11 @@ def rrf(
     return _rank(lists, contributions, ranks)
 
 
-def _minmax(scores: Sequence[float]) -> list[float]:
-    """Scores → [0, 1]; a list whose scores are all equal maps to 1.0."""
+def _minmax(scores: Sequence[float], floor: float | None = None) -> list[float]:
+    """Scores → [0, 1] over ``[min(floor, lowest), top]``; all equal (no lower floor) → 1.0."""
     lo, hi = min(scores), max(scores)
+    if floor is not None:
+        lo = min(lo, floor)
     if lo == hi:
         return [1.0] * len(scores)
     span = hi - lo
@@ -198,7 +216,8 @@ def convex(
         if not lst.items:
             continue
         w = weight[lst.name]
-        normalised = scale([score for _, score in lst.items])
+        scores = [score for _, score in lst.items]
+        normalised = _minmax(scores, lst.floor) if scale is _minmax else scale(scores)
         for (uid, _), value in zip(lst.items, normalised, strict=True):
             contributions.setdefault(uid, []).append(w * value)
     return _rank(lists, contributions, ranks)
