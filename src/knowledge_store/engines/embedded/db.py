@@ -39,7 +39,9 @@ class Database:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._local = threading.local()
-        self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        # Last in, first out: a reader gets the connection used last, whose page cache is
+        # warm; a FIFO rotated readers over every pooled connection (and cold caches).
+        self._pool: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
         self._pool_lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
 
@@ -106,4 +108,4 @@ class Database:
         for conn in conns:
             conn.close()
         self._local = threading.local()
-        self._pool = queue.SimpleQueue()
+        self._pool = queue.LifoQueue()

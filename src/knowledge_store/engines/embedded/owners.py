@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from knowledge_store.engines.embedded.db import connect
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import SQLITE
 
@@ -120,7 +121,7 @@ class ChunkOwners:
 
     def load(self) -> None:
         """Read the whole map now, on this thread (what the background loader runs)."""
-        conn = self._catalog.borrow()
+        conn = connect(self._catalog.path)  # its own: a scan would leave a pooled one's cache cold
         try:
             conn.execute("BEGIN")
             publish = self._catalog.latest_publish(conn)[0]
@@ -133,7 +134,7 @@ class ChunkOwners:
                     return
                 parts.append(_arrays(rows, uids, index))
         finally:
-            self._catalog.give(conn)
+            conn.close()
         ids = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
         owner = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int32)
         order = np.argsort(ids, kind="stable")
