@@ -56,7 +56,6 @@ from knowledge_store.model import (
     FUSION_MODES,
     GRAPH_MAX_DEPTH,
     LIST_NAMES,
-    Evidence,
     Filters,
     Result,
     SearchAnswer,
@@ -410,46 +409,49 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
     scores = [by_uid[uid].score if uid in by_uid else 0.0 for uid, _ in kept]
     for i in range(len(scores) - 2, -1, -1):
         scores[i] = max(scores[i], scores[i + 1])
-    results: list[Result] = []
+    # Plain data, validated once by the answer (one call into pydantic's core for all).
+    results: list[dict[str, Any]] = []
     for (uid, superseded_by), score in zip(kept, scores, strict=True):
         card = cards[uid]
         ranks: dict[str, int | None] = dict.fromkeys([*LIST_NAMES, *p.names])
         f = by_uid.get(uid)
         if f is not None:
             ranks.update(f.ranks)
-        results.append(  # typed already (ranks name every list): built without re-validation
-            Result.model_construct(
-                uid=uid,
-                title=card.title,
-                type=card.type,
-                href=card.href,
-                score=score,
-                ranks=ranks,
-                superseded_by=superseded_by,
-                evidence=tuple(
-                    Evidence.model_construct(
-                        chunk_id=c.public_id,
-                        text=c.text,
-                        heading=c.heading,
-                        start=c.start,
-                        end=c.end,
-                    )
+        results.append(
+            {
+                "uid": uid,
+                "title": card.title,
+                "type": card.type,
+                "href": card.href,
+                "score": score,
+                "ranks": ranks,
+                "superseded_by": superseded_by,
+                "evidence": [
+                    {
+                        "chunk_id": c.public_id,
+                        "text": c.text,
+                        "heading": c.heading,
+                        "start": c.start,
+                        "end": c.end,
+                    }
                     for c in (chunks[i] for i in evidence.get(uid, ()) if i in chunks)
-                ),
-                similarity=similarity.get(uid),
-            )
+                ],
+                "similarity": similarity.get(uid),
+            }
         )
     r.ms["hydrate"] = _ms(time.perf_counter() - started)
     vector_info = next((rk.vector for rk in r.rankings.values() if rk.vector is not None), None)
     lexical = r.rankings.get("lexical")
-    return SearchAnswer(
+    answered = SearchAnswer(
         content_root=reader.content_root,
         mode=p.mode,
-        results=results,
+        results=results,  # validated here, into Result
         vector=vector_info,
-        explain=explain(reader, p, r, results) if p.explain else None,
         words_matched=None if lexical is None or not lexical.ran else bool(lexical.candidates),
     )
+    if not p.explain:
+        return answered
+    return answered.model_copy(update={"explain": explain(reader, p, r, answered.results)})
 
 
 #: Decimal places of a result's ``similarity``. An HNSW search and an exact scan score the
