@@ -128,19 +128,8 @@ class PageIndex:
             return []
         if fields == "heads":
             clauses = [(should, q.term_query(self.schema, "heads", w)) for w in terms.words]
-        else:
-            clauses = [(should, q.term_query(self.schema, "body", w)) for w in terms.words]
-            clauses += [
-                (should, q.boost_query(q.term_query(self.schema, "title", w), analysis.TITLE_BOOST))
-                for w in terms.words
-            ]
-            clauses += [
-                (
-                    should,
-                    q.boost_query(q.term_query(self.schema, "ident", t), analysis.IDENTIFIER_BOOST),
-                )
-                for t in terms.idents
-            ]
+        else:  # the engine's query, on this index's fields of the same names
+            clauses = analysis.text_clauses(self.schema, terms)
         excluded = [
             (tantivy.Occur.MustNot, q.term_query(self.schema, "type", t)) for t in EXCLUDED_TYPES
         ]

@@ -89,23 +89,11 @@ class UnitIndex:
         """The top ``k`` units folded to pages (best unit), and whether they were every match."""
         from knowledge_store.engines.embedded import analysis
 
-        q, should = self.tantivy.Query, self.tantivy.Occur.Should
         terms = self.analyzers.query_terms(text)
         if not terms.words:
             return [], True
-        clauses = [(should, q.term_query(self.schema, "body", w)) for w in terms.words]
-        clauses += [
-            (should, q.boost_query(q.term_query(self.schema, "title", w), analysis.TITLE_BOOST))
-            for w in terms.words
-        ]
-        clauses += [
-            (
-                should,
-                q.boost_query(q.term_query(self.schema, "ident", t), analysis.IDENTIFIER_BOOST),
-            )
-            for t in terms.idents
-        ]
-        hits = self.searcher.search(q.boolean_query(clauses), limit=k, count=False).hits
+        query = self.tantivy.Query.boolean_query(analysis.text_clauses(self.schema, terms))
+        hits = self.searcher.search(query, limit=k, count=False).hits
         pages: dict[str, float] = {}
         for score, address in hits:
             pages.setdefault(str(self.searcher.doc(address).get_first("uid")), float(score))

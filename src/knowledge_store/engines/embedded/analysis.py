@@ -44,6 +44,7 @@ __all__ = [
     "bound",
     "epoch",
     "schema",
+    "text_clauses",
 ]
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,27 @@ class Analyzers:
             if IDENTIFIER_ONLY_CODES:
                 idents = [t for t in idents if not t.isalpha()]
         return QueryTerms(tuple(words), tuple(idents))
+
+
+def text_clauses(
+    schema: tantivy.Schema, terms: QueryTerms
+) -> list[tuple[tantivy.Occur, tantivy.Query]]:
+    """The BM25 clauses of ``terms``, all SHOULD: words on ``body`` and (× ``TITLE_BOOST``)
+    ``title``, identifiers on ``ident`` (× ``IDENTIFIER_BOOST``). The boosts are read at
+    call time (``bench/tune_lexical.py`` varies them); any index with these three fields
+    (the engine's, the benches' page and unit indexes) queries this way."""
+    query, should = tantivy.Query, tantivy.Occur.Should
+    clauses = [(should, query.term_query(schema, "body", w)) for w in terms.words]
+    if TITLE_BOOST > 0:
+        clauses += [
+            (should, query.boost_query(query.term_query(schema, "title", w), TITLE_BOOST))
+            for w in terms.words
+        ]
+    clauses += [
+        (should, query.boost_query(query.term_query(schema, "ident", t), IDENTIFIER_BOOST))
+        for t in terms.idents
+    ]
+    return clauses
 
 
 def schema() -> tantivy.Schema:

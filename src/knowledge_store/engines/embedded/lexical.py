@@ -396,33 +396,10 @@ class LexicalIndex:
         return Pinned(searcher, mark, marked=True)
 
     def _text_query(self, text: str) -> tantivy.Query | None:
-        query = tantivy.Query
         terms = self._analyzers.query_terms(text)
         if not terms.words:
             return None
-        clauses = [
-            (tantivy.Occur.Should, query.term_query(self._schema, "body", w)) for w in terms.words
-        ]
-        if analysis.TITLE_BOOST > 0:  # read at query time: bench/tune_lexical.py varies it
-            clauses += [
-                (
-                    tantivy.Occur.Should,
-                    query.boost_query(
-                        query.term_query(self._schema, "title", w), analysis.TITLE_BOOST
-                    ),
-                )
-                for w in terms.words
-            ]
-        clauses += [
-            (
-                tantivy.Occur.Should,
-                query.boost_query(
-                    query.term_query(self._schema, "ident", t), analysis.IDENTIFIER_BOOST
-                ),
-            )
-            for t in terms.idents
-        ]
-        return query.boolean_query(clauses)
+        return tantivy.Query.boolean_query(analysis.text_clauses(self._schema, terms))
 
     def _filter_clauses(
         self, principals: Collection[str] | None, filters: Filters
