@@ -188,9 +188,11 @@ def _first_entities(ranked: RankedChunks, k: int) -> list[Candidate]:
 def _every_match(ranked: RankedChunks, asked: int, kept: Sequence[Candidate]) -> bool:
     """The engine ran out of matches before ``asked`` and no entity was cut: the whole answer.
 
-    Both engines apply the ACL and FILTERS inside the query, so a short answer is the
-    index running out (the embedded reader's final check drops only hits a concurrent
-    publish made invisible, and fetches a slack for them).
+    Both engines answer the first ``asked`` visible matches — the ACL and FILTERS as
+    clauses of the query, or (embedded) no clause when nothing is hidden, or a
+    post-filtered over-fetch that falls back to the clauses unless it fetched every match
+    — so a short answer is the index running out (the embedded reader's final check drops
+    only hits a concurrent publish made invisible, and fetches a slack for them).
     """
     return len(ranked.ids) < asked and len(kept) == len(ranked.ids)
 
