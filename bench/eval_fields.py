@@ -26,6 +26,9 @@ boost 0, which the side index reproduces exactly).
     PYTHONPATH=$PWD/src:$PWD/bench .venv/bin/python bench/eval_fields.py \
         --set /tmp/h20/pg15 /work/shared/eval/postgres-docs \
         --set /tmp/h20/faq /work/shared/eval/sqlite-git-faq [--k1b | --ideas] [--heading-boost 0]
+    # through the engine, on stores built with the heading field (either engine):
+    PYTHONPATH=$PWD/src:$PWD/bench .venv/bin/python bench/eval_fields.py --engine \
+        --set pg:/tmp/h20/pgdb /work/shared/eval/postgres-docs
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import eval_pagelex
 import numpy as np
 import tantivy
 from eval_pagelex import (
@@ -311,6 +315,60 @@ def measure(
     return out
 
 
+BEFORE = "heading boost 0 (before)"
+
+
+def engine_before_after(store_path: str, set_dir: str) -> dict[str, dict[str, Scores]]:
+    """The store's own lists (any engine; ``pg:`` for PostgreSQL) with both engines' heading
+    boost at 0 and as shipped: the through-the-engine Δ, paired per query."""
+    from knowledge_store.engines.postgres import lexical as lexical_sql
+    from knowledge_store.store import KnowledgeStore
+
+    name = Path(set_dir).name
+    qrels = read_qrels(f"{set_dir}/qrels.tsv")
+    queries = [(q, t) for q, t in read_queries(f"{set_dir}/queries.jsonl") if q in qrels]
+    shipped = (analysis.HEADING_BOOST, lexical_sql.HEADING_BOOST)
+    out: dict[str, dict[str, Scores]] = {}
+    with KnowledgeStore.open(store_path) as store:
+        for label, (embedded, postgres) in ((BEFORE, (0.0, 0.0)), ("today", shipped)):
+            analysis.HEADING_BOOST, lexical_sql.HEADING_BOOST = embedded, postgres
+            col = collect(store, queries, filters=FILTERS)
+            out[label] = {
+                "lexical": per_query(qrels, run_variant(col, Variant("l", single="lexical"))),
+                "fused": per_query(qrels, fused_run(col)),
+            }
+    analysis.HEADING_BOOST, lexical_sql.HEADING_BOOST = shipped
+    eval_pagelex.REF = BEFORE  # Δ = shipped − before
+    report_row(name, "today", out)
+    return out
+
+
+def latency(store_path: str, set_dir: str, rounds: int = 2) -> None:
+    """The embedded lexical primitive's time per query (k = 100, ``codeSample`` excluded) with
+    the heading boost at 0 and as shipped, interleaved query by query over the set."""
+    from knowledge_store.engines.embedded.lexical import LexicalIndex
+
+    texts = [t for _, t in read_queries(f"{set_dir}/queries.jsonl")]
+    shipped = analysis.HEADING_BOOST
+    times: dict[float, list[float]] = {0.0: [], shipped: []}
+    index = LexicalIndex(Path(store_path) / "lexical")
+    try:
+        for _ in range(rounds):
+            for text in texts:
+                for boost, spent in times.items():
+                    analysis.HEADING_BOOST = boost
+                    started = time.perf_counter()
+                    index.search(text, 100, principals=None, filters=FILTERS)
+                    spent.append((time.perf_counter() - started) * 1000)
+    finally:
+        analysis.HEADING_BOOST = shipped
+        index.close()
+    for boost, spent in times.items():
+        spent.sort()
+        p50, p95 = spent[len(spent) // 2], spent[int(len(spent) * 0.95)]
+        print(f"{Path(set_dir).name}: heading boost {boost:g}: p50 {p50:.3f} ms, p95 {p95:.3f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -325,7 +383,22 @@ def main() -> None:
         default=analysis.HEADING_BOOST,
         help="the engine's heading boost for this run (0: the engine before the field)",
     )
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="only the store's own lists, heading boost 0 vs shipped (either engine)",
+    )
+    parser.add_argument(
+        "--latency", action="store_true", help="the embedded lexical primitive's time per query"
+    )
     args = parser.parse_args()
+    if args.latency:
+        for store_path, set_dir in args.set:
+            latency(store_path, set_dir)
+        return
+    if args.engine:
+        print_macro({Path(d).name: engine_before_after(s, d) for s, d in args.set})
+        return
     analysis.HEADING_BOOST = args.heading_boost
     args.work.mkdir(parents=True, exist_ok=True)
     scores = {Path(d).name: measure(s, d, args.work, args.k1b, args.ideas) for s, d in args.set}
