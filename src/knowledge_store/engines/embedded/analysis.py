@@ -66,7 +66,7 @@ TITLE_BOOST = 0.25
 #: Boost of the heading field — the chunk's innermost heading below the title — (0 leaves
 #: it out of the query): a lighter touch still; the body already holds the heading path.
 #: Measured on both shared sets (docs/relevance.md §8, bench/eval_fields.py): fused nDCG@10
-#: postgres-docs +0.0026 [+0.0003, +0.0049], sqlite-git-faq +0.0132 [+0.0000, +0.0395],
+#: postgres-docs +0.0026 [+0.0003, +0.0049], sqlite-git-faq +0.0132 [+0.0000, +0.0395] (one query),
 #: macro +0.0079 [+0.0005, +0.0215]; boosts of 0.5 and above lose on postgres-docs.
 HEADING_BOOST = 0.1
 #: Query the identifier field only with tokens that are not plain words
