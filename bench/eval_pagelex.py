@@ -129,7 +129,7 @@ class PageIndex:
         if fields == "heads":
             clauses = [(should, q.term_query(self.schema, "heads", w)) for w in terms.words]
         else:  # the engine's query, on this index's fields of the same names
-            clauses = analysis.text_clauses(self.schema, terms)
+            clauses = analysis.text_clauses(self.schema, terms, heading=False)
         excluded = [
             (tantivy.Occur.MustNot, q.term_query(self.schema, "type", t)) for t in EXCLUDED_TYPES
         ]

@@ -92,7 +92,8 @@ class UnitIndex:
         terms = self.analyzers.query_terms(text)
         if not terms.words:
             return [], True
-        query = self.tantivy.Query.boolean_query(analysis.text_clauses(self.schema, terms))
+        clauses = analysis.text_clauses(self.schema, terms, heading=False)  # units: no headings
+        query = self.tantivy.Query.boolean_query(clauses)
         hits = self.searcher.search(query, limit=k, count=False).hits
         pages: dict[str, float] = {}
         for score, address in hits:

@@ -23,7 +23,7 @@ from knowledge_store.engines.base import PreparedEntity
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
-from knowledge_store.engines.postgres.schema import MIGRATIONS, Migration
+from knowledge_store.engines.postgres.schema import FIELD_HEADING, MIGRATIONS, Migration
 from knowledge_store.errors import InvalidRequest, QueryTimeout, StoreError
 from knowledge_store.graphquery.check import checked_query
 from knowledge_store.model import (
@@ -80,10 +80,11 @@ def test_a_store_of_a_newer_version_is_refused_with_what_to_do(database: str) ->
 
 def _as_version_1(url: str) -> PostgresEngine:
     """A store at schema version 1 that this build's publish can write to: it writes the
-    facet columns (version 4), so the old schema gets those columns, nothing else."""
+    facet columns (version 4) and the heading field (version 5), so the old schema gets
+    those, nothing else."""
     engine = PostgresEngine.open(url, migrations=MIGRATIONS[:1])
     with engine.db.write() as conn:
-        for statement in MIGRATIONS[3].statements:
+        for statement in (*MIGRATIONS[3].statements, *MIGRATIONS[4].statements):
             conn.execute(statement)
     return engine
 
@@ -119,6 +120,31 @@ def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(datab
         engine.close()
     with pytest.raises(StoreError, match="newer"):
         PostgresEngine.open(url)  # this build knows one version less
+
+
+def test_version_5_fills_the_heading_field_of_a_version_4_store_in_place(database: str) -> None:
+    url = postgres_support.store_url(database, "heading")
+    with KnowledgeStore.open(url, embedder=HASH_SPEC) as store:
+        store.ingest_records(DOCS)
+        engine = _engine(store)
+        built = _statistics(engine)
+        assert any(field == FIELD_HEADING for field, _, _ in built[0])
+        before = [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits]
+        with engine.db.write() as conn:  # the store as version 4 left it
+            for statement in (
+                f"DELETE FROM lexical_postings WHERE field = {FIELD_HEADING}",
+                f"DELETE FROM lexical_terms WHERE field = {FIELD_HEADING}",
+                f"DELETE FROM lexical_fields WHERE field = {FIELD_HEADING}",
+                "ALTER TABLE chunks DROP COLUMN len_heading",
+                "DROP FUNCTION ks_last_heading(text, jsonb)",
+                "UPDATE meta SET value = '4' WHERE key = 'schema_version'",
+            ):
+                conn.execute(statement)
+    with KnowledgeStore.open(url, embedder=HASH_SPEC) as store:
+        engine = _engine(store)
+        assert engine.stats().to_dict()["needs_rebuild"] is False
+        assert _statistics(engine) == built
+        assert [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits] == before
 
 
 def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None:
@@ -209,6 +235,21 @@ def _reference_bm25(engine: PostgresEngine, text: str) -> dict[int, float]:
     fields.append(
         (lexical_sql.TITLE_BOOST, title, {i: sum(b.values()) for i, b in title.items()}, q_words)
     )
+    heading = {
+        int(i): bag("ks_words", str(h))
+        for i, h in conn.execute(
+            "SELECT c.id, ks_last_heading(e.title, c.heading) FROM chunks AS c"
+            " JOIN entities AS e ON e.id = c.entity"
+        )
+    }
+    fields.append(
+        (
+            lexical_sql.HEADING_BOOST,
+            heading,
+            {i: sum(b.values()) for i, b in heading.items()},
+            q_words,
+        )
+    )
     fields.append(
         (
             lexical_sql.IDENT_BOOST,
@@ -297,7 +338,7 @@ def test_bm25_statistics_stay_exact_through_updates_deletes_and_a_rebuild(databa
         assert _statistics(engine) == kept
         assert [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits] == before
         store.delete([d["uid"] for d in DOCS[:6] if d["uid"] != DOCS[2]["uid"]])
-        assert _statistics(engine) == ([], [(0, 0, 0), (1, 0, 0), (2, 0, 0)], [])
+        assert _statistics(engine) == ([], [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0)], [])
         assert store.is_empty
     finally:
         store.close()

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.lexical import SIDECAR, LexicalDoc, LexicalIndex
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Filters
+from knowledge_store.model import Filters, compose_context, last_heading
 
 TYPES = ("section", "chapter", "codeSample", "ticket")
 SOURCES = ("docs", "jira", "wiki")
@@ -433,3 +434,70 @@ def test_index_of_another_schema_version_starts_empty(tmp_path: Path) -> None:
     again = LexicalIndex(path)
     assert again.watermark == 0 and again.num_docs() == 0
     again.close()
+
+
+# -- the heading field -------------------------------------------------------------------
+
+
+def _heading_pair(tmp_path: Path) -> LexicalIndex:
+    """Chunk 1 sits under the heading "Vacuum"; chunk 2 has the word in its text. Both
+    bodies (title + heading path + text) hold the same words, so only the heading field
+    tells them apart."""
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.add(
+        [
+            make_doc(1, title="Maintenance", heading=("Maintenance", "Vacuum"), text="reclaim"),
+            make_doc(2, title="Maintenance", heading=("Maintenance",), text="vacuum reclaim"),
+        ]
+    )
+    ix.commit(1)
+    return ix
+
+
+def test_a_query_word_in_the_chunks_last_heading_ranks_it_first(tmp_path: Path) -> None:
+    ix = _heading_pair(tmp_path)
+    hits = ix.search("vacuum", 10, principals=None, filters=Filters())
+    assert [chunk_id for chunk_id, _, _ in hits] == [1, 2]
+    assert hits[0][2] > hits[1][2]
+    ix.close()
+
+
+def test_without_the_heading_boost_the_two_chunks_tie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(analysis, "HEADING_BOOST", 0.0)
+    ix = _heading_pair(tmp_path)
+    (_, _, first), (_, _, second) = ix.search("vacuum", 10, principals=None, filters=Filters())
+    assert first == pytest.approx(second)
+    ix.close()
+
+
+def test_only_the_innermost_heading_below_the_title_is_in_the_heading_field(
+    tmp_path: Path,
+) -> None:
+    ix = LexicalIndex(tmp_path / "lex")
+    ix.add(
+        [
+            make_doc(1, title="Guide", heading=("Guide", "Outer", "Inner"), text="x"),
+            make_doc(2, title="Guide", heading=("Guide",), text="outer inner x"),
+        ]
+    )
+    ix.commit(1)
+    outer = ix.search("outer", 10, principals=None, filters=Filters())
+    inner = ix.search("inner", 10, principals=None, filters=Filters())
+    assert outer[0][2] == pytest.approx(outer[1][2])  # in both bodies only
+    assert [c for c, _, _ in inner] == [1, 2] and inner[0][2] > inner[1][2]
+    ix.close()
+
+
+@given(
+    st.text(max_size=8),
+    st.lists(st.text(max_size=8), max_size=4),
+)
+def test_last_heading_is_the_last_piece_of_the_context_path(title: str, heading: list[str]) -> None:
+    last = last_heading(title, heading)
+    below = [h for h in heading if h and h != title]
+    assert last == (below[-1] if below else "")
+    assert last != title or last == ""
+    if last:
+        assert f"\n{' > '.join(below)}\n" in compose_context(title, heading, "text")

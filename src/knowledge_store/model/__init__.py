@@ -57,6 +57,7 @@ from knowledge_store.model.records import (
     Entity,
     Identity,
     compose_context,
+    last_heading,
 )
 from knowledge_store.model.text import (
     PRINCIPAL_PATTERN,
@@ -264,6 +265,7 @@ __all__ = [
     "compose_context",
     "filter_field",
     "format_timestamp",
+    "last_heading",
     "name_problem",
     "near_misses",
     "normalize_timestamp",

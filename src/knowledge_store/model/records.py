@@ -16,7 +16,15 @@ from typing import Any
 from knowledge_store.model.text import check_principal
 from knowledge_store.model.vocabulary import EVERYONE, FACET_NAMES
 
-__all__ = ["ENTITY_FIELDS", "Chunk", "Edge", "Entity", "Identity", "compose_context"]
+__all__ = [
+    "ENTITY_FIELDS",
+    "Chunk",
+    "Edge",
+    "Entity",
+    "Identity",
+    "compose_context",
+    "last_heading",
+]
 
 
 @dataclass(frozen=True)
@@ -154,8 +162,19 @@ class Chunk:
 
 
 def compose_context(title: str, heading: Sequence[str], text: str) -> str:
-    path = " > ".join(h for h in heading if h and h != title)
+    path = " > ".join(_below_title(title, heading))
     return f"{title}\n{path}\n{text}" if path else f"{title}\n{text}"
+
+
+def last_heading(title: str, heading: Sequence[str]) -> str:
+    """The innermost heading of a chunk's path below the entity title ("" when none):
+    what the lexical index's ``heading`` field holds."""
+    below = _below_title(title, heading)
+    return below[-1] if below else ""
+
+
+def _below_title(title: str, heading: Sequence[str]) -> list[str]:
+    return [h for h in heading if h and h != title]
 
 
 @dataclass(frozen=True)

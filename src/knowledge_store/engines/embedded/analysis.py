@@ -19,6 +19,7 @@ created_at/     entity dates, seconds since the epoch      i64, indexed, fast
 updated_at
 body            title + heading path + text                English: words, stop words, stems
 title           the entity title                           English analyzer (boosted)
+heading         the chunk's last heading below the title   English analyzer (boosted)
 ident           title + heading path + text                identifiers kept whole, lowercased
 ==============  =========================================  ==========================
 """
@@ -35,6 +36,7 @@ from knowledge_store.errors import StoreError
 from knowledge_store.model import FILTER_FIELDS, stored_timestamp
 
 __all__ = [
+    "HEADING_BOOST",
     "IDENTIFIER_BOOST",
     "IDENTIFIER_ONLY_CODES",
     "TITLE_BOOST",
@@ -61,6 +63,12 @@ IDENTIFIER_BOOST = 1.0
 #: Boost of the title field (0 leaves it out of the query): a light touch; every
 #: chunk repeats its page title, so a heavy boost drowns the body.
 TITLE_BOOST = 0.25
+#: Boost of the heading field — the chunk's innermost heading below the title — (0 leaves
+#: it out of the query): a lighter touch still; the body already holds the heading path.
+#: Measured on both shared sets (docs/relevance.md §8, bench/eval_fields.py): fused nDCG@10
+#: postgres-docs +0.0026 [+0.0003, +0.0049], sqlite-git-faq +0.0132 [+0.0000, +0.0395] (one query),
+#: macro +0.0079 [+0.0005, +0.0215]; boosts of 0.5 and above lose on postgres-docs.
+HEADING_BOOST = 0.1
 #: Query the identifier field only with tokens that are not plain words
 #: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
 IDENTIFIER_ONLY_CODES = True
@@ -149,19 +157,22 @@ class Analyzers:
 
 
 def text_clauses(
-    schema: tantivy.Schema, terms: QueryTerms
+    schema: tantivy.Schema, terms: QueryTerms, *, heading: bool = True
 ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
-    """The BM25 clauses of ``terms``, all SHOULD: words on ``body`` and (× ``TITLE_BOOST``)
-    ``title``, identifiers on ``ident`` (× ``IDENTIFIER_BOOST``). The boosts are read at
-    call time (``bench/tune_lexical.py`` varies them); any index with these three fields
-    (the engine's, the benches' page and unit indexes) queries this way."""
+    """The BM25 clauses of ``terms``, all SHOULD: words on ``body``, (× ``TITLE_BOOST``)
+    ``title`` and (× ``HEADING_BOOST``) ``heading``, identifiers on ``ident`` (×
+    ``IDENTIFIER_BOOST``). The boosts are read at call time (``bench/tune_lexical.py``
+    varies them); any index with these fields (the engine's, the benches' side indexes)
+    queries this way — one without a ``heading`` field (the benches' page and unit
+    indexes: no chunk headings) with ``heading=False``."""
     query, should = tantivy.Query, tantivy.Occur.Should
     clauses = [(should, query.term_query(schema, "body", w)) for w in terms.words]
-    if TITLE_BOOST > 0:
-        clauses += [
-            (should, query.boost_query(query.term_query(schema, "title", w), TITLE_BOOST))
-            for w in terms.words
-        ]
+    for name, boost in (("title", TITLE_BOOST), ("heading", HEADING_BOOST if heading else 0.0)):
+        if boost > 0:
+            clauses += [
+                (should, query.boost_query(query.term_query(schema, name, w), boost))
+                for w in terms.words
+            ]
     clauses += [
         (should, query.boost_query(query.term_query(schema, "ident", t), IDENTIFIER_BOOST))
         for t in terms.idents
@@ -183,6 +194,7 @@ def schema() -> tantivy.Schema:
             builder.add_integer_field(field.name, indexed=True, fast=True)
     builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
+    builder.add_text_field("heading", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
     return builder.build()
 

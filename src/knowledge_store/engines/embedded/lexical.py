@@ -9,7 +9,7 @@ filters it is given, *inside* the query, before ranking.
 Fields, analyzers and query terms: :mod:`.analysis`.
 
 A query is a disjunction of term queries (BM25, k1=1.2, b=0.75): every word on
-``body`` and ``title``, and every token that is not a plain word (``pg_hba.conf``,
+``body``, ``title`` and ``heading``, and every token that is not a plain word (``pg_hba.conf``,
 ``err-1042``, ``$libdir``) on ``ident`` — ANDed with the ACL and filter
 clauses, which score 0. The ACL clause is a term set of the principals the
 caller holds (itself, ``everyone`` and its groups, expanded by the catalog): a
@@ -46,15 +46,21 @@ from knowledge_store.engines.embedded.analysis import (
     schema,
 )
 from knowledge_store.errors import StoreError
-from knowledge_store.model import FACET_NAMES, FILTER_FIELDS, Filters, compose_context
+from knowledge_store.model import (
+    FACET_NAMES,
+    FILTER_FIELDS,
+    Filters,
+    compose_context,
+    last_heading,
+)
 
 __all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", "QueryTerms"]
 
 log = logging.getLogger(__name__)
 
 #: Bumped whenever fields or analyzers change; an index of another version is rebuilt.
-SCHEMA_VERSION = 5  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
-# 4: a facet field; 5: the filter fields named in SCHEMA_ID
+SCHEMA_VERSION = 6  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
+# 4: a facet field; 5: the filter fields named in SCHEMA_ID; 6: the heading field
 #: What the sidecar records of the layout: the version and the filter fields (their Tantivy
 #: fields come from FILTER_FIELDS), so an index built with another field set — a filter
 #: field declared or dropped since — is of another schema, and is rebuilt from the catalog.
@@ -305,6 +311,7 @@ class LexicalIndex:
         full = compose_context(doc.title, doc.heading, doc.text)
         out.add_text("body", full)
         out.add_text("title", doc.title)
+        out.add_text("heading", last_heading(doc.title, doc.heading))
         out.add_text("ident", full)
         return out
 

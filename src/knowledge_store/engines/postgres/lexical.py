@@ -7,8 +7,9 @@ Rankers (a small registry; ``LEXICAL_RANKERS``):
     transaction keeps exact: ``lexical_postings`` (term frequency and field
     length per chunk and term), ``lexical_terms`` (document frequency per
     term) and ``lexical_fields`` (chunks and total length per field → avgdl).
-    Three fields, summed, as in the embedded engine's Tantivy index: ``body``
-    (English stems over title + heading path + text), ``title`` (boost 0.25)
+    Four fields, summed, as in the embedded engine's Tantivy index: ``body``
+    (English stems over title + heading path + text), ``title`` (boost 0.25),
+    ``heading`` (the chunk's innermost heading below the title, boost 0.1)
     and ``ident`` (identifiers as written — ``pg_stat_activity``,
     ``pg_hba.conf``, ``err-1042`` — matched whole).
 ``ts_rank_cd``
@@ -34,7 +35,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.postgres.schema import (
+    FIELD_BODY,
+    FIELD_HEADING,
+    FIELD_IDENT,
+    FIELD_TITLE,
+)
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.errors import InvalidRequest
@@ -44,6 +50,7 @@ __all__ = [
     "BM25_B",
     "BM25_K1",
     "DEFAULT_RANKER",
+    "HEADING_BOOST",
     "IDENT_BOOST",
     "LEXICAL_RANKERS",
     "TITLE_BOOST",
@@ -55,6 +62,7 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 #: Field boosts, as the embedded engine's (measured there with bench/tune_lexical.py).
 TITLE_BOOST = 0.25
+HEADING_BOOST = 0.1
 IDENT_BOOST = 1.0
 #: At most this many distinct query terms per field (a 10k-character query stays cheap).
 MAX_QUERY_TERMS = 256
@@ -86,6 +94,9 @@ q(field, term, boost) AS (
     UNION ALL
     (SELECT {FIELD_TITLE}::smallint, w.term, %(title_boost)s::float8 FROM ks_words(%(text)s) AS w
      LIMIT {MAX_QUERY_TERMS})
+    UNION ALL
+    (SELECT {FIELD_HEADING}::smallint, w.term, %(heading_boost)s::float8
+     FROM ks_words(%(text)s) AS w LIMIT {MAX_QUERY_TERMS})
     UNION ALL
     (SELECT {FIELD_IDENT}::smallint, i.term, %(ident_boost)s::float8 FROM ks_idents(%(text)s) AS i
      LIMIT {MAX_QUERY_TERMS})
@@ -122,6 +133,7 @@ ORDER BY s.score DESC, c.id"""
         k1=BM25_K1,
         b=BM25_B,
         title_boost=TITLE_BOOST,
+        heading_boost=HEADING_BOOST,
         ident_boost=IDENT_BOOST,
     )
     return LexicalStatement(sql, params)

@@ -24,7 +24,13 @@ import numpy as np
 
 from knowledge_store.engines.base import PreparedEntity, Published
 from knowledge_store.engines.postgres.db import Connection
-from knowledge_store.engines.postgres.schema import FIELD_BODY, FIELD_IDENT, FIELD_TITLE
+from knowledge_store.engines.postgres.schema import (
+    FIELD_BODY,
+    FIELD_HEADING,
+    FIELD_IDENT,
+    FIELD_TITLE,
+    HEADING_POSTINGS,
+)
 from knowledge_store.engines.shared import DERIVED_LINK, stored_entity
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import POSTGRES
@@ -57,11 +63,12 @@ CREATE TEMP TABLE IF NOT EXISTS ks_stage (
 
 _INSERT_CHUNKS = """
 INSERT INTO chunks (id, entity, ordinal, text, heading, start, "end", embedding, tsv,
-                    len_body, len_title, len_ident)
+                    len_body, len_title, len_ident, len_heading)
 SELECT s.id, s.entity, s.ordinal, s.text, s.heading::jsonb, s.start, s."end", s.embedding, x.tsv,
        (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(x.tsv) AS u),
        (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
-       ks_ident_length(x.ctx)
+       ks_ident_length(x.ctx),
+       (SELECT coalesce(sum(w.tf), 0) FROM ks_words(ks_last_heading(e.title, s.heading::jsonb)) AS w)
 FROM ks_stage AS s
 JOIN entities AS e ON e.id = s.entity
 CROSS JOIN LATERAL (SELECT ks_context(e.title, s.heading::jsonb, s.text) AS ctx) AS c
@@ -80,6 +87,7 @@ UNION ALL
 SELECT {FIELD_IDENT}, i.term, c.id, i.tf, c.len_ident, c.entity
 FROM {{source}} JOIN entities AS e ON e.id = c.entity
 CROSS JOIN LATERAL ks_idents(ks_context(e.title, c.heading, c.text)) AS i
+UNION ALL{HEADING_POSTINGS}
 """
 _STAGED = "ks_stage AS s JOIN chunks AS c ON c.id = s.id"
 _INSERT_POSTINGS = _POSTINGS.format(source=_STAGED)
@@ -98,7 +106,9 @@ REBUILD_LEXICAL: tuple[str, ...] = (
     """UPDATE chunks AS c
     SET tsv = ks_tsv(ks_context(e.title, c.heading, c.text)),
         len_title = (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
-        len_ident = ks_ident_length(ks_context(e.title, c.heading, c.text))
+        len_ident = ks_ident_length(ks_context(e.title, c.heading, c.text)),
+        len_heading = (
+            SELECT coalesce(sum(w.tf), 0) FROM ks_words(ks_last_heading(e.title, c.heading)) AS w)
     FROM entities AS e WHERE e.id = c.entity""",
     """UPDATE chunks SET len_body = (
         SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(tsv) AS u)""",
@@ -109,6 +119,7 @@ REBUILD_LEXICAL: tuple[str, ...] = (
         SELECT {FIELD_BODY} AS field, count(*) AS docs, coalesce(sum(len_body), 0) AS len FROM chunks
         UNION ALL SELECT {FIELD_TITLE}, count(*), coalesce(sum(len_title), 0) FROM chunks
         UNION ALL SELECT {FIELD_IDENT}, count(*), coalesce(sum(len_ident), 0) FROM chunks
+        UNION ALL SELECT {FIELD_HEADING}, count(*), coalesce(sum(len_heading), 0) FROM chunks
     ) AS d WHERE f.field = d.field""",
     "UPDATE entities AS e SET chunk_count = (SELECT count(*) FROM chunks AS c WHERE c.entity = e.id)",
 )
@@ -124,6 +135,9 @@ FROM (
     SELECT {FIELD_TITLE}, count(*), coalesce(sum(len_title), 0) FROM chunks WHERE id = ANY(%(ids)s)
     UNION ALL
     SELECT {FIELD_IDENT}, count(*), coalesce(sum(len_ident), 0) FROM chunks WHERE id = ANY(%(ids)s)
+    UNION ALL
+    SELECT {FIELD_HEADING}, count(*), coalesce(sum(len_heading), 0)
+    FROM chunks WHERE id = ANY(%(ids)s)
 ) AS d
 WHERE f.field = d.field
 """

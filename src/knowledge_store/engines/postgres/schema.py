@@ -33,8 +33,10 @@ __all__ = [
     "ADVISORY_LOCK_WRITE",
     "BM25_EXTENSIONS",
     "FIELD_BODY",
+    "FIELD_HEADING",
     "FIELD_IDENT",
     "FIELD_TITLE",
+    "HEADING_POSTINGS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Features",
@@ -52,6 +54,7 @@ ADVISORY_LOCK_MIGRATE = 0x4B53_4D47  # "KSMG"
 FIELD_BODY = 0
 FIELD_TITLE = 1
 FIELD_IDENT = 2
+FIELD_HEADING = 3  # schema version 5
 
 #: BM25 extensions the engine uses when one is installed (detected on open).
 BM25_EXTENSIONS: tuple[str, ...] = ("pg_search", "pg_textsearch")
@@ -303,11 +306,43 @@ _V3: tuple[str, ...] = (SOURCES_DDL, CRAWL_PAGES_DDL)
 #: migration: opening a store adds the facet columns it lacks (``migrate.open_schema``).
 _V4: tuple[str, ...] = tuple(s for name in FACET_NAMES for s in add_facet(POSTGRES, name))
 
+#: The ``heading`` field's postings of the chunks ``{source}`` (a FROM item with alias ``c``):
+#: the words of each chunk's innermost heading below the title (``model.last_heading``).
+HEADING_POSTINGS = f"""
+SELECT {FIELD_HEADING}, w.term, c.id, w.tf, c.len_heading, c.entity
+FROM {{source}} JOIN entities AS e ON e.id = c.entity
+CROSS JOIN LATERAL ks_words(ks_last_heading(e.title, c.heading)) AS w"""
+
+#: Version 5: the ``heading`` field of the SQL BM25 (as the embedded engine's Tantivy
+#: field), filled in place from the chunks already stored.
+_V5: tuple[str, ...] = (
+    """
+CREATE OR REPLACE FUNCTION ks_last_heading(title text, heading jsonb)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce((SELECT h FROM jsonb_array_elements_text(heading) WITH ORDINALITY AS x(h, n)
+                     WHERE h <> '' AND h <> title ORDER BY n DESC LIMIT 1), '')
+$$""",
+    "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS len_heading integer NOT NULL DEFAULT 0",
+    """UPDATE chunks AS c SET len_heading = (
+        SELECT coalesce(sum(w.tf), 0) FROM ks_words(ks_last_heading(e.title, c.heading)) AS w)
+    FROM entities AS e WHERE e.id = c.entity""",
+    f"DELETE FROM lexical_postings WHERE field = {FIELD_HEADING}",
+    f"DELETE FROM lexical_terms WHERE field = {FIELD_HEADING}",
+    "INSERT INTO lexical_postings (field, term, chunk, tf, dl, entity)"
+    + HEADING_POSTINGS.format(source="chunks AS c"),
+    "INSERT INTO lexical_terms (field, term, df) SELECT field, term, count(*)"
+    f" FROM lexical_postings WHERE field = {FIELD_HEADING} GROUP BY field, term",
+    f"""INSERT INTO lexical_fields (field, docs, total_len)
+    SELECT {FIELD_HEADING}, count(*), coalesce(sum(len_heading), 0) FROM chunks
+    ON CONFLICT (field) DO UPDATE SET docs = excluded.docs, total_len = excluded.total_len""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
     Migration(3, "sources and crawl state", _V3),
     Migration(4, "the facet columns", _V4),
+    Migration(5, "the heading field of the SQL BM25", _V5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
