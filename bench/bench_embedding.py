@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np
-from common import EVAL
+from common import EVAL, chunk_vectors_sql
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = EVAL / "corpus.jsonl"  # $KS_EVAL_DIR, else ../shared/eval/postgres-docs
@@ -225,8 +225,10 @@ def cold_cli(args: argparse.Namespace) -> None:
 
 def store_vectors(store: Path) -> dict[tuple[str, int], np.ndarray]:
     conn = sqlite3.connect(f"file:{store / 'catalog.sqlite'}?mode=ro", uri=True)
+    vectors, vector = chunk_vectors_sql(conn)
     rows = conn.execute(
-        "SELECT e.uid, c.ordinal, c.embedding FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+        f"SELECT e.uid, c.ordinal, {vector} FROM chunks AS c"
+        f" JOIN entities AS e ON e.id = c.entity{vectors}"
     )
     out = {(u, int(o)): np.frombuffer(b, dtype=np.float32) for u, o, b in rows}
     conn.close()

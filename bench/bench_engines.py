@@ -42,6 +42,8 @@ from common import (
     EVAL,
     PG15_STORE,
     ROOT,
+    chunk_vectors_sql,
+    entity_bodies_sql,
     need_eval,
     percentiles,
     pg15_store,
@@ -109,8 +111,10 @@ def catalog_entities(store: Path) -> list[PreparedEntity]:
     ):
         acls[acl_set] = (*acls.get(acl_set, ()), principal)
     chunks: dict[int, list[tuple[Chunk, np.ndarray]]] = {}
+    vectors, vector = chunk_vectors_sql(conn)
     for entity, ordinal, text, heading, start, end, blob in conn.execute(
-        'SELECT entity, ordinal, text, heading, start, "end", embedding FROM chunks ORDER BY id'
+        f'SELECT c.entity, c.ordinal, c.text, c.heading, c.start, c."end", {vector}'
+        f" FROM chunks AS c{vectors} ORDER BY c.id"
     ):
         chunks.setdefault(entity, []).append(
             (
@@ -119,9 +123,11 @@ def catalog_entities(store: Path) -> list[PreparedEntity]:
             )
         )
     out = []
+    bodies, b = entity_bodies_sql(conn)
     for row in conn.execute(
-        "SELECT id, uid, type, title, body, source, status, created_at, updated_at, href,"
-        " attributes, acl_set FROM entities ORDER BY id"
+        f"SELECT e.id, e.uid, e.type, e.title, {b}.body, e.source, e.status, e.created_at,"
+        f" e.updated_at, e.href, {b}.attributes, e.acl_set FROM entities AS e{bodies}"
+        " ORDER BY e.id"
     ):
         mine = chunks.get(row[0], [])
         entity = Entity(

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import percentiles, queries, table
+from common import chunk_vectors_sql, percentiles, queries, table
 
 
 def _chunks(path: Path) -> tuple[list[tuple[int, str, str]], np.ndarray, np.ndarray]:
@@ -37,9 +37,10 @@ def _chunks(path: Path) -> tuple[list[tuple[int, str, str]], np.ndarray, np.ndar
     docs: list[tuple[int, str, str]] = []
     ids: list[int] = []
     blobs: list[bytes] = []
+    vectors, vector = chunk_vectors_sql(conn)
     for cid, uid, title, heading, text, blob in conn.execute(
-        "SELECT c.id, e.uid, e.title, c.heading, c.text, c.embedding"
-        " FROM chunks c JOIN entities e ON e.id = c.entity ORDER BY c.id"
+        f"SELECT c.id, e.uid, e.title, c.heading, c.text, {vector}"
+        f" FROM chunks c JOIN entities e ON e.id = c.entity{vectors} ORDER BY c.id"
     ):
         path_text = " > ".join(h for h in json.loads(heading) if h and h != title)
         docs.append(

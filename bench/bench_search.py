@@ -62,9 +62,10 @@ def replicate(source: Path, target: Path, chunks_wanted: int, *, batch: int = 50
     with src.catalog.read() as conn:
         uids = [u for (u,) in conn.execute("SELECT uid FROM entities ORDER BY id")]
         entities = [src.catalog.load_entity(conn, u) for u in uids]
-        rows = conn.execute(
-            'SELECT e.uid, c.ordinal, c.text, c.heading, c.start, c."end", c.embedding'
-            " FROM chunks c JOIN entities e ON e.id = c.entity ORDER BY e.id, c.ordinal"
+        rows = conn.execute(  # the engine opened it: schema 3, vectors in chunk_vectors
+            'SELECT e.uid, c.ordinal, c.text, c.heading, c.start, c."end", v.embedding'
+            " FROM chunks c JOIN entities e ON e.id = c.entity"
+            " JOIN chunk_vectors v ON v.id = c.id ORDER BY e.id, c.ordinal"
         ).fetchall()
     by_uid: dict[str, list[Any]] = {}
     for r in rows:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import statistics
 import sys
 import time
@@ -84,15 +85,35 @@ def stopwatch(label: str) -> Iterator[None]:
     print(f"  {label}: {time.perf_counter() - started:.1f} s", flush=True)
 
 
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {str(n) for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def entity_bodies_sql(conn: sqlite3.Connection) -> tuple[str, str]:
+    """``(join, table alias)`` that read entity ``e``'s ``body`` and ``attributes`` in an
+    embedded catalog of any schema: 2 moved them to ``entity_bodies``, 1 has them inline."""
+    if "entity_bodies" in _tables(conn):
+        return " JOIN entity_bodies AS b ON b.entity = e.id", "b"
+    return "", "e"
+
+
+def chunk_vectors_sql(conn: sqlite3.Connection) -> tuple[str, str]:
+    """``(join, column)`` that read chunk ``c``'s vector in an embedded catalog of any
+    schema: 3 moved it to ``chunk_vectors``, older ones have it in the chunk row."""
+    if "chunk_vectors" in _tables(conn):
+        return " JOIN chunk_vectors AS v ON v.id = c.id", "v.embedding"
+    return "", "c.embedding"
+
+
 def source_chunks(store_path: Path) -> list[dict[str, Any]]:
     """Every entity of a store with its chunks and vectors (admin read, no ACL)."""
-    import sqlite3
-
     conn = sqlite3.connect(store_path / "catalog.sqlite")
     entities: dict[int, dict[str, Any]] = {}
+    bodies, b = entity_bodies_sql(conn)
+    vectors, vector = chunk_vectors_sql(conn)
     for row in conn.execute(
-        "SELECT id, uid, type, title, body, source, status, created_at, updated_at, href"
-        " FROM entities ORDER BY id"
+        f"SELECT e.id, e.uid, e.type, e.title, {b}.body, e.source, e.status, e.created_at,"
+        f" e.updated_at, e.href FROM entities AS e{bodies} ORDER BY e.id"
     ):
         entities[row[0]] = {
             "uid": row[1],
@@ -107,7 +128,8 @@ def source_chunks(store_path: Path) -> list[dict[str, Any]]:
             "chunks": [],
         }
     for entity, ordinal, text, heading, start, end, blob in conn.execute(
-        'SELECT entity, ordinal, text, heading, start, "end", embedding FROM chunks ORDER BY id'
+        f'SELECT c.entity, c.ordinal, c.text, c.heading, c.start, c."end", {vector}'
+        f" FROM chunks AS c{vectors} ORDER BY c.id"
     ):
         entities[entity]["chunks"].append(
             (ordinal, text, tuple(json.loads(heading)), start, end, np.frombuffer(blob, np.float32))

@@ -112,14 +112,15 @@ def test_rebuild_leaves_out_vectors_the_dense_index_cannot_take(
     nan = np.full(384, np.nan, np.float32).tobytes()
     with sqlite3.connect(path / "catalog.sqlite") as conn:  # damage no publish can write now
         ids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id")]
-        conn.execute("UPDATE chunks SET embedding = ? WHERE id = ?", (nan, ids[0]))
-        conn.execute("UPDATE chunks SET embedding = ? WHERE id = ?", (b"\x00" * 12, ids[1]))
+        conn.execute("UPDATE chunk_vectors SET embedding = ? WHERE id = ?", (nan, ids[0]))
+        conn.execute("UPDATE chunk_vectors SET embedding = ? WHERE id = ?", (b"\x00" * 12, ids[1]))
+        conn.execute("DELETE FROM chunk_vectors WHERE id = ?", (ids[2],))
     with KnowledgeStore.open(path, embedder=embedder) as store:
         store.rebuild()
         engine = store.engine
         assert isinstance(engine, EmbeddedEngine) and engine.dense is not None
-        assert len(engine.dense) == 2
-        assert len(store.vector("kiwi page", k=10).hits) == 2
+        assert len(engine.dense) == 1
+        assert len(store.vector("kiwi page", k=10).hits) == 1
         assert len(store.lexical("kiwi", k=10).hits) == 4  # the lexical index has them all
 
 

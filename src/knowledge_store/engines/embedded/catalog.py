@@ -1,7 +1,8 @@
 """The SQLite catalog: the source of truth of the embedded engine.
 
-Entities, chunks (text and embedding), edges, principals, memberships, ACL
-sets and publishes live here. The single writer writes publishes (planned by
+Entities (their bodies in ``entity_bodies``), chunks (their vectors in
+``chunk_vectors``), edges, principals, memberships, ACL sets and publishes
+live here. The single writer writes publishes (planned by
 :mod:`knowledge_store.engines.sql.publish`) on its thread's connection; each
 reader borrows a connection of its own from a small pool for its lifetime
 and reads one WAL snapshot on it, never blocking the writer nor blocked by it.
@@ -375,8 +376,8 @@ class Catalog:
             conn.execute(_UPSERT_BODY, (entity_row, *(fields[name] for name in _BODY)))
             for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
                 cur = conn.execute(
-                    'INSERT INTO chunks(entity, ordinal, text, heading, start, "end",'
-                    " embedding) VALUES (?,?,?,?,?,?,?)",
+                    'INSERT INTO chunks(entity, ordinal, text, heading, start, "end")'
+                    " VALUES (?,?,?,?,?,?)",
                     (
                         entity_row,
                         chunk.ordinal,
@@ -384,10 +385,14 @@ class Catalog:
                         json.dumps(list(chunk.heading), ensure_ascii=False),
                         chunk.start,
                         chunk.end,
-                        np.asarray(vector, dtype=np.float32).tobytes(),
                     ),
                 )
-                ops.append((publish, int(cur.lastrowid or 0), "add"))
+                chunk_id = int(cur.lastrowid or 0)
+                conn.execute(
+                    "INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)",
+                    (chunk_id, np.asarray(vector, dtype=np.float32).tobytes()),
+                )
+                ops.append((publish, chunk_id, "add"))
             conn.executemany(
                 "INSERT OR REPLACE INTO edges(src, label, dst, position) VALUES (?,?,?,?)",
                 ((entity.uid, e.label, e.dst, e.position) for e in entity.edges),
@@ -458,8 +463,9 @@ class Catalog:
             )
         publish += 1
         conn.executemany(
-            "UPDATE chunks SET embedding = ? WHERE id = ?",
-            ((matrix[i].tobytes(), int(c)) for i, c in enumerate(ids)),
+            "INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET embedding = excluded.embedding",
+            ((int(c), matrix[i].tobytes()) for i, c in enumerate(ids)),
         )
         for key, value in meta.items():
             self.set_meta(key, value, conn)
@@ -494,6 +500,11 @@ class Catalog:
         ids = [
             int(c) for (c,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (entity_row,))
         ]
+        # explicit, as the cascade only runs on connections with foreign keys on
+        conn.execute(
+            "DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM chunks WHERE entity = ?)",
+            (entity_row,),
+        )
         conn.execute("DELETE FROM chunks WHERE entity = ?", (entity_row,))
         return [(publish, c, "del") for c in ids]
 
@@ -519,8 +530,9 @@ class Catalog:
         for i in range(0, len(all_ids), _CHUNK_BATCH):
             part = json.dumps(all_ids[i : i + _CHUNK_BATCH])
             for cid, blob in conn.execute(
-                "SELECT id, embedding FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
-                " ORDER BY id",
+                "SELECT c.id, v.embedding FROM chunks AS c"
+                " LEFT JOIN chunk_vectors AS v ON v.id = c.id"
+                " WHERE c.id IN (SELECT value FROM json_each(?)) ORDER BY c.id",
                 (part,),
             ):
                 if isinstance(blob, bytes) and len(blob) == size:

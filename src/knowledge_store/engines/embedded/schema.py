@@ -7,13 +7,20 @@ a facet column declared later is added before (``Catalog``, :mod:`..sql.facets`)
 
 from __future__ import annotations
 
-from knowledge_store.engines.embedded.migrate import ENTITY_BODIES_DDL, THIN_ROWS_SCHEMA
+from knowledge_store.engines.embedded.migrate import (
+    CHUNK_VECTORS_DDL,
+    CHUNKS_BY_ENTITY_DDL,
+    CHUNKS_DDL,
+    ENTITY_BODIES_DDL,
+    SPLIT_VECTORS_SCHEMA,
+)
 from knowledge_store.engines.sql.dialect import ENTITY_CARD_COLUMNS, ENTITY_CARD_INDEX, SQLITE
 from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 from knowledge_store.model import FACET_NAMES
 
-SCHEMA_VERSION = THIN_ROWS_SCHEMA  # 2: body and attributes in entity_bodies (migrate.py)
+# 2: body and attributes in entity_bodies; 3: chunk vectors in chunk_vectors (migrate.py)
+SCHEMA_VERSION = SPLIT_VECTORS_SCHEMA
 
 _FACET_COLUMNS = "".join(f"\n    {facet_column(SQLITE, name)}," for name in FACET_NAMES)
 _FACET_INDEXES = "".join(f"\n{facet_index(name)};" for name in FACET_NAMES)
@@ -64,18 +71,11 @@ CREATE INDEX IF NOT EXISTS {card_index} ON entities ({card_columns});
 -- (what visibility checks, cards and the graph walk read), the body reaches 100 KB.
 {entity_bodies};
 
--- Chunk ids are never reused (AUTOINCREMENT): the derived indexes key on them.
-CREATE TABLE IF NOT EXISTS chunks (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    entity    INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
-    ordinal   INTEGER NOT NULL,
-    text      TEXT NOT NULL,
-    heading   TEXT NOT NULL,            -- JSON list
-    start     INTEGER NOT NULL,
-    "end"     INTEGER NOT NULL,
-    embedding BLOB NOT NULL             -- float32, L2-normalised
-);
-CREATE INDEX IF NOT EXISTS chunks_by_entity ON chunks (entity, ordinal);
+{chunks};
+{chunks_by_entity};
+-- A chunk's vector, out of its row: 1,536 bytes, more than its text; inline, a page
+-- held one or two chunks for what hydrating hits and the owner map read.
+{chunk_vectors};
 
 -- Edges name uids, not rows: an edge to a uid not yet ingested is kept and
 -- resolves when the target arrives; a dangling edge is invisible to readers.
@@ -125,6 +125,9 @@ SCHEMA = SCHEMA.format(
     facet_columns=_FACET_COLUMNS,
     facet_indexes=_FACET_INDEXES,
     entity_bodies=ENTITY_BODIES_DDL,
+    chunks=CHUNKS_DDL,
+    chunks_by_entity=CHUNKS_BY_ENTITY_DDL,
+    chunk_vectors=CHUNK_VECTORS_DDL,
     card_index=ENTITY_CARD_INDEX,
     card_columns=", ".join(ENTITY_CARD_COLUMNS),
 )
