@@ -10,8 +10,11 @@ first vector answer, imports and model loading excluded; the OS page cache is
 warm, it cannot be dropped here), fused search p50/p95 with the query embedding
 excluded (the embedder answers from vectors computed before timing), ``lexical``
 and ``vector`` at each ``--k`` (same query vectors on every side), RSS after
-opening and the peak. ``--raw`` adds raw tantivy and raw faiss HNSW built from
-the same chunks (bench_primitives.py). The load average is printed with the
+opening and the peak (RssFile, the mapped dense index, apart). ``--raw`` adds raw
+tantivy (which reads each hit's stored text) and raw faiss HNSW (ids only) built
+from the same chunks (bench_primitives.py), and ``raw+text`` for the vector rows:
+raw faiss plus one plain SQLite statement for the hits' uid and text, the least
+an answer with text costs. The load average is printed with the
 figures: the machine is shared. ``--repeat N`` keeps each query's best of N runs
 (pre-emption by other work inflates single samples), and each query's process
 CPU time is reported too (what the call costs, whatever else runs). ``--opens N``
@@ -45,9 +48,16 @@ def _memory() -> dict[str, float]:
     fields = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             fields[key] = int(value.split()[0]) / 1024  # MiB
-    return {"rss_mib": fields["VmRSS"], "peak_mib": fields["VmHWM"]}
+    return {
+        "rss_mib": fields["VmRSS"],
+        "peak_mib": fields["VmHWM"],
+        # RssFile: mapped file pages (the dense index, the catalog readers' map): the OS's
+        # page cache, shared and reclaimable; RssAnon: the process's own memory
+        "anon_mib": fields["RssAnon"],
+        "file_mib": fields["RssFile"],
+    }
 
 
 class Worker:
@@ -68,9 +78,10 @@ class Worker:
             from bench_primitives import _chunks, raw_faiss, raw_tantivy
 
             started = time.perf_counter()
-            docs, _, matrix = _chunks(store)
+            docs, ids, matrix = _chunks(store)
             self.lexical_fn = raw_tantivy(docs)
             self.vector_fn = raw_faiss(matrix)
+            self.vector_text_fn = raw_text(store, ids, self.vector_fn)
             self.info["build_s"] = time.perf_counter() - started
             return
         from knowledge_store.model import Filters
@@ -113,6 +124,8 @@ class Worker:
         if self.raw:
             if kind == "lexical":
                 return self.lexical_fn(self.texts[i], k)
+            if kind == "vector_text":
+                return self.vector_text_fn(self.vectors[i], k)
             return self.vector_fn(self.vectors[i], k)
         if kind == "lexical":
             return self.store.lexical(self.texts[i], k=k)
@@ -138,6 +151,26 @@ class Worker:
                 wall = min(wall, time.perf_counter() - started)
             samples.append([wall, cpu])
         return samples
+
+
+def raw_text(store: Path, ids: Any, search: Any) -> Any:
+    """Raw faiss plus the least an answer with text needs: one plain SQLite statement for
+    the hits' chunk id, entity uid and text (raw tantivy reads the same from its stored
+    documents). The floor under the store's vector primitive, which returns text."""
+    import sqlite3
+
+    conn = sqlite3.connect(store / "catalog.sqlite", check_same_thread=False)
+    statement = (
+        "SELECT c.id, e.uid, c.text FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+        " WHERE c.id IN (SELECT value FROM json_each(?))"
+    )
+
+    def run(vector: Any, k: int) -> object:
+        _scores, rows = search(vector, k)
+        chunk_ids = [int(ids[r]) for r in rows[0] if r >= 0]
+        return conn.execute(statement, (json.dumps(chunk_ids),)).fetchall()
+
+    return run
 
 
 def worker_main(store: Path, raw: bool) -> None:
@@ -286,6 +319,9 @@ def main() -> None:
     for k in args.k or [10, 100]:
         for kind in ("lexical", "vector"):
             figures[f"{kind}@{k}"] = interleave(everyone, kind, k, n, args)
+        if raw:  # raw faiss + the hits' text: what any answer with text must at least do
+            text = interleave([raw], "vector_text", k, n, args)
+            figures[f"vector@{k}"]["raw+text"] = text["raw"]
     for kind in ("search", "search_docs"):
         figures[f"{kind}@10"] = interleave(sides, kind, 10, n, args)
     figures["memory"] = {s.name: s.ask(op="memory") for s in everyone}
@@ -319,10 +355,15 @@ def _table(figures: dict[str, Any], names: list[str], prefix: str, *, with_load:
             f"{row[n][p50]:14.2f}{row[n][p95]:14.2f}" if n in row else f"{'':>28}" for n in names
         )
         ratios = ""
-        if "raw" in row:
-            ratios = "  " + " ".join(
-                f"{n}/raw {row[n][p50] / row['raw'][p50]:.1f}x" for n in names if n != "raw"
-            )
+        for base in ("raw", "raw+text"):
+            if base in row:
+                ratios += "  " + " ".join(
+                    f"{n}/{base} {row[n][p50] / row[base][p50]:.1f}x"
+                    for n in names
+                    if n != "raw"
+                )
+        if "raw+text" in row:
+            ratios += f"  (raw+text p50 {row['raw+text'][p50]:.2f} p95 {row['raw+text'][p95]:.2f})"
         load = f"  load {row['load1']:.1f}" if with_load else ""
         print(f"{key:<16}{cells}{ratios}{load}")
 
