@@ -358,9 +358,7 @@ def _table(figures: dict[str, Any], names: list[str], prefix: str, *, with_load:
         for base in ("raw", "raw+text"):
             if base in row:
                 ratios += "  " + " ".join(
-                    f"{n}/{base} {row[n][p50] / row[base][p50]:.1f}x"
-                    for n in names
-                    if n != "raw"
+                    f"{n}/{base} {row[n][p50] / row[base][p50]:.1f}x" for n in names if n != "raw"
                 )
         if "raw+text" in row:
             ratios += f"  (raw+text p50 {row['raw+text'][p50]:.2f} p95 {row['raw+text'][p95]:.2f})"
