@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -48,12 +46,14 @@ import tantivy
 from eval_pagelex import (
     FILTERS,
     Floored,
-    Lists,
     Scores,
+    add_all,
     fused_run,
     listed,
     print_macro,
     report_row,
+    side_index,
+    store_lists,
     swap,
     with_lists,
 )
@@ -96,35 +96,24 @@ class FieldIndex:
     """The engine's chunk document plus ``hpath`` / ``hlast`` heading fields."""
 
     def __init__(self, rows: Sequence[tuple[str, str, str, list[str], str]], where: Path) -> None:
-        self.analyzers = Analyzers()
-        builder = tantivy.SchemaBuilder()
-        builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
-        builder.add_text_field("type", tokenizer_name="raw", index_option="basic")
-        for field in ("body", "title", "heading", "hpath"):
-            builder.add_text_field(field, tokenizer_name="ks_words", index_option="freq")
-        builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
-        self.schema = builder.build()
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-        self.index = tantivy.Index(self.schema, str(where))
-        self.index.register_tokenizer("ks_words", self.analyzers.words)
-        self.index.register_tokenizer("ks_ident", self.analyzers.ident)
-        writer = self.index.writer(heap_size=96_000_000, num_threads=1)
-        for uid, type_, title, heading, text in rows:
-            path = below_title(title, heading)
-            full = compose_context(title, heading, text)
-            doc = tantivy.Document()
-            doc.add_text("uid", uid)
-            doc.add_text("type", type_)
-            doc.add_text("body", full)
-            doc.add_text("title", title)
-            doc.add_text("ident", full)
-            doc.add_text("heading", last_heading(title, heading))
-            doc.add_text("hpath", " \n".join(path))
-            writer.add_document(doc)
-        writer.commit()
-        writer.wait_merging_threads()
-        self.index.reload()
+        self.schema, self.index, self.analyzers = side_index(
+            where, ("body", "title", "heading", "hpath"), keywords=("type",)
+        )
+        add_all(
+            self.index,
+            (
+                {
+                    "uid": uid,
+                    "type": type_,
+                    "body": compose_context(title, heading, text),
+                    "title": title,
+                    "ident": compose_context(title, heading, text),
+                    "heading": last_heading(title, heading),
+                    "hpath": " \n".join(below_title(title, heading)),
+                }
+                for uid, type_, title, heading, text in rows
+            ),
+        )
         self.searcher = self.index.searcher()
 
     def search(
@@ -239,19 +228,11 @@ def measure(
     store_path: str, set_dir: str, work: Path, k1b: bool, ideas: bool
 ) -> dict[str, dict[str, Scores]]:
     name = Path(set_dir).name
-    qrels = read_qrels(f"{set_dir}/qrels.tsv")
-    queries = [(q, t) for q, t in read_queries(f"{set_dir}/queries.jsonl") if q in qrels]
-    cache = work / f"{name}-{Path(store_path).name}-lists.pkl"
-    cached: Lists | None = pickle.loads(cache.read_bytes()) if cache.exists() else None
     from knowledge_store.store import KnowledgeStore
 
     out: dict[str, dict[str, Scores]] = {}
     with KnowledgeStore.open(store_path) as store:
-        started = time.perf_counter()
-        base = collect(store, queries, filters=FILTERS, lists=cached)
-        if cached is None:
-            cache.write_bytes(pickle.dumps(base.lists))
-        print(f"{name}: the store's lists in {time.perf_counter() - started:.1f} s", flush=True)
+        base, queries, qrels = store_lists(store, store_path, set_dir, work)
 
         def score(label: str, col: Collected) -> None:
             out[label] = {

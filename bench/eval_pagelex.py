@@ -33,7 +33,7 @@ import pickle
 import re
 import shutil
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,43 +63,92 @@ Lists = dict[str, list[RankedList]]
 Scores = dict[str, dict[str, float]]  # measure → qid → value
 
 
-# -- the page index ------------------------------------------------------------------------
-
-
-def page_schema() -> tantivy.Schema:
+def side_index(
+    where: Path, words: Sequence[str], *, keywords: Sequence[str] = (), reuse: bool = False
+) -> tuple[tantivy.Schema, tantivy.Index, Analyzers]:
+    """A Tantivy index at ``where`` with the engine's analyzers: ``uid`` (stored), the
+    ``keywords`` fields (raw), the ``words`` fields (the engine's English analyzer) and
+    ``ident``. Wiped first unless ``reuse`` (and built: ``meta.json``)."""
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_text_field("type", tokenizer_name="raw", index_option="basic")
-    builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
-    builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
-    builder.add_text_field("heads", tokenizer_name="ks_words", index_option="freq")
+    for field in keywords:
+        builder.add_text_field(field, tokenizer_name="raw", index_option="basic")
+    for field in words:
+        builder.add_text_field(field, tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
-    return builder.build()
+    schema = builder.build()
+    kept = reuse and (where / "meta.json").exists()
+    if not kept:
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
+    index = tantivy.Index(schema, str(where), reuse=kept)
+    analyzers = Analyzers()
+    index.register_tokenizer("ks_words", analyzers.words)
+    index.register_tokenizer("ks_ident", analyzers.ident)
+    return schema, index, analyzers
+
+
+def add_all(index: tantivy.Index, docs: Iterable[Mapping[str, str]]) -> None:
+    """Index ``docs`` (field → text) in one commit, merged."""
+    writer = index.writer(heap_size=96_000_000, num_threads=1)
+    for fields in docs:
+        doc = tantivy.Document()
+        for name, text in fields.items():
+            doc.add_text(name, text)
+        writer.add_document(doc)
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+
+
+def judged_queries(set_dir: str) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """A shared set's queries that have judgements, and its qrels."""
+    qrels = read_qrels(f"{set_dir}/qrels.tsv")
+    return [(q, t) for q, t in read_queries(f"{set_dir}/queries.jsonl") if q in qrels], qrels
+
+
+def store_lists(
+    store: KnowledgeStore, store_path: str, set_dir: str, work: Path
+) -> tuple[Collected, list[tuple[str, str]], dict[str, Any]]:
+    """The store's lists for a shared set as ``ks eval`` collects them (kept under ``work``
+    for the next run, keyed by the lexical boosts a script may have changed), its judged
+    queries and qrels."""
+    name = Path(set_dir).name
+    queries, qrels = judged_queries(set_dir)
+    boosts = "-".join(
+        f"{b:g}" for b in (analysis.TITLE_BOOST, analysis.HEADING_BOOST, analysis.IDENTIFIER_BOOST)
+    )
+    cache = work / f"{name}-{Path(store_path).name}-{boosts}-lists.pkl"
+    cached: Lists | None = pickle.loads(cache.read_bytes()) if cache.exists() else None
+    started = time.perf_counter()
+    base = collect(store, queries, filters=FILTERS, lists=cached)
+    if cached is None:
+        cache.write_bytes(pickle.dumps(base.lists))
+    print(f"{name}: the store's lists in {time.perf_counter() - started:.1f} s", flush=True)
+    return base, queries, qrels
+
+
+# -- the page index ------------------------------------------------------------------------
 
 
 class PageIndex:
     """One Tantivy document per entity: title + body, headings, identifiers."""
 
     def __init__(self, store_path: str, where: Path) -> None:
-        self.schema = page_schema()
-        self.analyzers = Analyzers()
         fresh = not (where / "meta.json").exists()
+        self.schema, self.index, self.analyzers = side_index(
+            where, ("body", "title", "heads"), keywords=("type",), reuse=True
+        )
         if fresh:
-            shutil.rmtree(where, ignore_errors=True)
-            where.mkdir(parents=True)
-        self.index = tantivy.Index(self.schema, str(where), reuse=not fresh)
-        self.index.register_tokenizer("ks_words", self.analyzers.words)
-        self.index.register_tokenizer("ks_ident", self.analyzers.ident)
-        if fresh:
-            self._build(store_path)
+            add_all(self.index, self._pages(store_path))
         self.index.reload()
         self.searcher = self.index.searcher()
 
-    def _build(self, store_path: str) -> None:
+    @staticmethod
+    def _pages(store_path: str) -> Iterator[dict[str, str]]:
         import sqlite3
 
         conn = sqlite3.connect(f"file:{store_path}/catalog.sqlite?mode=ro", uri=True)
-        writer = self.index.writer(heap_size=96_000_000, num_threads=1)
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         rows = (  # catalog schema 2 keeps bodies in entity_bodies
             "SELECT e.uid, e.type, e.title, b.body FROM entities e"
@@ -108,17 +157,9 @@ class PageIndex:
             else "SELECT uid, type, title, body FROM entities"
         )
         for uid, type_, title, body in conn.execute(rows):
-            doc = tantivy.Document()
-            doc.add_text("uid", uid)
-            doc.add_text("type", type_)
             full = f"{title}\n{body or ''}"
-            doc.add_text("body", full)
-            doc.add_text("title", title)
-            doc.add_text("heads", "\n".join([title, *_HEADING.findall(body or "")]))
-            doc.add_text("ident", full)
-            writer.add_document(doc)
-        writer.commit()
-        writer.wait_merging_threads()
+            heads = "\n".join([title, *_HEADING.findall(body or "")])
+            yield {"uid": uid, "type": type_, "body": full, "title": title, "heads": heads}
         conn.close()
 
     def search(self, text: str, k: int, *, fields: str = "engine") -> list[tuple[str, float]]:
@@ -247,18 +288,9 @@ def measure(
 ) -> dict[str, dict[str, Scores]]:
     """variant → {"lexical", "vector", "fused": scores} on one set."""
     name = Path(set_dir).name
-    queries = read_queries(f"{set_dir}/queries.jsonl")
-    qrels = read_qrels(f"{set_dir}/qrels.tsv")
-    queries = [(q, t) for q, t in queries if q in qrels]
-    cache = work / f"{name}-{Path(store_path).name}-lists.pkl"
-    cached: Lists | None = pickle.loads(cache.read_bytes()) if cache.exists() else None
     out: dict[str, dict[str, Scores]] = {}
     with KnowledgeStore.open(store_path) as store:
-        started = time.perf_counter()
-        base = collect(store, queries, filters=FILTERS, lists=cached)
-        if cached is None:
-            cache.write_bytes(pickle.dumps(base.lists))
-        print(f"{name}: lists in {time.perf_counter() - started:.1f} s", flush=True)
+        base, queries, qrels = store_lists(store, store_path, set_dir, work)
 
         def score(label: str, col: Collected, fused: dict[str, Any]) -> None:
             out[label] = {

@@ -20,21 +20,27 @@ Reads the lists cached by ``bench/eval_fields.py`` / ``bench/eval_pagelex.py`` (
 from __future__ import annotations
 
 import argparse
-import pickle
 import sqlite3
 from pathlib import Path
 
 import numpy as np
-from eval_pagelex import FILTERS, Scores, fused_run, print_macro, report_row, swap, with_lists
+from common import chunk_vectors_sql
+from eval_pagelex import (
+    FILTERS,
+    Scores,
+    fused_run,
+    print_macro,
+    report_row,
+    store_lists,
+    swap,
+    with_lists,
+)
 
 from knowledge_store.model import Identity
 from knowledge_store.retrieval.compare import per_query
 from knowledge_store.retrieval.evaluation import (
     Collected,
     Variant,
-    collect,
-    read_qrels,
-    read_queries,
     run_variant,
 )
 from knowledge_store.retrieval.fusion import RankedList
@@ -46,8 +52,9 @@ ASKED = 100
 def chunk_vectors(store_path: str) -> tuple[dict[int, int], np.ndarray, dict[str, list[int]]]:
     """Chunk id → row, the float32 vectors, and each page's rows."""
     conn = sqlite3.connect(f"file:{store_path}/catalog.sqlite?mode=ro", uri=True)
+    vectors, vector = chunk_vectors_sql(conn)  # catalog schema 3 or older
     rows = conn.execute(
-        "SELECT c.id, e.uid, c.embedding FROM chunks c JOIN entities e ON e.id = c.entity"
+        f"SELECT c.id, e.uid, {vector} FROM chunks c JOIN entities e ON e.id = c.entity{vectors}"
     ).fetchall()
     conn.close()
     matrix = np.stack([np.frombuffer(blob, dtype=np.float32) for _, _, blob in rows])
@@ -59,13 +66,10 @@ def chunk_vectors(store_path: str) -> tuple[dict[int, int], np.ndarray, dict[str
 
 def measure(store_path: str, set_dir: str, work: Path) -> dict[str, dict[str, Scores]]:
     name = Path(set_dir).name
-    qrels = read_qrels(f"{set_dir}/qrels.tsv")
-    queries = [(q, t) for q, t in read_queries(f"{set_dir}/queries.jsonl") if q in qrels]
-    cache = work / f"{name}-{Path(store_path).name}-lists.pkl"
     row_of, matrix, pages = chunk_vectors(store_path)
     out: dict[str, dict[str, Scores]] = {}
     with KnowledgeStore.open(store_path) as store:
-        base = collect(store, queries, filters=FILTERS, lists=pickle.loads(cache.read_bytes()))
+        base, queries, qrels = store_lists(store, store_path, set_dir, work)
         today = fused_run(base)
 
         def score(label: str, col: Collected) -> None:

@@ -22,7 +22,6 @@ Vectors come from ``bench/.cache/vectors.sqlite`` (``bench/eval_dense.py
 from __future__ import annotations
 
 import argparse
-import pickle
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -31,12 +30,19 @@ from typing import Any
 import numpy as np
 from dense_units import VARIANTS
 from eval_dense import Matrix, query_vectors
-from eval_pagelex import FILTERS, ThirdList, fused_run, report_row, with_lists
-from evalsets import VectorCache, eval_sets
+from eval_pagelex import (
+    ThirdList,
+    add_all,
+    fused_run,
+    report_row,
+    side_index,
+    store_lists,
+    with_lists,
+)
+from evalsets import SHARED_EVAL, VectorCache, eval_sets
 
 from knowledge_store.retrieval.adaptive import query_features
 from knowledge_store.retrieval.compare import paired_bootstrap, per_query
-from knowledge_store.retrieval.evaluation import collect
 from knowledge_store.retrieval.fusion import RankedList
 from knowledge_store.store import KnowledgeStore
 
@@ -53,36 +59,17 @@ class UnitIndex:
     """BM25 over units ``(uid, title, text)`` with the engine's analyzers, fields and query."""
 
     def __init__(self, units: Sequence[tuple[str, str, str]], where: Path) -> None:
-        import shutil
-
         import tantivy
 
-        from knowledge_store.engines.embedded.analysis import Analyzers
-
         self.tantivy = tantivy
-        self.analyzers = Analyzers()
-        builder = tantivy.SchemaBuilder()
-        builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
-        for field in ("body", "title"):
-            builder.add_text_field(field, tokenizer_name="ks_words", index_option="freq")
-        builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
-        self.schema = builder.build()
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-        self.index = tantivy.Index(self.schema, str(where))
-        self.index.register_tokenizer("ks_words", self.analyzers.words)
-        self.index.register_tokenizer("ks_ident", self.analyzers.ident)
-        writer = self.index.writer(heap_size=96_000_000, num_threads=1)
-        for uid, title, text in units:
-            doc = tantivy.Document()
-            doc.add_text("uid", uid)
-            doc.add_text("body", text)
-            doc.add_text("title", title)
-            doc.add_text("ident", text)
-            writer.add_document(doc)
-        writer.commit()
-        writer.wait_merging_threads()
-        self.index.reload()
+        self.schema, self.index, self.analyzers = side_index(where, ("body", "title"))
+        add_all(
+            self.index,
+            (
+                {"uid": uid, "body": text, "title": title, "ident": text}
+                for uid, title, text in units
+            ),
+        )
         self.searcher = self.index.searcher()
 
     def folded(self, text: str, k: int = 100) -> tuple[list[tuple[str, float]], bool]:
@@ -112,10 +99,9 @@ def measure(store_path: str, set_name: str, work: Path) -> dict[str, dict[str, S
         variant: folded(Matrix.of(eval_set, variant, cache), vectors)
         for variant in ("ours", "ours-128")
     }
-    lists_file = work / f"{set_name}-{Path(store_path).name}-lists.pkl"
     out: dict[str, dict[str, Scores]] = {}
     with KnowledgeStore.open(store_path) as store:
-        base = collect(store, queries, filters=FILTERS, lists=pickle.loads(lists_file.read_bytes()))
+        base, _, _ = store_lists(store, store_path, str(SHARED_EVAL / set_name), work)
         keyword = {q for q, t in queries if not query_features(t).natural_language}
         print(f"{set_name}: {len(keyword)} of {len(queries)} queries keyword-style", flush=True)
 
