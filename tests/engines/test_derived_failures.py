@@ -138,3 +138,35 @@ def test_rebuild_recreates_a_lexical_index_that_cannot_even_be_cleared(
     with KnowledgeStore.open(path, embedder=embedder) as store:
         store.rebuild()
         assert {h.uid for h in store.lexical("kiwi", k=10).hits} == {"p:0", "p:1", "p:2"}
+
+
+def test_an_emptied_lexical_index_is_rebuilt_a_batch_at_a_time(
+    tmp_path: Path, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lexical index of another schema is recreated empty on open; catching it up used to
+    replay every publish's ops in one list (a million chunks' documents at once). It is now
+    the batched rebuild: the same answers, never more than a batch of documents in hand."""
+    import knowledge_store.engines.embedded.engine as engine_module
+
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 5))
+        store.ingest_records(_records("q", 4))
+        store.delete(["p:4"])
+        before = [(h.uid, h.chunk_id) for h in store.lexical("kiwi page", k=20).hits]
+    assert len(before) == 8
+    sidecar = path / "lexical" / "ks-lexical.json"
+    sidecar.write_text(sidecar.read_text().replace('"schema": "', '"schema": "0-'))
+    monkeypatch.setattr(engine_module, "_REBUILD_BATCH", 3)
+    batches: list[int] = []
+    add = LexicalIndex.add
+
+    def counted(self: LexicalIndex, docs: Any) -> None:
+        docs = list(docs)
+        batches.append(len(docs))
+        add(self, docs)
+
+    monkeypatch.setattr(LexicalIndex, "add", counted)
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        assert [(h.uid, h.chunk_id) for h in store.lexical("kiwi page", k=20).hits] == before
+    assert batches == [3, 3, 2]

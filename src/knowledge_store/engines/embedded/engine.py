@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -170,7 +171,9 @@ class EmbeddedEngine:
         it would collide with this commit's).
         """
         latest, _ = self.catalog.latest_publish()
-        if self.lexical_index.watermark > latest:
+        if self.lexical_index.watermark > latest or self.lexical_index.watermark == 0 < latest:
+            # ahead of the catalog, or empty (new, or recreated for another schema): every
+            # chunk, a batch at a time, instead of replaying the whole ops log in one list
             self._rebuild_lexical(latest)
         elif self.lexical_index.watermark < latest:
             self.lexical_index.remove_leftovers()
@@ -230,6 +233,9 @@ class EmbeddedEngine:
         dense.mark(latest)
 
     def _rebuild_lexical(self, latest: int) -> None:
+        """The lexical index from every chunk of the catalog, :data:`_REBUILD_BATCH` at a time
+        (memory stays flat: a million chunks' documents at once took gigabytes)."""
+        started = time.perf_counter()
         try:
             self.lexical_index.clear()
         except StoreError as exc:
@@ -237,9 +243,17 @@ class EmbeddedEngine:
             self.lexical_index.recreate()
         with self.catalog.read() as conn:
             ids = self.catalog.all_chunk_ids(conn)
+            if len(ids) > _REBUILD_BATCH:
+                log.warning("lexical index: indexing %d chunks from the catalog", len(ids))
             for i in range(0, len(ids), _REBUILD_BATCH):
                 self.lexical_index.add(self._lexical_docs(conn, ids[i : i + _REBUILD_BATCH]))
         self.lexical_index.commit(latest)
+        if len(ids) > _REBUILD_BATCH:
+            log.warning(
+                "lexical index: %d chunks indexed in %.1f s",
+                len(ids),
+                time.perf_counter() - started,
+            )
 
     # -- readers --------------------------------------------------------------------------------
     @contextmanager
