@@ -234,7 +234,7 @@ class EmbeddedEngine:
 
     def _rebuild_lexical(self, latest: int) -> None:
         """The lexical index from every chunk of the catalog, :data:`_REBUILD_BATCH` at a time
-        (memory stays flat: a million chunks' documents at once took gigabytes)."""
+        (memory stays flat; replaying the ops log held every document of the store at once)."""
         started = time.perf_counter()
         try:
             self.lexical_index.clear()
