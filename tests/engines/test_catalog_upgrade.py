@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +269,30 @@ def test_processes_opening_an_older_store_at_once_all_succeed(
         assert out.strip() == "Vacuum reclaims stor"
     assert "body" not in _columns(where, "entities")
     assert "embedding" not in _columns(where, "chunks") and _columns(where, "chunk_vectors")
+
+
+def test_an_open_waits_out_an_upgrade_longer_than_the_busy_timeout(
+    old_store: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 3 holds the write lock for 38 s at 1M chunks, past the 30 s busy timeout: a
+    second process opening the store then failed ("database is locked"). Here another
+    connection holds the lock for 15 busy timeouts of the opener's; the opener waits,
+    upgrades and opens."""
+    where, expected = old_store
+    monkeypatch.setattr(migrate, "UPGRADE_WAIT_S", 30.0)
+    holder = sqlite3.connect(
+        where / "catalog.sqlite", isolation_level=None, check_same_thread=False
+    )
+    holder.execute("BEGIN IMMEDIATE")
+    opener = sqlite3.connect(where / "catalog.sqlite", isolation_level=None, timeout=0.02)
+    release = threading.Timer(0.3, holder.execute, args=("ROLLBACK",))
+    release.start()
+    try:
+        migrate.upgrade(opener)
+    finally:
+        release.join()
+        holder.close()
+        opener.close()
+    assert "embedding" not in _columns(where, "chunks")
+    with KnowledgeStore.open(where, embedder="hash:384") as store:
+        assert _snapshot(store) == expected

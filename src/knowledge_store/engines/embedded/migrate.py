@@ -168,7 +168,7 @@ def upgrade(conn: sqlite3.Connection) -> None:
     for due, step in steps:
         if not due(conn):
             continue
-        conn.execute("BEGIN IMMEDIATE")
+        _begin_waiting(conn)
         try:
             if due(conn):  # again, under the lock: another process may have done it
                 step(conn)
@@ -176,6 +176,31 @@ def upgrade(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+
+#: How long an opening process waits for another one's upgrade step (or any writer) before
+#: it gives up. A step holds the write lock for its whole transaction — 38 s for schema 3 at
+#: 1M chunks — which is past the connection's busy timeout (30 s): the second worker of a
+#: ``ks serve --workers 2`` failed to open, and took the server down with it.
+UPGRADE_WAIT_S = 1200.0
+
+
+def _begin_waiting(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE``, waiting out a busy catalog (one busy timeout a try) up to
+    :data:`UPGRADE_WAIT_S`."""
+    deadline = time.monotonic() + UPGRADE_WAIT_S
+    told = False
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() >= deadline:
+                raise
+            if not told:
+                log.warning("catalog: another process is writing it (an upgrade?); waiting")
+                told = True
 
 
 def _needs_facets(conn: sqlite3.Connection) -> bool:
