@@ -374,6 +374,7 @@ class Catalog:
                 ops.extend(self._drop_chunks(conn, publish, entity_row))
                 conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
             conn.execute(_UPSERT_BODY, (entity_row, *(fields[name] for name in _BODY)))
+            vectors: list[tuple[int, bytes]] = []
             for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
                 cur = conn.execute(
                     'INSERT INTO chunks(entity, ordinal, text, heading, start, "end")'
@@ -388,11 +389,9 @@ class Catalog:
                     ),
                 )
                 chunk_id = int(cur.lastrowid or 0)
-                conn.execute(
-                    "INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)",
-                    (chunk_id, np.asarray(vector, dtype=np.float32).tobytes()),
-                )
+                vectors.append((chunk_id, np.asarray(vector, dtype=np.float32).tobytes()))
                 ops.append((publish, chunk_id, "add"))
+            conn.executemany("INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)", vectors)
             conn.executemany(
                 "INSERT OR REPLACE INTO edges(src, label, dst, position) VALUES (?,?,?,?)",
                 ((entity.uid, e.label, e.dst, e.position) for e in entity.edges),
@@ -500,12 +499,7 @@ class Catalog:
         ids = [
             int(c) for (c,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (entity_row,))
         ]
-        # explicit, as the cascade only runs on connections with foreign keys on
-        conn.execute(
-            "DELETE FROM chunk_vectors WHERE id IN (SELECT id FROM chunks WHERE entity = ?)",
-            (entity_row,),
-        )
-        conn.execute("DELETE FROM chunks WHERE entity = ?", (entity_row,))
+        conn.execute("DELETE FROM chunks WHERE entity = ?", (entity_row,))  # and their vectors
         return [(publish, c, "del") for c in ids]
 
     # -- what the derived indexes read (no ACL check: they store the ACL's principals) ------

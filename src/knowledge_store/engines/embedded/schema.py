@@ -74,7 +74,8 @@ CREATE INDEX IF NOT EXISTS {card_index} ON entities ({card_columns});
 {chunks};
 {chunks_by_entity};
 -- A chunk's vector, out of its row: 1,536 bytes, more than its text; inline, a page
--- held one or two chunks for what hydrating hits and the owner map read.
+-- held one or two chunks for what hydrating hits reads. Deleted with its chunk (the
+-- catalog's connections all turn foreign keys on).
 {chunk_vectors};
 
 -- Edges name uids, not rows: an edge to a uid not yet ingested is kept and
