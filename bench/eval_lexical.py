@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,13 @@ import tantivy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_adaptive import FILTERS, collected_lists
+from eval_pagelex import print_macro, report_row
 from evalsets import CACHE, VectorCache, build_store, eval_sets
 
 from knowledge_store.engines.embedded import lexical as lexmod
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, _epoch
 from knowledge_store.model import compose_context
-from knowledge_store.retrieval.compare import paired_bootstrap, per_query
+from knowledge_store.retrieval.compare import per_query
 from knowledge_store.retrieval.evaluation import Collected, Variant, collect, run_variant
 from knowledge_store.retrieval.fusion import RankedList
 from knowledge_store.retrieval.search import Fusion
@@ -270,8 +271,8 @@ def main() -> None:
                 scores[eval_set.name][name] = {
                     k: per_query(eval_set.qrels, r) for k, r in runs.items()
                 }
-                report_row(eval_set.name, name, scores[eval_set.name])
-    print_macro(scores, list(chosen))
+                report_row(eval_set.name, name, scores[eval_set.name], REF)
+    print_macro(scores, list(chosen), REF)
 
 
 REF = "current (title 0.25, ident 1)"
@@ -295,42 +296,8 @@ def main_folds(args: argparse.Namespace) -> None:
                 scores[eval_set.name][name] = {
                     k: per_query(eval_set.qrels, r) for k, r in runs.items()
                 }
-                report_row(eval_set.name, name, scores[eval_set.name])
-    print_macro(scores, list(folds()))
-
-
-def report_row(set_name: str, name: str, table: Mapping[str, Mapping[str, Scores]]) -> None:
-    cells = []
-    for lst in ("lexical", "fused"):
-        s = table[name][lst]
-        mean = {m: sum(v.values()) / len(v) for m, v in s.items()}
-        ref = table[REF][lst]["ndcg@10"]
-        d = paired_bootstrap([s["ndcg@10"][q] - ref[q] for q in ref])
-        cells.append(
-            f"{lst} {mean['ndcg@10']:.4f} {mean['recall@100']:.4f} {mean['mrr@10']:.4f} Δ {d}"
-        )
-    print(f"{set_name:<15} {name:<48} " + " | ".join(cells), flush=True)
-
-
-def print_macro(
-    scores: Mapping[str, Mapping[str, Mapping[str, Scores]]], names: Sequence[str]
-) -> None:
-    sets = list(scores)
-    if len(sets) < 2:
-        return
-    print(f"\nmacro (both sets, equal weight), Δ nDCG@10 vs {REF}:")
-    for name in names:
-        cells = []
-        for lst in ("lexical", "fused"):
-            deltas = {
-                s: [
-                    scores[s][name][lst]["ndcg@10"][q] - scores[s][REF][lst]["ndcg@10"][q]
-                    for q in scores[s][REF][lst]["ndcg@10"]
-                ]
-                for s in sets
-            }
-            cells.append(f"{lst} {paired_bootstrap(deltas)}")
-        print(f"  {name:<48} " + " | ".join(cells), flush=True)
+                report_row(eval_set.name, name, scores[eval_set.name], REF)
+    print_macro(scores, list(folds()), REF)
 
 
 if __name__ == "__main__":

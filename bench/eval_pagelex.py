@@ -380,36 +380,44 @@ def _items(lists: Sequence[RankedList]) -> list[tuple[str, float]]:
 REF = "today"
 
 
-def report_row(set_name: str, label: str, table: Mapping[str, Mapping[str, Scores]]) -> None:
+def report_row(
+    set_name: str, label: str, table: Mapping[str, Mapping[str, Scores]], ref: str = REF
+) -> None:
+    """One variant's lexical and fused means on one set, and its paired Δ nDCG@10 vs ``ref``."""
     cells = []
     for lst in ("lexical", "fused"):
         s = table[label][lst]
         mean = {m: sum(v.values()) / len(v) for m, v in s.items()}
-        ref = table[REF][lst]["ndcg@10"]
-        d = paired_bootstrap([s["ndcg@10"][q] - ref[q] for q in ref])
+        base = table[ref][lst]["ndcg@10"]
+        d = paired_bootstrap([s["ndcg@10"][q] - base[q] for q in base])
         cells.append(
             f"{lst} {mean['ndcg@10']:.4f} {mean['recall@100']:.4f} {mean['mrr@10']:.4f} Δ {d}"
         )
     print(f"{set_name:<15} {label:<48} " + " | ".join(cells), flush=True)
 
 
-def print_macro(scores: Mapping[str, Mapping[str, Mapping[str, Scores]]]) -> None:
+def print_macro(
+    scores: Mapping[str, Mapping[str, Mapping[str, Scores]]],
+    labels: Sequence[str] | None = None,
+    ref: str = REF,
+) -> None:
+    """Each variant's Δ nDCG@10 vs ``ref`` over both sets (equal weight, stratified)."""
     sets = list(scores)
     if len(sets) < 2:
         return
-    print(f"\nmacro (both sets, equal weight), Δ nDCG@10 vs {REF}:")
-    for label in scores[sets[0]]:
+    print(f"\nmacro (both sets, equal weight), Δ nDCG@10 vs {ref}:")
+    for label in labels if labels is not None else list(scores[sets[0]]):
         cells = []
         for lst in ("lexical", "fused"):
             deltas = {
                 s: [
-                    scores[s][label][lst]["ndcg@10"][q] - scores[s][REF][lst]["ndcg@10"][q]
-                    for q in scores[s][REF][lst]["ndcg@10"]
+                    scores[s][label][lst]["ndcg@10"][q] - scores[s][ref][lst]["ndcg@10"][q]
+                    for q in scores[s][ref][lst]["ndcg@10"]
                 ]
                 for s in sets
             }
             cells.append(f"{lst} {paired_bootstrap(deltas)}")
-        print(f"  {label:<44} " + " | ".join(cells), flush=True)
+        print(f"  {label:<48} " + " | ".join(cells), flush=True)
 
 
 def print_before_after(
