@@ -28,7 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from evalsets import CACHE, EvalSet, VectorCache, build_store, eval_sets, set_torch_threads
+from evalsets import (
+    CACHE,
+    EvalSet,
+    VectorCache,
+    build_store,
+    eval_sets,
+    scoring_key,
+    set_torch_threads,
+)
 
 from knowledge_store.model import Filters
 from knowledge_store.retrieval.adaptive import AdaptiveParams, adaptive_weights
@@ -134,7 +142,10 @@ def variants() -> dict[str, Chooser | str]:
 def collected_lists(eval_set: EvalSet, store: KnowledgeStore) -> Collected:
     """The query-stage lists of every query, cached per store content root."""
     cache = CACHE / f"lists-{store.engine.path.name}.pickle"  # type: ignore[attr-defined]
-    key = f"{store.content_root()}:{len(eval_set.queries)}:{FILTERS}:{CHUNKS_PER_ENTITY}"
+    key = (
+        f"{store.content_root()}:{len(eval_set.queries)}:{FILTERS}:{CHUNKS_PER_ENTITY}"
+        f":{scoring_key()}"
+    )
     saved = None
     if cache.exists():
         with cache.open("rb") as handle:

@@ -60,7 +60,7 @@ from eval_pagelex import (
 
 from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.analysis import Analyzers
-from knowledge_store.model import compose_context, last_heading
+from knowledge_store.model import compose_context, last_heading, relevance
 from knowledge_store.retrieval.compare import per_query
 from knowledge_store.retrieval.evaluation import (
     Collected,
@@ -136,12 +136,12 @@ class FieldIndex:
             rarest = min(terms.words, key=lambda w: df[w])
             kept = tuple(w for w in terms.words if w == rarest or df[w] <= max_df * n)
             terms = analysis.QueryTerms(kept, terms.idents)
-        shipped = analysis.HEADING_BOOST
-        analysis.HEADING_BOOST = shipped if heading is None else heading
+        shipped = relevance.HEADING_BOOST
+        relevance.HEADING_BOOST = shipped if heading is None else heading
         try:
             clauses = analysis.text_clauses(self.schema, terms)
         finally:
-            analysis.HEADING_BOOST = shipped
+            relevance.HEADING_BOOST = shipped
         if path > 0:
             clauses += [
                 (should, q.boost_query(q.term_query(self.schema, "hpath", w), path))
@@ -205,11 +205,11 @@ class NumpyBM25:
         if not terms.words:
             return []
         score = self._field("body", terms.words, k1, b)
-        for name, boost in (("title", analysis.TITLE_BOOST), ("heading", analysis.HEADING_BOOST)):
+        for name, boost in (("title", relevance.TITLE_BOOST), ("heading", relevance.HEADING_BOOST)):
             if boost > 0:
                 score += boost * self._field(name, terms.words, k1, b)
         if terms.idents:
-            score += analysis.IDENTIFIER_BOOST * self._field("ident", terms.idents, k1, b)
+            score += relevance.IDENTIFIER_BOOST * self._field("ident", terms.idents, k1, b)
         score[self.excluded] = 0.0
         matched = np.flatnonzero(score > 0)
         top = matched[np.argsort(-score[matched], kind="stable")[:ASKED]]
@@ -302,23 +302,22 @@ BEFORE = "heading boost 0 (before)"
 def engine_before_after(store_path: str, set_dir: str) -> dict[str, dict[str, Scores]]:
     """The store's own lists (any engine; ``pg:`` for PostgreSQL) with both engines' heading
     boost at 0 and as shipped: the through-the-engine Δ, paired per query."""
-    from knowledge_store.engines.postgres import lexical as lexical_sql
     from knowledge_store.store import KnowledgeStore
 
     name = Path(set_dir).name
     qrels = read_qrels(f"{set_dir}/qrels.tsv")
     queries = [(q, t) for q, t in read_queries(f"{set_dir}/queries.jsonl") if q in qrels]
-    shipped = (analysis.HEADING_BOOST, lexical_sql.HEADING_BOOST)
+    shipped = relevance.HEADING_BOOST
     out: dict[str, dict[str, Scores]] = {}
     with KnowledgeStore.open(store_path) as store:
-        for label, (embedded, postgres) in ((BEFORE, (0.0, 0.0)), ("today", shipped)):
-            analysis.HEADING_BOOST, lexical_sql.HEADING_BOOST = embedded, postgres
+        for label, boost in ((BEFORE, 0.0), ("today", shipped)):
+            relevance.HEADING_BOOST = boost  # both engines read it at query time
             col = collect(store, queries, filters=FILTERS)
             out[label] = {
                 "lexical": per_query(qrels, run_variant(col, Variant("l", single="lexical"))),
                 "fused": per_query(qrels, fused_run(col)),
             }
-    analysis.HEADING_BOOST, lexical_sql.HEADING_BOOST = shipped
+    relevance.HEADING_BOOST = shipped
     eval_pagelex.REF = BEFORE  # Δ = shipped − before
     report_row(name, "today", out)
     return out
@@ -330,19 +329,19 @@ def latency(store_path: str, set_dir: str, rounds: int = 2) -> None:
     from knowledge_store.engines.embedded.lexical import LexicalIndex
 
     texts = [t for _, t in read_queries(f"{set_dir}/queries.jsonl")]
-    shipped = analysis.HEADING_BOOST
+    shipped = relevance.HEADING_BOOST
     times: dict[float, list[float]] = {0.0: [], shipped: []}
     index = LexicalIndex(Path(store_path) / "lexical")
     try:
         for _ in range(rounds):
             for text in texts:
                 for boost, spent in times.items():
-                    analysis.HEADING_BOOST = boost
+                    relevance.HEADING_BOOST = boost
                     started = time.perf_counter()
                     index.search(text, 100, principals=None, filters=FILTERS)
                     spent.append((time.perf_counter() - started) * 1000)
     finally:
-        analysis.HEADING_BOOST = shipped
+        relevance.HEADING_BOOST = shipped
         index.close()
     for boost, spent in times.items():
         spent.sort()
@@ -361,7 +360,7 @@ def main() -> None:
     parser.add_argument(
         "--heading-boost",
         type=float,
-        default=analysis.HEADING_BOOST,
+        default=relevance.HEADING_BOOST,
         help="the engine's heading boost for this run (0: the engine before the field)",
     )
     parser.add_argument(
@@ -380,7 +379,7 @@ def main() -> None:
     if args.engine:
         print_macro({Path(d).name: engine_before_after(s, d) for s, d in args.set})
         return
-    analysis.HEADING_BOOST = args.heading_boost
+    relevance.HEADING_BOOST = args.heading_boost
     args.work.mkdir(parents=True, exist_ok=True)
     scores = {Path(d).name: measure(s, d, args.work, args.k1b, args.ideas) for s, d in args.set}
     print_macro(scores)

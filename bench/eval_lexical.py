@@ -1,10 +1,10 @@
 """Lexical (BM25) variants on every shared eval set: the lexical list alone and fused search.
 
 Each variant is a Tantivy index built in ``bench/.cache/lexical/`` from the
-store's own chunk documents (the catalog's ``_lexical_docs``: title, heading
-path, text, ACL), with its own schema, document and query — a subclass of the
-embedded engine's :class:`LexicalIndex`, so everything else (analyzers, ACL and
-filter clauses, hydration) is the engine's. The store's lexical index is swapped
+store's own chunk documents (the catalog's ``_lexical_docs``), queried its own
+way — a subclass of the embedded engine's :class:`LexicalIndex` whose schema,
+documents, analyzers, ACL and filter clauses are the engine's (a phrase variant
+adds word positions on ``body``). The store's lexical index is swapped
 for the variant's, the lexical list is collected through the planner's own
 retriever, and fused search is scored with the default fusion (``adaptive``,
 graph stage included) over that list and the store's unchanged vector list.
@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,9 @@ from eval_adaptive import FILTERS, collected_lists
 from eval_pagelex import print_macro, report_row
 from evalsets import CACHE, VectorCache, build_store, eval_sets
 
-from knowledge_store.engines.embedded import lexical as lexmod
-from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex, _epoch
-from knowledge_store.model import compose_context
+from knowledge_store.engines.embedded import analysis
+from knowledge_store.engines.embedded.lexical import LexicalIndex
+from knowledge_store.model import relevance
 from knowledge_store.retrieval.compare import per_query
 from knowledge_store.retrieval.evaluation import Collected, Variant, collect, run_variant
 from knowledge_store.retrieval.fusion import RankedList
@@ -43,95 +43,60 @@ from knowledge_store.retrieval.search import Fusion
 from knowledge_store.store import KnowledgeStore
 
 Scores = dict[str, dict[str, float]]  # measure → qid → value
+REF = "shipped (model.relevance's boosts)"
 
 
 @dataclass(frozen=True)
 class Lex:
-    """A lexical variant: field boosts, extra fields, phrase boosts."""
+    """A lexical variant: field boosts (``model.relevance``'s), phrase and every-word bonuses."""
 
-    title: float = lexmod.TITLE_BOOST
-    ident: float = lexmod.IDENTIFIER_BOOST
-    heading: float = 0.0  # a field of the heading path alone (words), this boost
-    body_prefix: bool = True  # body = title + heading path + text (today) or the text alone
+    title: float = relevance.TITLE_BOOST
+    ident: float = relevance.IDENTIFIER_BOOST
+    heading: float = relevance.HEADING_BOOST
     phrase: float = 0.0  # a phrase query of the query's words on body, this boost
     slop: int = 0
     all_words: float = 0.0  # a const bonus for chunks holding every query word (× max idf sum)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def key(self) -> str:
         """Variants with the same key share one index (they differ only in the query)."""
-        return f"h{int(self.heading > 0)}-p{int(self.body_prefix)}-ph{int(self.phrase > 0)}"
+        return f"ph{int(self.phrase > 0)}"
 
 
 class VariantIndex(LexicalIndex):
-    """The engine's index with a variant's schema, documents and query."""
+    """The engine's index — its schema (with positions on ``body`` for phrase variants),
+    documents and analyzers — queried the variant's way."""
 
     def __init__(self, path: Path, lex: Lex) -> None:
         self.lex = lex
         super().__init__(path)
 
     def _open(self) -> tantivy.Index:
-        builder = tantivy.SchemaBuilder()
-        builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
-        builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
-        builder.add_text_field("acl", tokenizer_name="raw", index_option="basic")
-        for name in ("type", "source", "status"):
-            builder.add_text_field(name, tokenizer_name="raw", index_option="basic")
-        for name in ("created_at", "updated_at"):
-            builder.add_integer_field(name, indexed=True, fast=True)
-        body_option = "position" if self.lex.phrase > 0 else "freq"
-        builder.add_text_field("body", tokenizer_name="ks_words", index_option=body_option)
-        builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
-        builder.add_text_field("heading", tokenizer_name="ks_words", index_option="freq")
-        builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")
-        self._schema = builder.build()
+        self._schema = analysis.schema(positions=self.lex.phrase > 0)
         return super()._open()
-
-    def _document(self, doc: LexicalDoc) -> tantivy.Document:
-        """The engine's document (``LexicalIndex._document``), plus the variant's changes."""
-        out = tantivy.Document()
-        out.add_integer("chunk_id", doc.chunk_id)
-        out.add_text("uid", doc.uid)
-        for principal in doc.acl:
-            out.add_text("acl", principal)
-        out.add_text("type", doc.type)
-        out.add_text("source", doc.source)
-        out.add_text("status", doc.status)
-        if doc.created_at:
-            out.add_integer("created_at", _epoch(doc.created_at))
-        if doc.updated_at:
-            out.add_integer("updated_at", _epoch(doc.updated_at))
-        full = compose_context(doc.title, doc.heading, doc.text)
-        out.add_text("body", full if self.lex.body_prefix else doc.text)
-        out.add_text("title", doc.title)
-        out.add_text("ident", full)
-        if self.lex.heading > 0:
-            out.add_text("heading", " ".join(h for h in doc.heading if h and h != doc.title))
-        return out
 
     def _text_query(self, text: str) -> tantivy.Query | None:
         return text_query(self, text)
 
 
 def text_query(index: VariantIndex | LexicalIndex, text: str) -> tantivy.Query | None:
+    """The engine's clauses (``analysis.text_clauses``) with the variant's boosts, plus its
+    phrase and every-word clauses."""
     lex: Lex = getattr(index, "lex", Lex())
     query, should = tantivy.Query, tantivy.Occur.Should
     schema = index._schema
     terms = index._analyzers.query_terms(text)
     if not terms.words:
         return None
-    clauses = [(should, query.term_query(schema, "body", w)) for w in terms.words]
-    for name, boost in (("title", lex.title), ("heading", lex.heading)):
-        if boost > 0:
-            clauses += [
-                (should, query.boost_query(query.term_query(schema, name, w), boost))
-                for w in terms.words
-            ]
-    if lex.ident > 0:
-        clauses += [
-            (should, query.boost_query(query.term_query(schema, "ident", t), lex.ident))
-            for t in terms.idents
-        ]
+    shipped = relevance.TITLE_BOOST, relevance.HEADING_BOOST, relevance.IDENTIFIER_BOOST
+    relevance.TITLE_BOOST, relevance.HEADING_BOOST, relevance.IDENTIFIER_BOOST = (
+        lex.title,
+        lex.heading,
+        lex.ident,
+    )
+    try:
+        clauses = analysis.text_clauses(schema, terms)
+    finally:
+        relevance.TITLE_BOOST, relevance.HEADING_BOOST, relevance.IDENTIFIER_BOOST = shipped
     if lex.phrase > 0 and len(terms.words) > 1:
         phrase = query.phrase_query(schema, "body", list(terms.words), slop=lex.slop)
         clauses.append((should, query.boost_query(phrase, lex.phrase)))
@@ -144,14 +109,13 @@ def text_query(index: VariantIndex | LexicalIndex, text: str) -> tantivy.Query |
 
 
 def variants() -> dict[str, Lex]:
-    out = {"current (title 0.25, ident 1)": Lex()}
+    """The field boosts around the shipped ones, phrase and every-word bonuses (the heading
+    boost's own sweep is ``bench/eval_fields.py``'s)."""
+    out = {REF: Lex()}
     for t in (0.0, 0.1, 0.5, 1.0):
         out[f"title {t:g}"] = Lex(title=t)
     for i in (0.5, 2.0):
         out[f"ident {i:g}"] = Lex(ident=i)
-    for h in (0.25, 0.5, 1.0):
-        out[f"+ heading field {h:g}"] = Lex(heading=h)
-    out["body without title/heading prefix, heading 0.5"] = Lex(heading=0.5, body_prefix=False)
     for b in (0.5, 1.0, 2.0):
         out[f"+ phrase {b:g}"] = Lex(phrase=b)
     out["+ phrase 1, slop 2"] = Lex(phrase=1.0, slop=2)
@@ -183,14 +147,14 @@ def lexical_lists(store: KnowledgeStore, base: Collected, lex: Lex) -> Collected
     engine: Any = store.engine
     saved = engine.lexical_index
     engine.lexical_index = variant_index(store, lex)
-    engine._view = None  # readers pin the indexes of a publish once: make them pin this one
+    engine.views.reset()  # readers pin the indexes of a publish once: make them pin this one
     try:
         mine = collect(store, base.queries, filters=FILTERS, retrievers=["lexical"])
     finally:
         if engine.lexical_index is not saved:
             engine.lexical_index.close()
         engine.lexical_index = saved
-        engine._view = None
+        engine.views.reset()
     lists = {
         qid: [mine.lists[qid][0] if lst.name == "lexical" else lst for lst in base.lists[qid]]
         for qid, _ in base.queries
@@ -251,9 +215,7 @@ def main() -> None:
     chosen = {
         n: v
         for n, v in variants().items()
-        if not args.only
-        or n == "current (title 0.25, ident 1)"
-        or any(n.startswith(o) for o in args.only)
+        if not args.only or n == REF or any(n.startswith(o) for o in args.only)
     }
     fusion = Fusion.of(None)
     scores: dict[str, dict[str, dict[str, Scores]]] = {}  # set → variant → list → scores
@@ -275,12 +237,8 @@ def main() -> None:
     print_macro(scores, list(chosen), REF)
 
 
-REF = "current (title 0.25, ident 1)"
-
-
 def main_folds(args: argparse.Namespace) -> None:
-    global REF
-    REF = "best chunk (today), 100 chunks"
+    ref = "best chunk (today), 100 chunks"
     fusion = Fusion.of(None)
     scores: dict[str, dict[str, dict[str, Scores]]] = {}
     for eval_set in eval_sets(args.sets):
@@ -296,8 +254,8 @@ def main_folds(args: argparse.Namespace) -> None:
                 scores[eval_set.name][name] = {
                     k: per_query(eval_set.qrels, r) for k, r in runs.items()
                 }
-                report_row(eval_set.name, name, scores[eval_set.name], REF)
-    print_macro(scores, list(folds()), REF)
+                report_row(eval_set.name, name, scores[eval_set.name], ref)
+    print_macro(scores, list(folds()), ref)
 
 
 if __name__ == "__main__":

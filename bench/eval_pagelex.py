@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import tantivy
+from evalsets import scoring_key
 
 from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.analysis import Analyzers
@@ -115,10 +116,7 @@ def store_lists(
     queries and qrels."""
     name = Path(set_dir).name
     queries, qrels = judged_queries(set_dir)
-    boosts = "-".join(
-        f"{b:g}" for b in (analysis.TITLE_BOOST, analysis.HEADING_BOOST, analysis.IDENTIFIER_BOOST)
-    )
-    cache = work / f"{name}-{Path(store_path).name}-{boosts}-lists.pkl"
+    cache = work / f"{name}-{Path(store_path).name}-{scoring_key()}-lists.pkl"
     cached: Lists | None = pickle.loads(cache.read_bytes()) if cache.exists() else None
     started = time.perf_counter()
     base = collect(store, queries, filters=FILTERS, lists=cached)

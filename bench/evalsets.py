@@ -104,6 +104,14 @@ SETS: dict[str, EvalSet] = {
 }
 
 
+def scoring_key() -> str:
+    """The lexical scoring parameters (``model.relevance``) as a string: caches of a store's
+    lists are keyed by it, since a script may vary them between runs."""
+    from knowledge_store.model import relevance
+
+    return "-".join(f"{getattr(relevance, name):g}" for name in relevance.__all__)
+
+
 def eval_sets(names: Sequence[str] | None = None) -> list[EvalSet]:
     chosen = list(names) if names else list(SETS)
     unknown = [n for n in chosen if n not in SETS]

@@ -164,15 +164,18 @@ def evaluate_ir_measures(
 def run_variant(
     name: str, options: dict[str, object], chunks: list[BenchChunk]
 ) -> dict[str, float]:
-    from knowledge_store.engines.embedded import analysis as knobs
+    from knowledge_store.engines.embedded import analysis
     from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
-    from knowledge_store.model import Filters
+    from knowledge_store.model import Filters, relevance
+
+    def knobs(key: str) -> object:  # the boosts are both engines' (model.relevance)
+        return relevance if hasattr(relevance, key) else analysis
 
     queries, qrels = load_queries()
     with tempfile.TemporaryDirectory() as tmp:
-        saved = {k: getattr(knobs, k) for k in options}
+        saved = {k: getattr(knobs(k), k) for k in options}
         for key, value in options.items():
-            setattr(knobs, key, value)
+            setattr(knobs(key), key, value)
         try:
             index = LexicalIndex(Path(tmp) / "lex")
             t0 = time.perf_counter()
@@ -203,7 +206,7 @@ def run_variant(
             index.close()
         finally:
             for key, value in saved.items():
-                setattr(knobs, key, value)
+                setattr(knobs(key), key, value)
     try:
         scores = evaluate_ir_measures(runs, qrels)
     except ImportError:
@@ -212,7 +215,8 @@ def run_variant(
     return scores
 
 
-# Each variant overrides module-level knobs of knowledge_store.engines.embedded.analysis.
+# Each variant overrides module-level knobs of knowledge_store.model.relevance (the field
+# boosts) or knowledge_store.engines.embedded.analysis (the analyzers).
 VARIANTS: dict[str, dict[str, object]] = {
     "default (title 0.25, identifiers for codes)": {},
     "no-stopwords": {"USE_STOPWORDS": False},

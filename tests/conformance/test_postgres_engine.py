@@ -20,7 +20,6 @@ import psutil
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.engines.postgres.schema import FIELD_HEADING, MIGRATIONS, Migration
@@ -35,6 +34,7 @@ from knowledge_store.model import (
     GraphQuery,
     Identity,
     Order,
+    relevance,
 )
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
@@ -233,7 +233,7 @@ def _reference_bm25(engine: PostgresEngine, text: str) -> dict[int, float]:
     q_idents = set(bag("ks_idents", text))
     fields.append((1.0, body, {i: sum(b.values()) for i, b in body.items()}, q_words))
     fields.append(
-        (lexical_sql.TITLE_BOOST, title, {i: sum(b.values()) for i, b in title.items()}, q_words)
+        (relevance.TITLE_BOOST, title, {i: sum(b.values()) for i, b in title.items()}, q_words)
     )
     heading = {
         int(i): bag("ks_words", str(h))
@@ -244,7 +244,7 @@ def _reference_bm25(engine: PostgresEngine, text: str) -> dict[int, float]:
     }
     fields.append(
         (
-            lexical_sql.HEADING_BOOST,
+            relevance.HEADING_BOOST,
             heading,
             {i: sum(b.values()) for i, b in heading.items()},
             q_words,
@@ -252,13 +252,13 @@ def _reference_bm25(engine: PostgresEngine, text: str) -> dict[int, float]:
     )
     fields.append(
         (
-            lexical_sql.IDENT_BOOST,
+            relevance.IDENTIFIER_BOOST,
             ident,
             {int(i): ident_length(ctx) for i, _, ctx in docs},
             q_idents,
         )
     )
-    k1, b = lexical_sql.BM25_K1, lexical_sql.BM25_B
+    k1, b = relevance.BM25_K1, relevance.BM25_B
     scores: dict[int, float] = {}
     n = len(docs)
     for boost, bags, lengths, terms in fields:

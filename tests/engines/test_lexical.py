@@ -11,10 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.lexical import SIDECAR, LexicalDoc, LexicalIndex
 from knowledge_store.errors import StoreError
-from knowledge_store.model import Filters, compose_context, last_heading
+from knowledge_store.model import Filters, compose_context, last_heading, relevance
 
 TYPES = ("section", "chapter", "codeSample", "ticket")
 SOURCES = ("docs", "jira", "wiki")
@@ -465,7 +464,7 @@ def test_a_query_word_in_the_chunks_last_heading_ranks_it_first(tmp_path: Path) 
 def test_without_the_heading_boost_the_two_chunks_tie(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(analysis, "HEADING_BOOST", 0.0)
+    monkeypatch.setattr(relevance, "HEADING_BOOST", 0.0)
     ix = _heading_pair(tmp_path)
     (_, _, first), (_, _, second) = ix.search("vacuum", 10, principals=None, filters=Filters())
     assert first == pytest.approx(second)

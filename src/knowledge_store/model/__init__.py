@@ -11,6 +11,7 @@ rather than one module only to keep each file readable:
 ``text``            what can be stored as text: names, principals, dates
 ``values``          Order, AggregateSpec, GraphQuery: what engines take
 ``answers``         the pydantic answers, whose ``model_dump()`` is DESIGN §6's JSON
+``relevance``       BM25's k1/b and the lexical field boosts both engines score with
 ==================  ==================================================================
 """
 

@@ -33,13 +33,10 @@ from dataclasses import dataclass
 import tantivy
 
 from knowledge_store.errors import StoreError
-from knowledge_store.model import FILTER_FIELDS, stored_timestamp
+from knowledge_store.model import FILTER_FIELDS, relevance, stored_timestamp
 
 __all__ = [
-    "HEADING_BOOST",
-    "IDENTIFIER_BOOST",
     "IDENTIFIER_ONLY_CODES",
-    "TITLE_BOOST",
     "USE_STOPWORDS",
     "Analyzers",
     "QueryTerms",
@@ -58,17 +55,7 @@ log = logging.getLogger(__name__)
 # IS, NOT, INTO count in that corpus) — within noise, so the stop list stays: a smaller
 # index, shorter posting lists, and a stop-word-only query finds nothing.
 USE_STOPWORDS = True
-#: Boost of the identifier field (0 leaves it out of the query).
-IDENTIFIER_BOOST = 1.0
-#: Boost of the title field (0 leaves it out of the query): a light touch; every
-#: chunk repeats its page title, so a heavy boost drowns the body.
-TITLE_BOOST = 0.25
-#: Boost of the heading field — the chunk's innermost heading below the title — (0 leaves
-#: it out of the query): a lighter touch still; the body already holds the heading path.
-#: Measured on both shared sets (docs/relevance.md §8, bench/eval_fields.py): fused nDCG@10
-#: postgres-docs +0.0026 [+0.0003, +0.0049], sqlite-git-faq +0.0132 [+0.0000, +0.0395] (one query),
-#: macro +0.0079 [+0.0005, +0.0215]; boosts of 0.5 and above lose on postgres-docs.
-HEADING_BOOST = 0.1
+# The field boosts are both engines': knowledge_store.model.relevance, read at query time.
 #: Query the identifier field only with tokens that are not plain words
 #: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
 IDENTIFIER_ONLY_CODES = True
@@ -148,7 +135,7 @@ class Analyzers:
     def query_terms(self, text: str) -> QueryTerms:
         words = _unique(self.words.analyze(text))
         idents: list[str] = []
-        if IDENTIFIER_BOOST > 0:
+        if relevance.IDENTIFIER_BOOST > 0:
             # Stop words are never identifiers: "a" or "the" must not match everything.
             idents = [t for t in _unique(self.ident.analyze(text)) if self.words.analyze(t)]
             if IDENTIFIER_ONLY_CODES:
@@ -161,26 +148,32 @@ def text_clauses(
 ) -> list[tuple[tantivy.Occur, tantivy.Query]]:
     """The BM25 clauses of ``terms``, all SHOULD: words on ``body``, (× ``TITLE_BOOST``)
     ``title`` and (× ``HEADING_BOOST``) ``heading``, identifiers on ``ident`` (×
-    ``IDENTIFIER_BOOST``). The boosts are read at call time (``bench/tune_lexical.py``
-    varies them); any index with these fields (the engine's, the benches' side indexes)
+    ``IDENTIFIER_BOOST``). The boosts are :mod:`knowledge_store.model.relevance`'s, read at
+    call time (``bench/tune_lexical.py`` varies them); any index with these fields (the engine's, the benches' side indexes)
     queries this way — one without a ``heading`` field (the benches' page and unit
     indexes: no chunk headings) with ``heading=False``."""
     query, should = tantivy.Query, tantivy.Occur.Should
     clauses = [(should, query.term_query(schema, "body", w)) for w in terms.words]
-    for name, boost in (("title", TITLE_BOOST), ("heading", HEADING_BOOST if heading else 0.0)):
+    boosts = (("title", relevance.TITLE_BOOST), ("heading", relevance.HEADING_BOOST * heading))
+    for name, boost in boosts:
         if boost > 0:
             clauses += [
                 (should, query.boost_query(query.term_query(schema, name, w), boost))
                 for w in terms.words
             ]
     clauses += [
-        (should, query.boost_query(query.term_query(schema, "ident", t), IDENTIFIER_BOOST))
+        (
+            should,
+            query.boost_query(query.term_query(schema, "ident", t), relevance.IDENTIFIER_BOOST),
+        )
         for t in terms.idents
     ]
     return clauses
 
 
-def schema() -> tantivy.Schema:
+def schema(*, positions: bool = False) -> tantivy.Schema:
+    """The index's schema; ``positions`` also records word positions on ``body`` (phrase
+    queries: the engine has none, ``bench/eval_lexical.py`` measures them)."""
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("chunk_id", stored=True, indexed=True, fast=True)
     builder.add_text_field("uid", stored=True, tokenizer_name="raw", index_option="basic")
@@ -192,7 +185,8 @@ def schema() -> tantivy.Schema:
             builder.add_text_field(field.name, tokenizer_name="raw", index_option="basic")
         else:
             builder.add_integer_field(field.name, indexed=True, fast=True)
-    builder.add_text_field("body", tokenizer_name="ks_words", index_option="freq")
+    body_option = "position" if positions else "freq"
+    builder.add_text_field("body", tokenizer_name="ks_words", index_option=body_option)
     builder.add_text_field("title", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("heading", tokenizer_name="ks_words", index_option="freq")
     builder.add_text_field("ident", tokenizer_name="ks_ident", index_option="freq")

@@ -3,7 +3,7 @@
 Rankers (a small registry; ``LEXICAL_RANKERS``):
 
 ``bm25`` (default, measured)
-    Okapi BM25 (k1=1.2, b=0.75) computed in SQL from statistics the publish
+    Okapi BM25 (``model.relevance``: k1=1.2, b=0.75, the field boosts) computed in SQL from statistics the publish
     transaction keeps exact: ``lexical_postings`` (term frequency and field
     length per chunk and term), ``lexical_terms`` (document frequency per
     term) and ``lexical_fields`` (chunks and total length per field → avgdl).
@@ -44,26 +44,15 @@ from knowledge_store.engines.postgres.schema import (
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import Filters
+from knowledge_store.model import Filters, relevance
 
 __all__ = [
-    "BM25_B",
-    "BM25_K1",
     "DEFAULT_RANKER",
-    "HEADING_BOOST",
-    "IDENT_BOOST",
     "LEXICAL_RANKERS",
-    "TITLE_BOOST",
     "LexicalStatement",
     "lexical_statement",
 ]
 
-BM25_K1 = 1.2
-BM25_B = 0.75
-#: Field boosts, as the embedded engine's (measured there with bench/tune_lexical.py).
-TITLE_BOOST = 0.25
-HEADING_BOOST = 0.1
-IDENT_BOOST = 1.0
 #: At most this many distinct query terms per field (a 10k-character query stays cheap).
 MAX_QUERY_TERMS = 256
 #: ts_rank_cd normalisation: 1 divides by 1 + log(document length).
@@ -130,11 +119,11 @@ ORDER BY s.score DESC, c.id"""
     params.update(
         text=text,
         k=k,
-        k1=BM25_K1,
-        b=BM25_B,
-        title_boost=TITLE_BOOST,
-        heading_boost=HEADING_BOOST,
-        ident_boost=IDENT_BOOST,
+        k1=relevance.BM25_K1,
+        b=relevance.BM25_B,
+        title_boost=relevance.TITLE_BOOST,
+        heading_boost=relevance.HEADING_BOOST,
+        ident_boost=relevance.IDENTIFIER_BOOST,
     )
     return LexicalStatement(sql, params)
 
