@@ -30,6 +30,8 @@ import os
 import re
 import shutil
 import threading
+import time
+import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +56,15 @@ from knowledge_store.model import (
     last_heading,
 )
 
-__all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", "QueryTerms"]
+__all__ = [
+    "WATERMARK_ID",
+    "Analyzers",
+    "LexicalDoc",
+    "LexicalIndex",
+    "Pinned",
+    "QueryTerms",
+    "Rebuild",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +98,51 @@ class Pinned:
     searcher: tantivy.Searcher
     watermark: int
     marked: bool = False  # the commit holds the watermark document
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """A rebuild of the index as its sidecar records it: why, by which process, how far."""
+
+    reason: str
+    pid: int
+    started: float  # time.time() when it began
+    indexed: int  # chunks staged so far
+    total: int  # chunks to index
+
+    @classmethod
+    def read(cls, value: Any) -> Rebuild | None:
+        """The sidecar's ``rebuild`` entry; None when there is none (or it is not one)."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            return cls(
+                reason=str(value["reason"]),
+                pid=int(value["pid"]),
+                started=float(value["started"]),
+                indexed=int(value["indexed"]),
+                total=int(value["total"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+#: Why a store without an index can't use one yet (a new store: no warning when it is made).
+_MISSING = "does not exist yet"
+
+
+def _unusable(path: Path, sidecar: Mapping[str, Any]) -> str | None:
+    """Why the index files in ``path`` can't be opened as this version's (None: they can)."""
+    if not (path / "meta.json").is_file():
+        return _MISSING
+    found = sidecar.get("schema")
+    if found is None:  # the sidecar is written before the index: an index without one isn't ours
+        return "has no sidecar"
+    if found != SCHEMA_ID:
+        return f"has another schema ({found}; this version's is {SCHEMA_ID})"
+    if not tantivy.Index.is_compatible(str(path)):
+        return "was written by an incompatible Tantivy version"
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,36 +193,74 @@ class LexicalIndex:
         self._analyzers = Analyzers()
         self._watermark = 0
         self._pinned: Pinned | None = None
+        #: Why the files on disk can't be used (None: they can): then this process reads an
+        #: empty in-memory index, and the write-lock holder's first write replaces them.
+        self.stale: str | None = None
+        self._generation: str | None = None  # the sidecar's: new each time the files are replaced
+        self._rebuild: dict[str, Any] | None = None  # the rebuild under way here (the sidecar's)
         self._index = self._open()
-        self._watermark = self._read_watermark()
+        self._watermark = 0 if self.stale else self._read_watermark()
 
     # -- opening -------------------------------------------------------------
 
     def _open(self) -> tantivy.Index:
-        self._path.mkdir(parents=True, exist_ok=True)
-        if tantivy.Index.exists(str(self._path)) and (
-            self._read_sidecar().get("schema") != SCHEMA_ID
-            or not tantivy.Index.is_compatible(str(self._path))
-        ):
-            # Derived data of another layout: start empty (watermark 0); the catalog rebuilds.
-            log.warning("lexical index at %s has another schema; recreating it", self._path)
-            self._wipe()
-        if not (self._path / SIDECAR).exists():
-            # Written before the index exists, so an index without one is never ours.
-            self._write_sidecar(0)
-        try:
-            index = tantivy.Index(self._schema, str(self._path), reuse=True)
-        except (ValueError, OSError) as exc:
-            log.warning("lexical index at %s unreadable (%s); recreating it", self._path, exc)
-            self._wipe()
-            self._write_sidecar(0)
-            index = _translate(
-                "creating the index", lambda: tantivy.Index(self._schema, str(self._path))
-            )
+        """The index on disk, opened read-only; else an empty one in memory, ``stale`` saying why.
+
+        Never writes: only the holder of the store's write lock replaces index files (on
+        its first write, :meth:`_replace`), so a process opening the store while another
+        rebuilds the index can't destroy the rebuild under way, nor create an index beside it.
+        """
+        sidecar = self._read_sidecar()
+        generation = sidecar.get("generation")
+        self._generation = generation if isinstance(generation, str) else None
+        self.stale = _unusable(self._path, sidecar)
+        index: tantivy.Index | None = None
+        if self.stale is None:
+            try:
+                index = tantivy.Index.open(str(self._path))
+            except (ValueError, OSError) as exc:
+                self.stale = f"is unreadable ({exc})"
+        if index is None:
+            index = tantivy.Index(self._schema)  # in memory: empty, watermark 0
+        return self._ready(index)
+
+    def _ready(self, index: tantivy.Index) -> tantivy.Index:
         index.register_tokenizer("ks_words", self._analyzers.words)
         index.register_tokenizer("ks_ident", self._analyzers.ident)
         index.config_reader("manual")
         return index
+
+    def _usable(self) -> None:
+        """Before a write (the write lock held): replace files this process can't use —
+        unless another process replaced them since this one looked."""
+        if self.stale is not None:
+            self._index = self._open()
+            self._pinned = None
+            if self.stale is None:
+                self._watermark = self.pin().watermark
+        if self.stale is not None:
+            self._replace()
+
+    def _replace(self) -> None:
+        """Start over empty (watermark 0), holding the store's write lock: every file goes,
+        then a sidecar of this schema and a new generation, then a new index — killed
+        anywhere in between, the next holder finds no index or an empty one and redoes it."""
+        with self._lock:
+            self.rollback()
+            if self.stale not in (None, _MISSING):
+                log.warning("lexical index at %s %s; recreating it", self._path, self.stale)
+            self._path.mkdir(parents=True, exist_ok=True)
+            self._wipe()
+            self._generation = uuid.uuid4().hex
+            self._write_sidecar(0)
+            created = _translate(
+                "creating the index",
+                lambda: tantivy.Index(self._schema, str(self._path), reuse=False),
+            )
+            self._index = self._ready(created)
+            self.stale = None
+            self._watermark = 0
+            self._pinned = None
 
     def remove_leftovers(self) -> list[str]:
         """Remove what killed writers left behind; the names removed.
@@ -180,7 +273,7 @@ class LexicalIndex:
         """
         with self._lock:
             committed = self._committed_files()
-            if self._writer is not None or committed is None:
+            if self._writer is not None or committed is None or not self._path.is_dir():
                 return []
             segments, deletes = committed
             removed: list[str] = []
@@ -211,22 +304,18 @@ class LexicalIndex:
             return segments, deletes
         try:
             for segment in json.loads(meta.read_text())["segments"]:
-                uuid = str(segment["segment_id"]).replace("-", "")
-                segments.add(uuid)
+                name = str(segment["segment_id"]).replace("-", "")
+                segments.add(name)
                 if segment.get("deletes"):
-                    deletes.add(f"{uuid}.{int(segment['deletes']['opstamp'])}.del")
+                    deletes.add(f"{name}.{int(segment['deletes']['opstamp'])}.del")
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return segments, deletes
 
     def recreate(self) -> None:
-        """Start over empty (watermark 0): the last resort of a rebuild."""
-        with self._lock:
-            self.rollback()
-            self._wipe()
-            self._write_sidecar(0)
-            self._watermark = 0
-            self._index = self._open()
+        """Start over empty (watermark 0), holding the store's write lock: the last resort
+        of a rebuild."""
+        self._replace()
 
     def _wipe(self) -> None:
         for entry in self._path.iterdir():
@@ -246,17 +335,27 @@ class LexicalIndex:
         value = self._read_sidecar().get("watermark", 0)
         return value if isinstance(value, int) else 0
 
-    def _write_sidecar(self, watermark: int) -> None:
+    def _write_sidecar(self, watermark: int, *, durable: bool = True) -> None:
+        """The watermark, the schema, the generation and the rebuild under way, if any
+        (``durable=False``: a rebuild's progress, which nothing depends on, not synced)."""
         target = self._path / SIDECAR
         tmp = target.with_suffix(f".tmp{os.getpid()}")
-        payload = json.dumps({"watermark": watermark, "schema": SCHEMA_ID})
+        sidecar: dict[str, Any] = {"watermark": watermark, "schema": SCHEMA_ID}
+        if self._generation is not None:
+            sidecar["generation"] = self._generation
+        if self._rebuild is not None:
+            sidecar["rebuild"] = self._rebuild
+        payload = json.dumps(sidecar)
 
         def write() -> None:
             with tmp.open("w") as fh:
                 fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
             os.replace(tmp, target)
+            if not durable:
+                return
             fd = os.open(self._path, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -269,8 +368,13 @@ class LexicalIndex:
 
     @contextlib.contextmanager
     def _writing(self, action: str) -> Iterator[tantivy.IndexWriter]:
-        """The writer, opened on first use; on any error every staged change is dropped."""
+        """The writer, opened on first use; on any error every staged change is dropped.
+
+        Every write happens under the store's write lock (the engine's writers), the
+        first one replacing files this process found unusable (:meth:`_usable`).
+        """
         with self._lock:
+            self._usable()
             if self._writer is None:
                 self._writer = _translate(
                     "opening the writer (is another process writing?)",
@@ -341,6 +445,10 @@ class LexicalIndex:
         :data:`WATERMARK_ID`), so a searcher always knows which publish it
         shows (:meth:`pin`); the sidecar repeats it for a cheap look on open.
         """
+        self._rebuild = None
+        self._commit(watermark)
+
+    def _commit(self, watermark: int) -> None:
         with self._writing("recording the watermark") as writer:
             writer.delete_documents_by_term("chunk_id", WATERMARK_ID)
             mark = tantivy.Document()
@@ -365,11 +473,13 @@ class LexicalIndex:
         index (replaying is idempotent) but never lead it — killed between the two,
         an emptied index still claiming the latest publish was never caught up.
         """
-        self._write_sidecar(0)
-        self._watermark = 0
-        with self._writing("clearing") as writer:
-            writer.delete_all_documents()
-        self.commit(0)
+        with self._lock:
+            self._usable()
+            self._write_sidecar(0)
+            self._watermark = 0
+            with self._writing("clearing") as writer:
+                writer.delete_all_documents()
+            self._commit(0)  # a rebuild under way stays recorded
 
     # -- reading -------------------------------------------------------------
 
@@ -379,11 +489,43 @@ class LexicalIndex:
         return self._watermark
 
     def reload(self) -> None:
-        """Pick up commits (and the watermark) made by another process."""
+        """Pick up commits (and the watermark) made by another process — opening the index
+        afresh when this process could not use its files or another one replaced them."""
         with self._lock:
-            _translate("reloading", self._index.reload)
+            generation = self._read_sidecar().get("generation")
+            if self._writer is None and (self.stale is not None or generation != self._generation):
+                self._index = self._open()
+            else:
+                _translate("reloading", self._index.reload)
             self._pinned = None
             self._watermark = self.pin().watermark
+
+    # -- rebuilding (the write lock held) --------------------------------------
+
+    def begin_rebuild(self, reason: str, total: int) -> None:
+        """Record in the sidecar that this process rebuilds the index (``reason``) and will
+        index ``total`` chunks: what the store's other processes tell their readers. The
+        record stays until the rebuild's :meth:`commit` (a killed rebuild's stays behind).
+        Files this process can't use are replaced first: the record is of this schema."""
+        self._usable()
+        self._rebuild = {
+            "reason": reason,
+            "pid": os.getpid(),
+            "started": time.time(),
+            "indexed": 0,
+            "total": total,
+        }
+        self._write_sidecar(self._watermark)
+
+    def rebuilt(self, indexed: int) -> None:
+        """The rebuild under way has staged ``indexed`` chunks (its progress, in the sidecar)."""
+        if self._rebuild is not None:
+            self._rebuild["indexed"] = indexed
+            self._write_sidecar(self._watermark, durable=False)
+
+    def rebuilding(self) -> Rebuild | None:
+        """The rebuild the sidecar records (another process's, or one that was killed)."""
+        return Rebuild.read(self._read_sidecar().get("rebuild"))
 
     def pin(self) -> Pinned:
         """A point-in-time searcher and the publish it shows (read from the commit itself)."""
