@@ -139,7 +139,10 @@ def _unusable(path: Path, sidecar: Mapping[str, Any]) -> str | None:
     if found is None:  # the sidecar is written before the index: an index without one isn't ours
         return "has no sidecar"
     if found != SCHEMA_ID:
-        return f"has another schema ({found}; this version's is {SCHEMA_ID})"
+        version = str(found).partition(":")[0]
+        if version != str(SCHEMA_VERSION):
+            return f"was built with lexical schema {version} (this version's is {SCHEMA_VERSION})"
+        return f"was built with other filter fields ({found}; this version's: {SCHEMA_ID})"
     if not tantivy.Index.is_compatible(str(path)):
         return "was written by an incompatible Tantivy version"
     return None
