@@ -172,7 +172,7 @@ def test_a_process_opening_during_anothers_rebuild_leaves_it_alone_and_says_so(
     # The rebuilder holds the write lock and has not started: nobody touched the old files.
     assert _files(path) == before
     with KnowledgeStore.open(path, embedder=embedder) as other:
-        with pytest.raises(StoreError, match="must be rebuilt .*lexical schema 5") as waiting:
+        with pytest.raises(StoreError, match=r"must be rebuilt .*lexical schema 5") as waiting:
             other.lexical(QUERY)
         assert waiting.value.details["retryable"] is True
         assert "try again shortly" in waiting.value.message

@@ -141,8 +141,10 @@ def _unusable(path: Path, sidecar: Mapping[str, Any]) -> str | None:
     if found != SCHEMA_ID:
         version = str(found).partition(":")[0]
         if version != str(SCHEMA_VERSION):
-            return f"was built with lexical schema {version} (this version's is {SCHEMA_VERSION})"
-        return f"was built with other filter fields ({found}; this version's: {SCHEMA_ID})"
+            return (
+                f"has another schema: lexical schema {version}, this version's is {SCHEMA_VERSION}"
+            )
+        return f"has another schema: the filter fields {found}, this version's are {SCHEMA_ID}"
     if not tantivy.Index.is_compatible(str(path)):
         return "was written by an incompatible Tantivy version"
     return None
