@@ -19,16 +19,20 @@ user of a group shared by half the estate: 3.4 ms against 0.3 ms per query at
 100k chunks). An empty ACL has no ``acl`` term and matches nobody. It is built programmatically from the analyzers' tokens,
 never parsed with Tantivy's query language, so ``field:x``, ``*``, ``OR``, quotes
 or NUL in the text are matched literally or dropped and can't widen a query.
+
+**Files of another schema** (an upgrade changed :data:`SCHEMA_ID`), unreadable or
+missing are never touched on open: the process reads an empty index in memory
+(``stale`` says why), and the first write — made only under the store's write
+lock — replaces them with a new generation (:mod:`.lexfiles`). A rebuild records
+itself in the sidecar until its commit (:meth:`LexicalIndex.begin_rebuild`), so the
+store's other processes can tell their readers what is happening and how far it got.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
-import shutil
 import threading
 import time
 import uuid
@@ -39,7 +43,7 @@ from typing import Any, TypeVar
 
 import tantivy
 
-from knowledge_store.engines.embedded import analysis
+from knowledge_store.engines.embedded import analysis, lexfiles
 from knowledge_store.engines.embedded.analysis import (
     Analyzers,
     QueryTerms,
@@ -47,6 +51,7 @@ from knowledge_store.engines.embedded.analysis import (
     epoch,
     schema,
 )
+from knowledge_store.engines.embedded.lexfiles import SIDECAR, Rebuild
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     FACET_NAMES,
@@ -57,6 +62,7 @@ from knowledge_store.model import (
 )
 
 __all__ = [
+    "SIDECAR",
     "WATERMARK_ID",
     "Analyzers",
     "LexicalDoc",
@@ -77,15 +83,11 @@ SCHEMA_VERSION = 6  # 2: the ACL as principals, not an ACL-set id; 3: the waterm
 SCHEMA_ID = f"{SCHEMA_VERSION}:" + ",".join(f"{f.name}={f.kind}" for f in FILTER_FIELDS)
 #: The chunk id of the document that records, inside each commit, the publish it holds.
 WATERMARK_ID = -1
-SIDECAR = "ks-lexical.json"
 
 #: Up to this many held principals the ACL clause is a union of term queries, above
 #: it a term set. At 100k chunks, 50 % visible, p50 of the filtered query: 8 held
 #: 0.28 vs 0.55 ms, 40: 0.45 vs 0.59, 136: 0.62 vs 0.69, 520: 1.37 vs 0.92 ms.
 _ACL_UNION_MAX = 128
-
-#: Files of a segment (``<uuid>.<component>``) and its deletes (``<uuid>.<opstamp>.del``).
-_SEGMENT_FILE = re.compile(r"[0-9a-f]{32}\.(?:[a-z]+|[0-9]+\.del)")
 
 _WRITER_HEAP = 96_000_000
 _WRITER_THREADS = 1
@@ -98,33 +100,6 @@ class Pinned:
     searcher: tantivy.Searcher
     watermark: int
     marked: bool = False  # the commit holds the watermark document
-
-
-@dataclass(frozen=True)
-class Rebuild:
-    """A rebuild of the index as its sidecar records it: why, by which process, how far."""
-
-    reason: str
-    pid: int
-    started: float  # time.time() when it began
-    indexed: int  # chunks staged so far
-    total: int  # chunks to index
-
-    @classmethod
-    def read(cls, value: Any) -> Rebuild | None:
-        """The sidecar's ``rebuild`` entry; None when there is none (or it is not one)."""
-        if not isinstance(value, dict):
-            return None
-        try:
-            return cls(
-                reason=str(value["reason"]),
-                pid=int(value["pid"]),
-                started=float(value["started"]),
-                indexed=int(value["indexed"]),
-                total=int(value["total"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
 
 
 #: Why a store without an index can't use one yet (a new store: no warning when it is made).
@@ -187,7 +162,7 @@ class LexicalIndex:
 
     Readers never open a writer: the writer (and Tantivy's directory lock) is
     taken on the first write and released after each ``commit``, so another
-    process can write next.
+    process can write next. Every write is made holding the store's write lock.
     """
 
     def __init__(self, path: Path) -> None:
@@ -215,7 +190,7 @@ class LexicalIndex:
         its first write, :meth:`_replace`), so a process opening the store while another
         rebuilds the index can't destroy the rebuild under way, nor create an index beside it.
         """
-        sidecar = self._read_sidecar()
+        sidecar = lexfiles.read_sidecar(self._path)
         generation = sidecar.get("generation")
         self._generation = generation if isinstance(generation, str) else None
         self.stale = _unusable(self._path, sidecar)
@@ -255,7 +230,7 @@ class LexicalIndex:
             if self.stale not in (None, _MISSING):
                 log.warning("lexical index at %s %s; recreating it", self._path, self.stale)
             self._path.mkdir(parents=True, exist_ok=True)
-            self._wipe()
+            _translate("removing the old index", lambda: lexfiles.wipe(self._path))
             self._generation = uuid.uuid4().hex
             self._write_sidecar(0)
             created = _translate(
@@ -268,106 +243,37 @@ class LexicalIndex:
             self._pinned = None
 
     def remove_leftovers(self) -> list[str]:
-        """Remove what killed writers left behind; the names removed.
-
-        Call only while holding the store's write lock (no writer is alive): our
-        watermark's temp files, Tantivy's atomic-write temp files, and index files
-        that no commit refers to — segments of an uncommitted write, and a delete
-        file (``<segment>.<opstamp>.del``) written by a commit that never reached
-        ``meta.json``, which the next commit of the same operations would collide with.
-        """
+        """Remove what killed writers left behind (:func:`.lexfiles.remove_leftovers`); the
+        names removed. Call only while holding the store's write lock."""
         with self._lock:
-            committed = self._committed_files()
-            if self._writer is not None or committed is None or not self._path.is_dir():
+            if self._writer is not None:
                 return []
-            segments, deletes = committed
-            removed: list[str] = []
-            for entry in self._path.iterdir():
-                name = entry.name
-                if _SEGMENT_FILE.fullmatch(name):
-                    leftover = (
-                        name not in deletes
-                        if name.endswith(".del")
-                        else name.partition(".")[0] not in segments
-                    )
-                else:
-                    leftover = name.startswith((".tmp", Path(SIDECAR).stem + ".tmp"))
-                if leftover and entry.is_file():
-                    with contextlib.suppress(FileNotFoundError):
-                        entry.unlink()
-                    removed.append(name)
+            removed = lexfiles.remove_leftovers(self._path)
             if removed:
                 log.warning("lexical index: removed leftovers of a killed writer: %s", removed)
             return removed
-
-    def _committed_files(self) -> tuple[set[str], set[str]] | None:
-        """The segment ids and delete-file names ``meta.json`` refers to (None: unreadable)."""
-        meta = self._path / "meta.json"
-        segments: set[str] = set()
-        deletes: set[str] = set()
-        if not meta.exists():
-            return segments, deletes
-        try:
-            for segment in json.loads(meta.read_text())["segments"]:
-                name = str(segment["segment_id"]).replace("-", "")
-                segments.add(name)
-                if segment.get("deletes"):
-                    deletes.add(f"{name}.{int(segment['deletes']['opstamp'])}.del")
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return segments, deletes
 
     def recreate(self) -> None:
         """Start over empty (watermark 0), holding the store's write lock: the last resort
         of a rebuild."""
         self._replace()
 
-    def _wipe(self) -> None:
-        for entry in self._path.iterdir():
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-
-    def _read_sidecar(self) -> dict[str, Any]:
-        try:
-            data = json.loads((self._path / SIDECAR).read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
     def _read_watermark(self) -> int:
-        value = self._read_sidecar().get("watermark", 0)
+        value = lexfiles.read_sidecar(self._path).get("watermark", 0)
         return value if isinstance(value, int) else 0
 
     def _write_sidecar(self, watermark: int, *, durable: bool = True) -> None:
         """The watermark, the schema, the generation and the rebuild under way, if any
         (``durable=False``: a rebuild's progress, which nothing depends on, not synced)."""
-        target = self._path / SIDECAR
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
         sidecar: dict[str, Any] = {"watermark": watermark, "schema": SCHEMA_ID}
         if self._generation is not None:
             sidecar["generation"] = self._generation
         if self._rebuild is not None:
             sidecar["rebuild"] = self._rebuild
-        payload = json.dumps(sidecar)
-
-        def write() -> None:
-            with tmp.open("w") as fh:
-                fh.write(payload)
-                if durable:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp, target)
-            if not durable:
-                return
-            fd = os.open(self._path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-        _translate("recording the watermark", write)
+        _translate(
+            "recording the watermark",
+            lambda: lexfiles.write_sidecar(self._path, sidecar, durable=durable),
+        )
 
     # -- writing -------------------------------------------------------------
 
@@ -497,7 +403,7 @@ class LexicalIndex:
         """Pick up commits (and the watermark) made by another process — opening the index
         afresh when this process could not use its files or another one replaced them."""
         with self._lock:
-            generation = self._read_sidecar().get("generation")
+            generation = lexfiles.read_sidecar(self._path).get("generation")
             if self._writer is None and (self.stale is not None or generation != self._generation):
                 self._index = self._open()
             else:
@@ -530,7 +436,7 @@ class LexicalIndex:
 
     def rebuilding(self) -> Rebuild | None:
         """The rebuild the sidecar records (another process's, or one that was killed)."""
-        return Rebuild.read(self._read_sidecar().get("rebuild"))
+        return Rebuild.read(lexfiles.read_sidecar(self._path).get("rebuild"))
 
     def pin(self) -> Pinned:
         """A point-in-time searcher and the publish it shows (read from the commit itself)."""
