@@ -417,22 +417,25 @@ class LexicalIndex:
         """Record in the sidecar that this process rebuilds the index (``reason``) and will
         index ``total`` chunks: what the store's other processes tell their readers. The
         record stays until the rebuild's :meth:`commit` (a killed rebuild's stays behind).
-        Files this process can't use are replaced first: the record is of this schema."""
-        self._usable()
-        self._rebuild = {
-            "reason": reason,
-            "pid": os.getpid(),
-            "started": time.time(),
-            "indexed": 0,
-            "total": total,
-        }
-        self._write_sidecar(self._watermark)
+        Files this process can't use are replaced first (their new sidecar has the record)."""
+        with self._lock:
+            self._rebuild = {
+                "reason": reason,
+                "pid": os.getpid(),
+                "started": time.time(),
+                "indexed": 0,
+                "total": total,
+            }
+            if self.stale is None:
+                self._write_sidecar(self._watermark)
+            self._usable()
 
     def rebuilt(self, indexed: int) -> None:
         """The rebuild under way has staged ``indexed`` chunks (its progress, in the sidecar)."""
-        if self._rebuild is not None:
-            self._rebuild["indexed"] = indexed
-            self._write_sidecar(self._watermark, durable=False)
+        with self._lock:
+            if self._rebuild is not None:
+                self._rebuild["indexed"] = indexed
+                self._write_sidecar(self._watermark, durable=False)
 
     def rebuilding(self) -> Rebuild | None:
         """The rebuild the sidecar records (another process's, or one that was killed)."""
