@@ -215,3 +215,26 @@ def test_a_rebuild_killed_midway_is_redone_by_the_next_holder_of_the_write_lock(
         assert engine.lexical_index.num_docs() == CHUNKS
         assert engine.lexical_index.rebuilding() is None
     assert os.listdir(path / "lexical")  # rebuilt in place
+
+
+def test_the_record_of_a_rebuild_killed_before_it_emptied_the_index_is_dropped_on_open(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Killed between recording the rebuild and emptying the index: the index is whole (its
+    commit holds the latest publish), so nothing is rebuilt — but the record must go, or
+    other processes would later say a dead process is rebuilding it."""
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records())
+        fresh = _hits(store)
+    sidecar = path / "lexical" / SIDECAR
+    data = json.loads(sidecar.read_text())
+    data["rebuild"] = {"reason": "`ks rebuild`", "pid": 1, "started": 0, "indexed": 0, "total": 1}
+    sidecar.write_text(json.dumps(data))
+    segments = sorted(f.name for f in (path / "lexical").iterdir() if f.suffix == ".idx")
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        engine = store.engine
+        assert isinstance(engine, EmbeddedEngine)
+        assert engine.lexical_index.rebuilding() is None
+        assert _hits(store) == fresh
+    assert sorted(f.name for f in (path / "lexical").iterdir() if f.suffix == ".idx") == segments

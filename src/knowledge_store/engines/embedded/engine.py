@@ -152,6 +152,8 @@ class EmbeddedEngine:
         except StoreError as exc:
             self._derived_failed(exc)
         self._catch_up_or_log()
+        if self.derived_error is None:
+            self.lexical_index.forget_rebuild()  # one killed before it emptied the index
 
     def _catch_up(self, *, persist: bool = True) -> None:
         """Bring the derived indexes to the catalog's latest publish (idempotent).

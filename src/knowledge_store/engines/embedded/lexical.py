@@ -437,6 +437,13 @@ class LexicalIndex:
                 self._rebuild["indexed"] = indexed
                 self._write_sidecar(self._watermark, durable=False)
 
+    def forget_rebuild(self) -> None:
+        """Drop the record of a rebuild that is not under way here (a killed one's, on an
+        index that needs none now); the write lock held."""
+        with self._lock:
+            if self._rebuild is None and self.stale is None and self.rebuilding() is not None:
+                self._write_sidecar(self._watermark)
+
     def rebuilding(self) -> Rebuild | None:
         """The rebuild the sidecar records (another process's, or one that was killed)."""
         return Rebuild.read(lexfiles.read_sidecar(self._path).get("rebuild"))
