@@ -430,9 +430,39 @@ def test_index_of_another_schema_version_starts_empty(tmp_path: Path) -> None:
     ix.commit(8)
     ix.close()
     (path / SIDECAR).write_text(json.dumps({"watermark": 8, "schema": -1}))
+    files = {f.name: f.read_bytes() for f in path.iterdir() if not f.name.endswith(".lock")}
     again = LexicalIndex(path)
     assert again.watermark == 0 and again.num_docs() == 0
+    assert "has another schema" in (again.stale or "")
+    # Opening and reading touch nothing: the files are replaced by the first write, which
+    # only the holder of the store's write lock makes.
+    assert again.search("common", 10, principals=None, filters=Filters()) == []
+    assert {f.name: f.read_bytes() for f in path.iterdir() if f.name in files} == files
+    again.add([make_doc(2, text="replaced")])
+    again.commit(9)
+    assert again.stale is None and chunks(
+        again.search("replaced", 10, principals=None, filters=Filters())
+    ) == {2}
+    assert json.loads((path / SIDECAR).read_text())["schema"] != -1
     again.close()
+
+
+def test_reload_opens_an_index_another_instance_replaced(tmp_path: Path) -> None:
+    """Another process recreated the files (a new generation): reloading opens them afresh."""
+    path = tmp_path / "lex"
+    writer = LexicalIndex(path)
+    writer.add([make_doc(1, text="before")])
+    writer.commit(3)
+    reader = LexicalIndex(path)
+    assert chunks(reader.search("before", 10, principals=None, filters=Filters())) == {1}
+    writer.recreate()
+    writer.add([make_doc(2, text="after")])
+    writer.commit(3)
+    reader.reload()
+    assert reader.search("before", 10, principals=None, filters=Filters()) == []
+    assert chunks(reader.search("after", 10, principals=None, filters=Filters())) == {2}
+    writer.close()
+    reader.close()
 
 
 # -- the heading field -------------------------------------------------------------------

@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 
 _DENSE_FILE = "dense.hnsw"
 _REBUILD_BATCH = 2000
+#: Why a failed publish rebuilds the lexical index (it had taken that publish's changes).
+_UNDONE = "a publish that failed after the index took its changes"
 
 
 def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
@@ -96,7 +98,8 @@ class EmbeddedEngine:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
         self._write_lock = WriteLock(self.path)
-        self.lexical_index = self._open_lexical()
+        # Files of another schema are replaced by whoever holds the write lock first.
+        self.lexical_index = LexicalIndex(self.path / "lexical")
         self._dense: DenseIndex | None = None
         self.views = Views(self)
         self.owners = ChunkOwners(self.catalog)
@@ -117,17 +120,6 @@ class EmbeddedEngine:
         return self._admin
 
     # -- opening the derived indexes --------------------------------------------------
-    def _open_lexical(self) -> LexicalIndex:
-        where = self.path / "lexical"
-        try:
-            return LexicalIndex(where)
-        except StoreError:
-            # A damaged derived index is rebuilt from the catalog, never trusted.
-            import shutil
-
-            shutil.rmtree(where, ignore_errors=True)
-            return LexicalIndex(where)
-
     @property
     def dense(self) -> DenseIndex | None:
         """The HNSW index of the store's model (reopened when a re-embedding changed the
@@ -160,6 +152,8 @@ class EmbeddedEngine:
         except StoreError as exc:
             self._derived_failed(exc)
         self._catch_up_or_log()
+        if self.derived_error is None:
+            self.lexical_index.forget_rebuild()  # one killed before it emptied the index
 
     def _catch_up(self, *, persist: bool = True) -> None:
         """Bring the derived indexes to the catalog's latest publish (idempotent).
@@ -171,10 +165,11 @@ class EmbeddedEngine:
         it would collide with this commit's).
         """
         latest, _ = self.catalog.latest_publish()
-        if self.lexical_index.watermark > latest or self.lexical_index.watermark == 0 < latest:
-            # ahead of the catalog, or empty (new, or recreated for another schema): every
-            # chunk, a batch at a time, instead of replaying the whole ops log in one list
-            self._rebuild_lexical(latest)
+        if why := self._lexical_rebuild_reason(latest):
+            # unusable files, ahead of the catalog, or empty (new, replaced for another
+            # schema, or a rebuild cut short): every chunk, a batch at a time, instead of
+            # replaying the whole ops log in one list
+            self._rebuild_lexical(latest, why)
         elif self.lexical_index.watermark < latest:
             self.lexical_index.remove_leftovers()
             with self.catalog.read() as conn:
@@ -232,21 +227,40 @@ class EmbeddedEngine:
             dense.add(ids, vectors)
         dense.mark(latest)
 
-    def _rebuild_lexical(self, latest: int) -> None:
+    def _lexical_rebuild_reason(self, latest: int) -> str | None:
+        """Why the lexical index must be rebuilt from the catalog (None: it can catch up)."""
+        index = self.lexical_index
+        if index.stale is not None:
+            index.reload()  # another process may have rebuilt it since this one looked
+        if index.stale is not None:
+            return f"the index {index.stale}"
+        if index.watermark > latest:
+            return "the index held a publish the catalog never committed"
+        if index.watermark == 0 < latest:
+            cut = index.rebuilding()
+            if cut is not None:
+                return f"a rebuild by process {cut.pid} ({cut.reason}) was cut short"
+            return "the index was empty"
+        return None
+
+    def _rebuild_lexical(self, latest: int, why: str) -> None:
         """The lexical index from every chunk of the catalog, :data:`_REBUILD_BATCH` at a time
-        (memory stays flat; replaying the ops log held every document of the store at once)."""
+        (memory stays flat; replaying the ops log held every document of the store at once).
+
+        The write lock held. Index files this process can't use are replaced here, and the
+        sidecar records the rebuild and its progress (the other processes' readers say so)
+        until its commit: one killed midway leaves an empty index, which the next holder of
+        the write lock rebuilds.
+        """
         started = time.perf_counter()
-        try:
-            self.lexical_index.clear()
-        except StoreError as exc:
-            log.warning("the lexical index can't be cleared (%s); recreating it", exc)
-            self.lexical_index.recreate()
         with self.catalog.read() as conn:
             ids = self.catalog.all_chunk_ids(conn)
+            self._clear_lexical(why, len(ids))
             if len(ids) > _REBUILD_BATCH:
                 log.warning("lexical index: indexing %d chunks from the catalog", len(ids))
             for i in range(0, len(ids), _REBUILD_BATCH):
                 self.lexical_index.add(self._lexical_docs(conn, ids[i : i + _REBUILD_BATCH]))
+                self.lexical_index.rebuilt(min(i + _REBUILD_BATCH, len(ids)))
         self.lexical_index.commit(latest)
         if len(ids) > _REBUILD_BATCH:
             log.warning(
@@ -254,6 +268,16 @@ class EmbeddedEngine:
                 len(ids),
                 time.perf_counter() - started,
             )
+
+    def _clear_lexical(self, why: str, total: int) -> None:
+        """The start of a rebuild of ``total`` chunks: recorded, then the index emptied (a
+        lexical index that can't even be cleared is recreated)."""
+        self.lexical_index.begin_rebuild(why, total)
+        try:
+            self.lexical_index.clear()
+        except StoreError as exc:
+            log.warning("the lexical index can't be cleared (%s); recreating it", exc)
+            self.lexical_index.recreate()
 
     # -- readers --------------------------------------------------------------------------------
     @contextmanager
@@ -341,7 +365,7 @@ class EmbeddedEngine:
                         dense.mark(publish)
             except BaseException:
                 if lexical_done:
-                    self._rebuild_lexical(self.catalog.latest_publish()[0])
+                    self._rebuild_lexical(self.catalog.latest_publish()[0], _UNDONE)
                 self.lexical_index.rollback()
                 self._dense = None  # the recorded model's index reopens from its file
                 self._catch_up_or_log()
@@ -406,7 +430,7 @@ class EmbeddedEngine:
             except BaseException:
                 # Nothing of this publish may survive in a derived index.
                 if lexical_done:
-                    self._rebuild_lexical(self.catalog.latest_publish()[0])
+                    self._rebuild_lexical(self.catalog.latest_publish()[0], _UNDONE)
                 self.lexical_index.rollback()
                 if dense is not None:
                     dense.reload()
@@ -509,11 +533,7 @@ class EmbeddedEngine:
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
-            try:
-                self.lexical_index.clear()
-            except StoreError as exc:
-                log.warning("rebuild: the lexical index can't be cleared (%s); recreating it", exc)
-                self.lexical_index.recreate()
+            self._clear_lexical("`ks rebuild`", len(ids))
             dense = self.dense
             if dense is not None:
                 dense.clear()
@@ -526,6 +546,7 @@ class EmbeddedEngine:
                         if dense is not None:
                             vids, vectors = self.catalog.chunk_vectors(conn, part, dense.dimension)
                     self.lexical_index.add(docs)
+                    self.lexical_index.rebuilt(i + len(part))
                     if dense is not None and len(vids):
                         dense.add(vids, vectors)
                     bar.advance(task, len(part))

@@ -19,17 +19,23 @@ user of a group shared by half the estate: 3.4 ms against 0.3 ms per query at
 100k chunks). An empty ACL has no ``acl`` term and matches nobody. It is built programmatically from the analyzers' tokens,
 never parsed with Tantivy's query language, so ``field:x``, ``*``, ``OR``, quotes
 or NUL in the text are matched literally or dropped and can't widen a query.
+
+**Files of another schema** (an upgrade changed :data:`SCHEMA_ID`), unreadable or
+missing are never touched on open: the process reads an empty index in memory
+(``stale`` says why), and the first write — made only under the store's write
+lock — replaces them with a new generation (:mod:`.lexfiles`). A rebuild records
+itself in the sidecar until its commit (:meth:`LexicalIndex.begin_rebuild`), so the
+store's other processes can tell their readers what is happening and how far it got.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import re
-import shutil
 import threading
+import time
+import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +43,7 @@ from typing import Any, TypeVar
 
 import tantivy
 
-from knowledge_store.engines.embedded import analysis
+from knowledge_store.engines.embedded import analysis, lexfiles
 from knowledge_store.engines.embedded.analysis import (
     Analyzers,
     QueryTerms,
@@ -45,6 +51,7 @@ from knowledge_store.engines.embedded.analysis import (
     epoch,
     schema,
 )
+from knowledge_store.engines.embedded.lexfiles import SIDECAR, Rebuild
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     FACET_NAMES,
@@ -54,7 +61,16 @@ from knowledge_store.model import (
     last_heading,
 )
 
-__all__ = ["WATERMARK_ID", "Analyzers", "LexicalDoc", "LexicalIndex", "Pinned", "QueryTerms"]
+__all__ = [
+    "SIDECAR",
+    "WATERMARK_ID",
+    "Analyzers",
+    "LexicalDoc",
+    "LexicalIndex",
+    "Pinned",
+    "QueryTerms",
+    "Rebuild",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +83,11 @@ SCHEMA_VERSION = 6  # 2: the ACL as principals, not an ACL-set id; 3: the waterm
 SCHEMA_ID = f"{SCHEMA_VERSION}:" + ",".join(f"{f.name}={f.kind}" for f in FILTER_FIELDS)
 #: The chunk id of the document that records, inside each commit, the publish it holds.
 WATERMARK_ID = -1
-SIDECAR = "ks-lexical.json"
 
 #: Up to this many held principals the ACL clause is a union of term queries, above
 #: it a term set. At 100k chunks, 50 % visible, p50 of the filtered query: 8 held
 #: 0.28 vs 0.55 ms, 40: 0.45 vs 0.59, 136: 0.62 vs 0.69, 520: 1.37 vs 0.92 ms.
 _ACL_UNION_MAX = 128
-
-#: Files of a segment (``<uuid>.<component>``) and its deletes (``<uuid>.<opstamp>.del``).
-_SEGMENT_FILE = re.compile(r"[0-9a-f]{32}\.(?:[a-z]+|[0-9]+\.del)")
 
 _WRITER_HEAP = 96_000_000
 _WRITER_THREADS = 1
@@ -88,6 +100,29 @@ class Pinned:
     searcher: tantivy.Searcher
     watermark: int
     marked: bool = False  # the commit holds the watermark document
+
+
+#: Why a store without an index can't use one yet (a new store: no warning when it is made).
+_MISSING = "does not exist yet"
+
+
+def _unusable(path: Path, sidecar: Mapping[str, Any]) -> str | None:
+    """Why the index files in ``path`` can't be opened as this version's (None: they can)."""
+    if not (path / "meta.json").is_file():
+        return _MISSING
+    found = sidecar.get("schema")
+    if found is None:  # the sidecar is written before the index: an index without one isn't ours
+        return "has no sidecar"
+    if found != SCHEMA_ID:
+        version = str(found).partition(":")[0]
+        if version != str(SCHEMA_VERSION):
+            return (
+                f"has another schema: lexical schema {version}, this version's is {SCHEMA_VERSION}"
+            )
+        return f"has another schema: the filter fields {found}, this version's are {SCHEMA_ID}"
+    if not tantivy.Index.is_compatible(str(path)):
+        return "was written by an incompatible Tantivy version"
+    return None
 
 
 @dataclass(frozen=True)
@@ -127,7 +162,7 @@ class LexicalIndex:
 
     Readers never open a writer: the writer (and Tantivy's directory lock) is
     taken on the first write and released after each ``commit``, so another
-    process can write next.
+    process can write next. Every write is made holding the store's write lock.
     """
 
     def __init__(self, path: Path) -> None:
@@ -138,139 +173,119 @@ class LexicalIndex:
         self._analyzers = Analyzers()
         self._watermark = 0
         self._pinned: Pinned | None = None
+        #: Why the files on disk can't be used (None: they can): then this process reads an
+        #: empty in-memory index, and the write-lock holder's first write replaces them.
+        self.stale: str | None = None
+        self._generation: str | None = None  # the sidecar's: new each time the files are replaced
+        self._rebuild: dict[str, Any] | None = None  # the rebuild under way here (the sidecar's)
         self._index = self._open()
-        self._watermark = self._read_watermark()
+        self._watermark = 0 if self.stale else self._read_watermark()
 
     # -- opening -------------------------------------------------------------
 
     def _open(self) -> tantivy.Index:
-        self._path.mkdir(parents=True, exist_ok=True)
-        if tantivy.Index.exists(str(self._path)) and (
-            self._read_sidecar().get("schema") != SCHEMA_ID
-            or not tantivy.Index.is_compatible(str(self._path))
-        ):
-            # Derived data of another layout: start empty (watermark 0); the catalog rebuilds.
-            log.warning("lexical index at %s has another schema; recreating it", self._path)
-            self._wipe()
-        if not (self._path / SIDECAR).exists():
-            # Written before the index exists, so an index without one is never ours.
-            self._write_sidecar(0)
-        try:
-            index = tantivy.Index(self._schema, str(self._path), reuse=True)
-        except (ValueError, OSError) as exc:
-            log.warning("lexical index at %s unreadable (%s); recreating it", self._path, exc)
-            self._wipe()
-            self._write_sidecar(0)
-            index = _translate(
-                "creating the index", lambda: tantivy.Index(self._schema, str(self._path))
-            )
+        """The index on disk, opened read-only; else an empty one in memory, ``stale`` saying why.
+
+        Never writes: only the holder of the store's write lock replaces index files (on
+        its first write, :meth:`_replace`), so a process opening the store while another
+        rebuilds the index can't destroy the rebuild under way, nor create an index beside it.
+        """
+        sidecar = lexfiles.read_sidecar(self._path)
+        generation = sidecar.get("generation")
+        self._generation = generation if isinstance(generation, str) else None
+        self.stale = _unusable(self._path, sidecar)
+        index: tantivy.Index | None = None
+        if self.stale is None:
+            try:
+                index = tantivy.Index.open(str(self._path))
+            except (ValueError, OSError) as exc:
+                self.stale = f"is unreadable ({exc})"
+        if index is None:
+            index = tantivy.Index(self._schema)  # in memory: empty, watermark 0
+        return self._ready(index)
+
+    def _ready(self, index: tantivy.Index) -> tantivy.Index:
         index.register_tokenizer("ks_words", self._analyzers.words)
         index.register_tokenizer("ks_ident", self._analyzers.ident)
         index.config_reader("manual")
         return index
 
-    def remove_leftovers(self) -> list[str]:
-        """Remove what killed writers left behind; the names removed.
+    def _usable(self) -> None:
+        """Before a write (the write lock held): replace files this process can't use —
+        unless another process replaced them since this one looked."""
+        if self.stale is not None:
+            self._index = self._open()
+            self._pinned = None
+            if self.stale is None:
+                self._watermark = self.pin().watermark
+        if self.stale is not None:
+            self._replace()
 
-        Call only while holding the store's write lock (no writer is alive): our
-        watermark's temp files, Tantivy's atomic-write temp files, and index files
-        that no commit refers to — segments of an uncommitted write, and a delete
-        file (``<segment>.<opstamp>.del``) written by a commit that never reached
-        ``meta.json``, which the next commit of the same operations would collide with.
-        """
+    def _replace(self) -> None:
+        """Start over empty (watermark 0), holding the store's write lock: every file goes,
+        then a sidecar of this schema and a new generation, then a new index — killed
+        anywhere in between, the next holder finds no index or an empty one and redoes it."""
         with self._lock:
-            committed = self._committed_files()
-            if self._writer is not None or committed is None:
+            self.rollback()
+            if self.stale not in (None, _MISSING):
+                log.warning("lexical index at %s %s; recreating it", self._path, self.stale)
+            self._path.mkdir(parents=True, exist_ok=True)
+            _translate("removing the old index", lambda: lexfiles.wipe(self._path))
+            self._generation = uuid.uuid4().hex
+            self._write_sidecar(0)
+            created = _translate(
+                "creating the index",
+                lambda: tantivy.Index(self._schema, str(self._path), reuse=False),
+            )
+            self._index = self._ready(created)
+            self.stale = None
+            self._watermark = 0
+            self._pinned = None
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove what killed writers left behind (:func:`.lexfiles.remove_leftovers`); the
+        names removed. Call only while holding the store's write lock."""
+        with self._lock:
+            if self._writer is not None:
                 return []
-            segments, deletes = committed
-            removed: list[str] = []
-            for entry in self._path.iterdir():
-                name = entry.name
-                if _SEGMENT_FILE.fullmatch(name):
-                    leftover = (
-                        name not in deletes
-                        if name.endswith(".del")
-                        else name.partition(".")[0] not in segments
-                    )
-                else:
-                    leftover = name.startswith((".tmp", Path(SIDECAR).stem + ".tmp"))
-                if leftover and entry.is_file():
-                    with contextlib.suppress(FileNotFoundError):
-                        entry.unlink()
-                    removed.append(name)
+            removed = lexfiles.remove_leftovers(self._path)
             if removed:
                 log.warning("lexical index: removed leftovers of a killed writer: %s", removed)
             return removed
 
-    def _committed_files(self) -> tuple[set[str], set[str]] | None:
-        """The segment ids and delete-file names ``meta.json`` refers to (None: unreadable)."""
-        meta = self._path / "meta.json"
-        segments: set[str] = set()
-        deletes: set[str] = set()
-        if not meta.exists():
-            return segments, deletes
-        try:
-            for segment in json.loads(meta.read_text())["segments"]:
-                uuid = str(segment["segment_id"]).replace("-", "")
-                segments.add(uuid)
-                if segment.get("deletes"):
-                    deletes.add(f"{uuid}.{int(segment['deletes']['opstamp'])}.del")
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return segments, deletes
-
     def recreate(self) -> None:
-        """Start over empty (watermark 0): the last resort of a rebuild."""
-        with self._lock:
-            self.rollback()
-            self._wipe()
-            self._write_sidecar(0)
-            self._watermark = 0
-            self._index = self._open()
-
-    def _wipe(self) -> None:
-        for entry in self._path.iterdir():
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-
-    def _read_sidecar(self) -> dict[str, Any]:
-        try:
-            data = json.loads((self._path / SIDECAR).read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        """Start over empty (watermark 0), holding the store's write lock: the last resort
+        of a rebuild."""
+        self._replace()
 
     def _read_watermark(self) -> int:
-        value = self._read_sidecar().get("watermark", 0)
+        value = lexfiles.read_sidecar(self._path).get("watermark", 0)
         return value if isinstance(value, int) else 0
 
-    def _write_sidecar(self, watermark: int) -> None:
-        target = self._path / SIDECAR
-        tmp = target.with_suffix(f".tmp{os.getpid()}")
-        payload = json.dumps({"watermark": watermark, "schema": SCHEMA_ID})
-
-        def write() -> None:
-            with tmp.open("w") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-            fd = os.open(self._path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-        _translate("recording the watermark", write)
+    def _write_sidecar(self, watermark: int, *, durable: bool = True) -> None:
+        """The watermark, the schema, the generation and the rebuild under way, if any
+        (``durable=False``: a rebuild's progress, which nothing depends on, not synced)."""
+        sidecar: dict[str, Any] = {"watermark": watermark, "schema": SCHEMA_ID}
+        if self._generation is not None:
+            sidecar["generation"] = self._generation
+        if self._rebuild is not None:
+            sidecar["rebuild"] = self._rebuild
+        _translate(
+            "recording the watermark",
+            lambda: lexfiles.write_sidecar(self._path, sidecar, durable=durable),
+        )
 
     # -- writing -------------------------------------------------------------
 
     @contextlib.contextmanager
     def _writing(self, action: str) -> Iterator[tantivy.IndexWriter]:
-        """The writer, opened on first use; on any error every staged change is dropped."""
+        """The writer, opened on first use; on any error every staged change is dropped.
+
+        Every write happens under the store's write lock (the engine's writers), the
+        first one replacing files this process found unusable (:meth:`_usable`).
+        """
         with self._lock:
+            self._usable()
             if self._writer is None:
                 self._writer = _translate(
                     "opening the writer (is another process writing?)",
@@ -341,6 +356,10 @@ class LexicalIndex:
         :data:`WATERMARK_ID`), so a searcher always knows which publish it
         shows (:meth:`pin`); the sidecar repeats it for a cheap look on open.
         """
+        self._rebuild = None
+        self._commit(watermark)
+
+    def _commit(self, watermark: int) -> None:
         with self._writing("recording the watermark") as writer:
             writer.delete_documents_by_term("chunk_id", WATERMARK_ID)
             mark = tantivy.Document()
@@ -365,11 +384,13 @@ class LexicalIndex:
         index (replaying is idempotent) but never lead it — killed between the two,
         an emptied index still claiming the latest publish was never caught up.
         """
-        self._write_sidecar(0)
-        self._watermark = 0
-        with self._writing("clearing") as writer:
-            writer.delete_all_documents()
-        self.commit(0)
+        with self._lock:
+            self._usable()
+            self._write_sidecar(0)
+            self._watermark = 0
+            with self._writing("clearing") as writer:
+                writer.delete_all_documents()
+            self._commit(0)  # a rebuild under way stays recorded
 
     # -- reading -------------------------------------------------------------
 
@@ -379,11 +400,53 @@ class LexicalIndex:
         return self._watermark
 
     def reload(self) -> None:
-        """Pick up commits (and the watermark) made by another process."""
+        """Pick up commits (and the watermark) made by another process — opening the index
+        afresh when this process could not use its files or another one replaced them."""
         with self._lock:
-            _translate("reloading", self._index.reload)
+            generation = lexfiles.read_sidecar(self._path).get("generation")
+            if self._writer is None and (self.stale is not None or generation != self._generation):
+                self._index = self._open()
+            else:
+                _translate("reloading", self._index.reload)
             self._pinned = None
             self._watermark = self.pin().watermark
+
+    # -- rebuilding (the write lock held) --------------------------------------
+
+    def begin_rebuild(self, reason: str, total: int) -> None:
+        """Record in the sidecar that this process rebuilds the index (``reason``) and will
+        index ``total`` chunks: what the store's other processes tell their readers. The
+        record stays until the rebuild's :meth:`commit` (a killed rebuild's stays behind).
+        Files this process can't use are replaced first (their new sidecar has the record)."""
+        with self._lock:
+            self._rebuild = {
+                "reason": reason,
+                "pid": os.getpid(),
+                "started": time.time(),
+                "indexed": 0,
+                "total": total,
+            }
+            if self.stale is None:
+                self._write_sidecar(self._watermark)
+            self._usable()
+
+    def rebuilt(self, indexed: int) -> None:
+        """The rebuild under way has staged ``indexed`` chunks (its progress, in the sidecar)."""
+        with self._lock:
+            if self._rebuild is not None:
+                self._rebuild["indexed"] = indexed
+                self._write_sidecar(self._watermark, durable=False)
+
+    def forget_rebuild(self) -> None:
+        """Drop the record of a rebuild that is not under way here (a killed one's, on an
+        index that needs none now); the write lock held."""
+        with self._lock:
+            if self._rebuild is None and self.stale is None and self.rebuilding() is not None:
+                self._write_sidecar(self._watermark)
+
+    def rebuilding(self) -> Rebuild | None:
+        """The rebuild the sidecar records (another process's, or one that was killed)."""
+        return Rebuild.read(lexfiles.read_sidecar(self._path).get("rebuild"))
 
     def pin(self) -> Pinned:
         """A point-in-time searcher and the publish it shows (read from the commit itself)."""

@@ -261,7 +261,7 @@ class EmbeddedReader:
         it — no statement — and in the catalog otherwise.
         """
         if self._view.lexical_error is not None:
-            raise StoreError(self._view.lexical_error)
+            raise StoreError(self._view.lexical_error, **self._view.lexical_details)
         started = time.perf_counter()
         views = self._engine.views
         hides = views.hides_any(self, filters)

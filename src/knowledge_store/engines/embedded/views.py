@@ -21,7 +21,8 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
     from knowledge_store.engines.embedded.reader import EmbeddedReader
 
-__all__ = ["View", "Views", "behind"]
+__all__ = ["View", "Views", "behind", "rebuilding"]
 
 #: How long a reader waits for the derived indexes to reach its snapshot (another
 #: process between its index commit and its catalog commit), in tries × backoff.
@@ -54,6 +55,8 @@ class View:
     #: Why an index could not reach ``publish`` (its primitive refuses; the catalog answers).
     lexical_error: str | None = None
     dense_error: str | None = None
+    #: The lexical error's structured details (a rebuild under way: its progress).
+    lexical_details: Mapping[str, Any] = field(default_factory=dict)
 
 
 def behind(message: str) -> str:
@@ -62,6 +65,31 @@ def behind(message: str) -> str:
         f"{message}. The derived indexes are behind the catalog: sql, aggregate, graph,"
         " query_graph and content still answer; `ks rebuild` rebuilds them"
     )
+
+
+def rebuilding(engine: EmbeddedEngine) -> tuple[str, dict[str, Any]] | None:
+    """The error of the lexical primitive while another process rebuilds the lexical index
+    (or must: this process can't use its files), and its details; None when neither."""
+    index = engine.lexical_index
+    state = index.rebuilding()
+    if state is None and index.stale is None:
+        return None
+    details: dict[str, Any] = {"index": "lexical", "rebuilding": True, "retryable": True}
+    if state is not None:
+        elapsed = max(time.time() - state.started, 0.0)
+        details |= {"indexed": state.indexed, "total": state.total, "elapsed_s": round(elapsed)}
+        what = (
+            f"is being rebuilt by process {state.pid} ({state.reason}): {state.indexed:,} of"
+            f" {state.total:,} chunks indexed in {elapsed:.0f} s"
+        )
+    else:
+        what = f"must be rebuilt (it {index.stale}); the process writing to the store rebuilds it"
+    message = (
+        f"the lexical index of {engine.path} {what}. Lexical and fused search answer when it"
+        " is done: try again shortly. vector, sql, aggregate, graph, query_graph and content"
+        " answer meanwhile"
+    )
+    return message, details
 
 
 class Views:
@@ -115,6 +143,7 @@ class Views:
                 engine.lexical_index.reload()
                 lexical = engine.lexical_index.pin()
             lexical_error = dense_error = None
+            lexical_details: dict[str, Any] = {}
             if lexical.watermark != publish:
                 # Behind: another process published, a writer died, or its index update
                 # failed. Ahead with nobody writing: a writer died between its index
@@ -127,6 +156,11 @@ class Views:
                             engine._derived_failed(exc)
                             lexical_error = behind(exc.message)
                         lexical = engine.lexical_index.pin()
+                    elif (rebuild := rebuilding(engine)) is not None:
+                        # Another process rebuilds it (minutes at a million chunks): the
+                        # lexical primitive says so at once, the rest answers; not kept,
+                        # so the next reader looks again.
+                        lexical_error, lexical_details = rebuild
             dense = engine.dense
             if dense is not None and dense.watermark < publish:
                 dense.reload_if_newer()
@@ -144,8 +178,8 @@ class Views:
                 return None
             if lexical.watermark == publish:
                 lexical_error = None
-            view = View(publish, lexical, generation, lexical_error, dense_error)
-            if self._view is None or self._view.publish < publish:
+            view = View(publish, lexical, generation, lexical_error, dense_error, lexical_details)
+            if (self._view is None or self._view.publish < publish) and not lexical_details:
                 self._view = view
             return view
 
