@@ -171,6 +171,20 @@ def test_empty_or_stopword_query_returns_nothing(index: LexicalIndex, text: str)
     assert index.search(text, 10, principals=None, filters=Filters()) == []
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("How do I create an AUTOINCREMENT field?", ("creat", "autoincr", "field")),
+        ("What should I put in user.name?", ("put", "user", "name")),
+        ("Can multiple applications access a single database?", ("multipl", "applic")),
+    ],
+)
+def test_a_questions_function_words_are_stop_words(text: str, words: tuple[str, ...]) -> None:
+    """Snowball's English list, as PostgreSQL's ``english`` configuration drops it: Tantivy's
+    own list kept how/do/i/what/should/can, so the two engines' BM25 differed on questions."""
+    assert analysis.Analyzers().query_terms(text).words[: len(words)] == words
+
+
 def test_k_zero_returns_nothing_and_a_huge_k_is_fine(index: LexicalIndex) -> None:
     assert index.search("common", 0, principals=None, filters=Filters()) == []
     assert len(index.search("common", 10**12, principals=None, filters=Filters())) == 300

@@ -36,6 +36,7 @@ from knowledge_store.errors import StoreError
 from knowledge_store.model import FILTER_FIELDS, stored_timestamp
 
 __all__ = [
+    "ENGLISH_STOP_WORDS",
     "HEADING_BOOST",
     "IDENTIFIER_BOOST",
     "IDENTIFIER_ONLY_CODES",
@@ -58,6 +59,27 @@ log = logging.getLogger(__name__)
 # IS, NOT, INTO count in that corpus) — within noise, so the stop list stays: a smaller
 # index, shorter posting lists, and a stop-word-only query finds nothing.
 USE_STOPWORDS = True
+#: The stop words: Snowball's English list, the one PostgreSQL's ``english`` text search
+#: configuration drops (``tsearch_data/english.stop``), so both engines' BM25 sees the same
+#: words. Tantivy's own ``english`` list is Lucene's 33 words (a subset); with it the
+#: embedded engine kept ``how``, ``do``, ``what``, ``i``, ``can``… of every question that
+#: PostgreSQL dropped, and the two engines' lexical lists for a question differed in most
+#: of their entries (docs/relevance.md §9: fused nDCG@10 postgres-docs +0.0002
+#: [−0.0019, +0.0024], sqlite-git-faq +0.0098 [−0.0279, +0.0581] with this list).
+ENGLISH_STOP_WORDS: tuple[str, ...] = (
+    *("i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours"),
+    *("yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers"),
+    *("herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves"),
+    *("what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are"),
+    *("was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does"),
+    *("did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until"),
+    *("while", "of", "at", "by", "for", "with", "about", "against", "between", "into"),
+    *("through", "during", "before", "after", "above", "below", "to", "from", "up", "down"),
+    *("in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here"),
+    *("there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more"),
+    *("most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so"),
+    *("than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"),
+)
 #: Boost of the identifier field (0 leaves it out of the query).
 IDENTIFIER_BOOST = 1.0
 #: Boost of the title field (0 leaves it out of the query): a light touch; every
@@ -113,7 +135,7 @@ def _word_analyzer() -> tantivy.TextAnalyzer:
         .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
     )
     if USE_STOPWORDS:
-        builder = builder.filter(tantivy.Filter.stopword("english"))
+        builder = builder.filter(tantivy.Filter.custom_stopword(list(ENGLISH_STOP_WORDS)))
     return builder.filter(tantivy.Filter.stemmer("english")).build()
 
 
