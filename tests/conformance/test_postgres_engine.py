@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ import psutil
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
+from knowledge_store.engines.embedded.analysis import ENGLISH_STOP_WORDS, Analyzers
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.engines.postgres.schema import FIELD_HEADING, MIGRATIONS, Migration
@@ -294,6 +296,28 @@ def test_sql_bm25_equals_a_reference_implementation(docs: KnowledgeStore, text: 
     assert [h.chunk_id for h in hits] == [public[c] for c, _ in expected]
     for hit, (_, score) in zip(hits, expected, strict=True):
         assert hit.score == pytest.approx(score, rel=1e-9)
+
+
+def test_both_engines_drop_the_same_stop_words(docs: KnowledgeStore) -> None:
+    """Every word of the sample pages, and every stop word, is dropped by the embedded
+    engine's word analyzer exactly when PostgreSQL's ``english`` analysis (``ks_words``)
+    drops it: one stop list for both BM25s (Tantivy's own list kept how/do/what/i/can…)."""
+    words = {w.lower() for d in DOCS[:30] for w in re.findall(r"[A-Za-z]+", d["body"])}
+    words |= set(ENGLISH_STOP_WORDS)
+    rows = (
+        _engine(docs)
+        .db.conn()
+        .execute(
+            "SELECT w, (SELECT count(*) FROM ks_words(w)) FROM unnest(%s::text[]) AS w",
+            (sorted(words),),
+        )
+        .fetchall()
+    )
+    analyzer = Analyzers().words
+    assert len(rows) == len(words) > 1000
+    dropped_by_postgres = {w for w, n in rows if n == 0}
+    assert dropped_by_postgres == {w for w in words if not analyzer.analyze(w)}
+    assert dropped_by_postgres >= set(ENGLISH_STOP_WORDS)
 
 
 def test_identifiers_stay_matchable(docs: KnowledgeStore) -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.lexical import SIDECAR, LexicalDoc, LexicalIndex
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Filters, compose_context, last_heading, relevance
@@ -168,6 +169,20 @@ def test_hits_are_best_first_with_uid_and_limited_to_k(index: LexicalIndex) -> N
 @pytest.mark.parametrize("text", ["", "   ", "the and of", "*", "--", "\x00", "!!! ???"])
 def test_empty_or_stopword_query_returns_nothing(index: LexicalIndex, text: str) -> None:
     assert index.search(text, 10, principals=None, filters=Filters()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("How do I create an AUTOINCREMENT field?", ("creat", "autoincr", "field")),
+        ("What should I put in user.name?", ("put", "user", "name")),
+        ("Can multiple applications access a single database?", ("multipl", "applic")),
+    ],
+)
+def test_a_questions_function_words_are_stop_words(text: str, words: tuple[str, ...]) -> None:
+    """Snowball's English list, as PostgreSQL's ``english`` configuration drops it: Tantivy's
+    own list kept how/do/i/what/should/can, so the two engines' BM25 differed on questions."""
+    assert analysis.Analyzers().query_terms(text).words[: len(words)] == words
 
 
 def test_k_zero_returns_nothing_and_a_huge_k_is_fine(index: LexicalIndex) -> None:

@@ -44,10 +44,11 @@ def marked(html: str) -> list[str]:
 
 # -- the pure functions ---------------------------------------------------------------------------
 def test_stop_words_and_pieces_of_words_are_never_marked() -> None:
+    # how, are, the, before, a: Snowball's English stop words (both engines drop them).
     terms = ANALYZERS.query_terms("how are the settings before a vacuum")
-    text = "Before you vacuum, the settings are read; therefore they are before us. Forever."
+    text = "Before you vacuum, the Settings are read; therefore they are before us. Forever."
     html = snippet_html(text, terms)
-    assert marked(html) == ["Before", "vacuum", "settings", "before"]
+    assert marked(html) == ["vacuum", "Settings"]
     assert "there<mark>" not in html and "<mark>for</mark>" not in html
 
 
@@ -166,8 +167,8 @@ def test_page_snippets_mark_whole_terms_and_show_no_markdown(page_app: Any) -> N
     snippet = first.split('<p class="snippet">')[1].split("</p>")[0]
     assert "**" not in snippet and "`" not in snippet and "](" not in snippet
     marks = [m.lower() for m in marked(snippet)]
-    assert "are" not in marks and "the" not in marks
-    assert {"before", "vacuum", "settings", "how"} <= set(marks)
+    assert not {"how", "are", "the", "before"} & set(marks)  # stop words
+    assert {"vacuum", "settings"} <= set(marks)
     assert "be<mark>" not in snippet and "<mark>for</mark>" not in snippet
 
 
@@ -209,8 +210,8 @@ def test_served_estate_with_tokens_still_marks_terms(app: Any) -> None:
     page = call(app, "GET", "/", params={"q": "replica lag during bulk loads"}, headers=BOB)
     assert page.status_code == 200
     marks = {m.lower() for m in marked(page.text)}
-    assert {"lag", "bulk", "loads", "during"} <= marks  # "during" is no stop word
-    assert "<mark>are</mark>" not in page.text
+    assert {"lag", "bulk", "loads"} <= marks
+    assert "<mark>are</mark>" not in page.text and "during" not in marks  # stop words
 
 
 def test_code_samples_from_a_folder_are_titled_by_heading_and_language(
@@ -262,8 +263,8 @@ def test_the_page_reads_well_in_chromium(page_app: Any) -> None:
             page.keyboard.press("Enter")
             page.wait_for_selector("li.result")
             marks = page.locator("li.result .snippet mark").all_inner_texts()
-            assert marks and {m.lower() for m in marks} >= {"vacuum", "before", "settings"}
-            assert not {m.lower() for m in marks} & {"are", "the", "a", "for"}
+            assert marks and {m.lower() for m in marks} >= {"vacuum", "settings"}
+            assert not {m.lower() for m in marks} & {"how", "are", "the", "a", "for", "before"}
             # whole words: the character on each side of a mark is not a letter or digit
             pieces = page.evaluate(
                 """() => [...document.querySelectorAll('li.result .snippet mark')].map(m => [

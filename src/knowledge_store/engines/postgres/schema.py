@@ -76,7 +76,8 @@ class Migration:
 # The lexical analysis runs in the database, at publish and at query time alike,
 # so a document and a query are always cut the same way:
 #   body  — ks_tsv: English words (identifiers' _-joined parts kept as one word),
-#           stop words out, Snowball stems
+#           stop words out (Snowball's English list: the embedded engine's analyzer
+#           drops the same words, analysis.ENGLISH_STOP_WORDS), Snowball stems
 #   title — the same analysis of the entity title
 #   ident — identifiers as written (pg_hba.conf, err-1042, pg_stat_activity),
 #           lowercased; only tokens that are not plain words are kept as terms
