@@ -34,13 +34,14 @@ boost 0, which the side index reproduces exactly).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 
-import eval_pagelex
 import numpy as np
 import tantivy
 from eval_pagelex import (
@@ -61,6 +62,7 @@ from eval_pagelex import (
 from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.model import compose_context, last_heading, relevance
+from knowledge_store.model.queries import QueryFeatures
 from knowledge_store.retrieval.compare import per_query
 from knowledge_store.retrieval.evaluation import (
     Collected,
@@ -296,30 +298,56 @@ def measure(
     return out
 
 
-BEFORE = "heading boost 0 (before)"
+BEFORE = "before"
 
 
-def engine_before_after(store_path: str, set_dir: str) -> dict[str, dict[str, Scores]]:
-    """The store's own lists (any engine; ``pg:`` for PostgreSQL) with both engines' heading
-    boost at 0 and as shipped: the through-the-engine Δ, paired per query."""
+@contextlib.contextmanager
+def without_heading_field() -> Iterator[None]:
+    """Both engines' heading boost at 0 (they read it at query time): before stop 20."""
+    shipped = relevance.HEADING_BOOST
+    relevance.HEADING_BOOST = 0.0
+    try:
+        yield
+    finally:
+        relevance.HEADING_BOOST = shipped
+
+
+@contextlib.contextmanager
+def with_function_words() -> Iterator[None]:
+    """Every query analysed as a keyword query — a question keeps its function words (the
+    embedded engine before stop 21; PostgreSQL's index drops them anyway)."""
+    shipped = analysis.query_features
+    analysis.query_features = lambda text: QueryFeatures(1, False, ())
+    try:
+        yield
+    finally:
+        analysis.query_features = shipped
+
+
+def engine_before_after(
+    store_path: str, set_dir: str, before: Callable[[], ContextManager[None]]
+) -> dict[str, dict[str, Scores]]:
+    """The store's own lists (any engine; ``pg:`` for PostgreSQL) inside ``before`` and as
+    shipped: the through-the-engine Δ, paired per query."""
     from knowledge_store.store import KnowledgeStore
 
     name = Path(set_dir).name
     qrels = read_qrels(f"{set_dir}/qrels.tsv")
     queries = [(q, t) for q, t in read_queries(f"{set_dir}/queries.jsonl") if q in qrels]
-    shipped = relevance.HEADING_BOOST
     out: dict[str, dict[str, Scores]] = {}
+
+    def lists() -> dict[str, Scores]:
+        col = collect(store, queries, filters=FILTERS)
+        return {
+            "lexical": per_query(qrels, run_variant(col, Variant("l", single="lexical"))),
+            "fused": per_query(qrels, fused_run(col)),
+        }
+
     with KnowledgeStore.open(store_path) as store:
-        for label, boost in ((BEFORE, 0.0), ("today", shipped)):
-            relevance.HEADING_BOOST = boost  # both engines read it at query time
-            col = collect(store, queries, filters=FILTERS)
-            out[label] = {
-                "lexical": per_query(qrels, run_variant(col, Variant("l", single="lexical"))),
-                "fused": per_query(qrels, fused_run(col)),
-            }
-    relevance.HEADING_BOOST = shipped
-    eval_pagelex.REF = BEFORE  # Δ = shipped − before
-    report_row(name, "today", out)
+        with before():
+            out[BEFORE] = lists()
+        out["today"] = lists()
+    report_row(name, "today", out, BEFORE)  # Δ = shipped − before
     return out
 
 
@@ -369,6 +397,11 @@ def main() -> None:
         help="only the store's own lists, heading boost 0 vs shipped (either engine)",
     )
     parser.add_argument(
+        "--function-words",
+        action="store_true",
+        help="only the store's own lists, questions with their function words vs shipped",
+    )
+    parser.add_argument(
         "--latency", action="store_true", help="the embedded lexical primitive's time per query"
     )
     args = parser.parse_args()
@@ -376,8 +409,11 @@ def main() -> None:
         for store_path, set_dir in args.set:
             latency(store_path, set_dir)
         return
-    if args.engine:
-        print_macro({Path(d).name: engine_before_after(s, d) for s, d in args.set})
+    if args.engine or args.function_words:
+        before = with_function_words if args.function_words else without_heading_field
+        print_macro(
+            {Path(d).name: engine_before_after(s, d, before) for s, d in args.set}, ref=BEFORE
+        )
         return
     relevance.HEADING_BOOST = args.heading_boost
     args.work.mkdir(parents=True, exist_ok=True)

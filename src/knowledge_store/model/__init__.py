@@ -12,6 +12,8 @@ rather than one module only to keep each file readable:
 ``values``          Order, AggregateSpec, GraphQuery: what engines take
 ``answers``         the pydantic answers, whose ``model_dump()`` is DESIGN §6's JSON
 ``relevance``       BM25's k1/b and the lexical field boosts both engines score with
+``queries``         what a query's text says of itself (a question? identifiers?), and the
+                    function words a natural-language query is not searched by
 ==================  ==================================================================
 """
 

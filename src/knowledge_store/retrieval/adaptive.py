@@ -19,9 +19,10 @@ together (docs/relevance.md has the table and the intervals).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from knowledge_store.model.queries import QueryFeatures, query_features
 
 __all__ = [
     "AdaptiveParams",
@@ -30,56 +31,6 @@ __all__ = [
     "adaptive_weights",
     "query_features",
 ]
-
-_WORD = re.compile(r"[^\s]+")
-_LETTERS = re.compile(r"[A-Za-z]")
-#: Words that open a question or a request for help.
-_QUESTION_OPENERS = frozenset(
-    (
-        *("what", "whats", "what's", "which", "who", "whom", "whose", "when", "where", "why"),
-        *("how", "can", "could", "should", "would", "will", "shall", "do", "does", "did"),
-        *("is", "are", "was", "were", "am", "has", "have", "had", "may", "might", "must"),
-        *("i", "i'm", "i’m", "im", "my"),
-    )
-)
-_IDENTIFIER = re.compile(
-    r"""(?x)
-      _*[A-Za-z0-9]+_[A-Za-z0-9_]*      # snake_case, SQLITE_BUSY, _PG_init
-    | [a-z]+[A-Z][A-Za-z0-9]*           # camelCase
-    | [A-Za-z_][\w$]*\.[A-Za-z_][\w.]*  # a.b (schema.table, http.postBuffer)
-    | [A-Za-z_]\w*\(\)?                 # f() / f(
-    | --?[A-Za-z][\w-]*                 # --flag, -v
-    | \$\w+                             # $libdir
-    | [A-Z]{2,}[0-9]*                   # ALL-CAPS words: PRAGMA, SQLITE
-    """
-)
-
-
-@dataclass(frozen=True)
-class QueryFeatures:
-    """What the query text says about the lists that will serve it best."""
-
-    words: int
-    question: bool
-    identifiers: tuple[str, ...]
-
-    @property
-    def natural_language(self) -> bool:
-        """A question, or a request of many words, few of them identifiers."""
-        return self.question or (self.words >= 6 and 3 * len(self.identifiers) <= self.words)
-
-
-def query_features(text: str) -> QueryFeatures:
-    """Word count, question form, and the identifier-like tokens of ``text``."""
-    words = [w for w in _WORD.findall(text) if _LETTERS.search(w)]
-    first = words[0].strip("\"'(") if words else ""
-    # An all-caps first word is a keyword (IS DISTINCT FROM), not a question opener.
-    opener = first.lower() in _QUESTION_OPENERS and not (len(first) > 1 and first.isupper())
-    question = text.rstrip().endswith("?") or (opener and len(words) >= 3)
-    identifiers = tuple(
-        w for w in (t.strip("\"'`,;:!?") for t in words) if w and _IDENTIFIER.fullmatch(w)
-    )
-    return QueryFeatures(len(words), question, identifiers)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ import tantivy
 
 from knowledge_store.errors import StoreError
 from knowledge_store.model import FILTER_FIELDS, relevance, stored_timestamp
+from knowledge_store.model.queries import FUNCTION_WORDS, query_features
 
 __all__ = [
-    "ENGLISH_STOP_WORDS",
     "IDENTIFIER_ONLY_CODES",
     "USE_STOPWORDS",
     "Analyzers",
@@ -57,29 +57,11 @@ log = logging.getLogger(__name__)
 # index, shorter posting lists, and a stop-word-only query finds nothing.
 USE_STOPWORDS = True
 # The field boosts are both engines': knowledge_store.model.relevance, read at query time.
-#: The stop words: Snowball's English list, the one PostgreSQL's ``english`` text search
-#: configuration drops (``tsearch_data/english.stop``), so both engines' BM25 sees the same
-#: words. Tantivy's own ``english`` list is Lucene's 33 words (a subset); with it the
-#: embedded engine kept ``how``, ``do``, ``what``, ``i``, ``can``… of every question that
-#: PostgreSQL dropped, and the two engines' lexical lists for a question differed in most
-#: of their entries. With this list the engines agree (docs/relevance.md §9); against
-#: Lucene's, fused nDCG@10 on sqlite-git-faq +0.0109 [−0.0221, +0.0557] (int8 vectors),
-#: on postgres-docs −0.0026 [−0.0052, −0.0003] (int8; −0.0008 n.s. on fp32): SQL keywords
-#: such as WHERE, ALL, OVER are stop words here, as they always were on PostgreSQL.
-ENGLISH_STOP_WORDS: tuple[str, ...] = (
-    *("i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours"),
-    *("yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers"),
-    *("herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves"),
-    *("what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are"),
-    *("was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does"),
-    *("did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until"),
-    *("while", "of", "at", "by", "for", "with", "about", "against", "between", "into"),
-    *("through", "during", "before", "after", "above", "below", "to", "from", "up", "down"),
-    *("in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here"),
-    *("there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more"),
-    *("most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so"),
-    *("than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"),
-)
+#: At index time the word analyzer drops Tantivy's ``english`` stop list (Lucene's 33 words:
+#: ``the``, ``of``, ``is``…), so an index term such as ``BETWEEN``, ``ALL`` or ``OVER`` stays
+#: searchable. A natural-language query (``model.queries``) is searched without its function
+#: words too — Snowball's English list, the one PostgreSQL's ``english`` configuration drops:
+#: "how do I list all tables?" by ``list`` and ``tabl`` (docs/relevance.md §9).
 #: Query the identifier field only with tokens that are not plain words
 #: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
 IDENTIFIER_ONLY_CODES = True
@@ -117,14 +99,18 @@ def bound(stamp: str) -> int:
     return seconds
 
 
-def _word_analyzer() -> tantivy.TextAnalyzer:
+def _word_analyzer(*, function_words: bool = False) -> tantivy.TextAnalyzer:
+    """The index's word analyzer; with ``function_words``, a natural-language query's (which
+    drops :data:`~knowledge_store.model.queries.FUNCTION_WORDS` as well)."""
     builder = (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_WORD_PATTERN))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
     )
     if USE_STOPWORDS:
-        builder = builder.filter(tantivy.Filter.custom_stopword(list(ENGLISH_STOP_WORDS)))
+        builder = builder.filter(tantivy.Filter.stopword("english"))
+    if function_words:
+        builder = builder.filter(tantivy.Filter.custom_stopword(list(FUNCTION_WORDS)))
     return builder.filter(tantivy.Filter.stemmer("english")).build()
 
 
@@ -155,13 +141,17 @@ class Analyzers:
     def __init__(self) -> None:
         self.words = _word_analyzer()
         self.ident = _ident_analyzer()
+        #: A natural-language query's words: the function words out as well.
+        self.question_words = _word_analyzer(function_words=True)
 
     def query_terms(self, text: str) -> QueryTerms:
-        words = _unique(self.words.analyze(text))
+        natural = query_features(text).natural_language
+        analyzer = self.question_words if natural else self.words
+        words = _unique(analyzer.analyze(text))
         idents: list[str] = []
         if relevance.IDENTIFIER_BOOST > 0:
             # Stop words are never identifiers: "a" or "the" must not match everything.
-            idents = [t for t in _unique(self.ident.analyze(text)) if self.words.analyze(t)]
+            idents = [t for t in _unique(self.ident.analyze(text)) if analyzer.analyze(t)]
             if IDENTIFIER_ONLY_CODES:
                 idents = [t for t in idents if not t.isalpha()]
         return QueryTerms(tuple(words), tuple(idents))

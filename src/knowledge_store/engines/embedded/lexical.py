@@ -75,9 +75,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Bumped whenever fields or analyzers change; an index of another version is rebuilt.
-SCHEMA_VERSION = 7  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
-# 4: a facet field; 5: the filter fields named in SCHEMA_ID; 6: the heading field;
-# 7: Snowball's English stop words (PostgreSQL's), not Tantivy's shorter list
+SCHEMA_VERSION = 6  # 2: the ACL as principals, not an ACL-set id; 3: the watermark document;
+# 4: a facet field; 5: the filter fields named in SCHEMA_ID; 6: the heading field
 #: What the sidecar records of the layout: the version and the filter fields (their Tantivy
 #: fields come from FILTER_FIELDS), so an index built with another field set — a filter
 #: field declared or dropped since — is of another schema, and is rebuilt from the catalog.

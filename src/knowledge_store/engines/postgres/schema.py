@@ -76,8 +76,10 @@ class Migration:
 # The lexical analysis runs in the database, at publish and at query time alike,
 # so a document and a query are always cut the same way:
 #   body  — ks_tsv: English words (identifiers' _-joined parts kept as one word),
-#           stop words out (Snowball's English list: the embedded engine's analyzer
-#           drops the same words, analysis.ENGLISH_STOP_WORDS), Snowball stems
+#           stop words out (Snowball's English list, model.queries.FUNCTION_WORDS:
+#           the embedded engine drops them from a natural-language query; its index
+#           keeps all but Lucene's 33, so BETWEEN or ALL stay searchable there), Snowball
+#           stems
 #   title — the same analysis of the entity title
 #   ident — identifiers as written (pg_hba.conf, err-1042, pg_stat_activity),
 #           lowercased; only tokens that are not plain words are kept as terms

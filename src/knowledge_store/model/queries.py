@@ -1,0 +1,83 @@
+"""What a query's text says about itself: its words, whether it is a question, its identifiers.
+
+Read by fusion (``retrieval.adaptive``: the lexical list's weight) and by both engines'
+lexical analysis (a natural-language query's function words are no query terms), so one
+definition serves both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["FUNCTION_WORDS", "QueryFeatures", "query_features"]
+
+_WORD = re.compile(r"[^\s]+")
+_LETTERS = re.compile(r"[A-Za-z]")
+#: Words that open a question or a request for help.
+_QUESTION_OPENERS = frozenset(
+    (
+        *("what", "whats", "what's", "which", "who", "whom", "whose", "when", "where", "why"),
+        *("how", "can", "could", "should", "would", "will", "shall", "do", "does", "did"),
+        *("is", "are", "was", "were", "am", "has", "have", "had", "may", "might", "must"),
+        *("i", "i'm", "i’m", "im", "my"),
+    )
+)
+_IDENTIFIER = re.compile(
+    r"""(?x)
+      _*[A-Za-z0-9]+_[A-Za-z0-9_]*      # snake_case, SQLITE_BUSY, _PG_init
+    | [a-z]+[A-Z][A-Za-z0-9]*           # camelCase
+    | [A-Za-z_][\w$]*\.[A-Za-z_][\w.]*  # a.b (schema.table, http.postBuffer)
+    | [A-Za-z_]\w*\(\)?                 # f() / f(
+    | --?[A-Za-z][\w-]*                 # --flag, -v
+    | \$\w+                             # $libdir
+    | [A-Z]{2,}[0-9]*                   # ALL-CAPS words: PRAGMA, SQLITE
+    """
+)
+
+
+@dataclass(frozen=True)
+class QueryFeatures:
+    """What the query text says about the lists that will serve it best."""
+
+    words: int
+    question: bool
+    identifiers: tuple[str, ...]
+
+    @property
+    def natural_language(self) -> bool:
+        """A question, or a request of many words, few of them identifiers."""
+        return self.question or (self.words >= 6 and 3 * len(self.identifiers) <= self.words)
+
+
+def query_features(text: str) -> QueryFeatures:
+    """Word count, question form, and the identifier-like tokens of ``text``."""
+    words = [w for w in _WORD.findall(text) if _LETTERS.search(w)]
+    first = words[0].strip("\"'(") if words else ""
+    # An all-caps first word is a keyword (IS DISTINCT FROM), not a question opener.
+    opener = first.lower() in _QUESTION_OPENERS and not (len(first) > 1 and first.isupper())
+    question = text.rstrip().endswith("?") or (opener and len(words) >= 3)
+    identifiers = tuple(
+        w for w in (t.strip("\"'`,;:!?") for t in words) if w and _IDENTIFIER.fullmatch(w)
+    )
+    return QueryFeatures(len(words), question, identifiers)
+
+
+#: The words a natural-language query is not searched by: Snowball's English stop list, the
+#: one PostgreSQL's ``english`` text search configuration drops (``tsearch_data/english.stop``).
+#: "how do I list all tables?" is searched by ``list`` and ``tables``; ``all`` or ``between`` as
+#: an index term — a keyword query — is still searched for (docs/relevance.md §9).
+FUNCTION_WORDS: tuple[str, ...] = (
+    *("i", "me", "my", "myself", "we", "our", "ours", "ourselves", "you", "your", "yours"),
+    *("yourself", "yourselves", "he", "him", "his", "himself", "she", "her", "hers"),
+    *("herself", "it", "its", "itself", "they", "them", "their", "theirs", "themselves"),
+    *("what", "which", "who", "whom", "this", "that", "these", "those", "am", "is", "are"),
+    *("was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does"),
+    *("did", "doing", "a", "an", "the", "and", "but", "if", "or", "because", "as", "until"),
+    *("while", "of", "at", "by", "for", "with", "about", "against", "between", "into"),
+    *("through", "during", "before", "after", "above", "below", "to", "from", "up", "down"),
+    *("in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here"),
+    *("there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more"),
+    *("most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so"),
+    *("than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"),
+)
