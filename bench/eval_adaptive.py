@@ -123,7 +123,7 @@ def variants() -> dict[str, Chooser | str]:
     for norm in ("max", "zscore"):
         out[f"convex 0.5/0.5, {norm}-normalised"] = fixed("convex", 0.5, 0.5, norm)
     out["rrf v=1 l=0.5"] = fixed("rrf", 1.0, 0.5)
-    for q in (0.25, 0.5):
+    for q in (0.25, 0.5, 0.75, 1.0):
         for ident in (1.0, 1.5):
             params = AdaptiveParams(question=q, identifier=ident)
             tag = f"question ×{q:g}, identifier ×{ident:g}"
