@@ -105,11 +105,19 @@ SETS: dict[str, EvalSet] = {
 
 
 def scoring_key() -> str:
-    """The lexical scoring parameters (``model.relevance``) as a string: caches of a store's
-    lists are keyed by it, since a script may vary them between runs."""
-    from knowledge_store.model import relevance
+    """The lexical scoring parameters (``model.relevance``) and a digest of the code that
+    analyses a query (``analysis``, ``model.queries``) as a string: caches of a store's lists
+    are keyed by it, since a script may vary the first and a change may edit the second."""
+    import hashlib
+    import inspect
 
-    return "-".join(f"{getattr(relevance, name):g}" for name in relevance.__all__)
+    from knowledge_store.engines.embedded import analysis
+    from knowledge_store.model import queries, relevance
+
+    code = hashlib.sha256(
+        "".join(inspect.getsource(m) for m in (analysis, queries)).encode()
+    ).hexdigest()[:12]
+    return "-".join(f"{getattr(relevance, name):g}" for name in relevance.__all__) + "-" + code
 
 
 def eval_sets(names: Sequence[str] | None = None) -> list[EvalSet]:
