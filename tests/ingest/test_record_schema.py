@@ -213,7 +213,8 @@ def keeps_rules_beyond_schema(record: dict[str, Any]) -> bool:
     dates = [record.get(key) for key in ("created_at", "updated_at")]
     if not all(real_moment(d) for d in dates if d is not None):
         return False
-    names = [record["uid"], record["type"], record.get("source") or "", record.get("status") or ""]
+    names = [record["uid"], record["type"]]
+    names += [record.get(key) or "" for key in ("source", "status", "language")]
     names += [e["to"] for e in record.get("edges") or []]
     names += [p.partition(":")[2] for p in record.get("acl") or []]
     if not all(a_name(name) for name in names):
