@@ -287,6 +287,14 @@ def test_records_without_acl_load_with_a_default(record: dict[str, Any], tmp_pat
         assert result.records[0].entity.acl == ("group:staff",)
 
 
+def test_the_rules_beyond_the_schema_hold_language_to_a_name(tmp_path: Path) -> None:
+    """The loader rejects an invisible character in ``language``, and the properties' oracle
+    knows it (hypothesis drew ``language="\\u00ad"`` when the oracle left language out)."""
+    record = {"uid": "0", "type": "0", "title": "0", "body": "0", "language": "\u00ad"}
+    assert load(tmp_path, record, default_acl=["group:staff"]).rejections
+    assert not keeps_rules_beyond_schema(record)
+
+
 # -- what the loader rejects, the schema rejects -----------------------------------------------------
 def good(**changes: Any) -> dict[str, Any]:
     record: dict[str, Any] = {
