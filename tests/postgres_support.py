@@ -35,12 +35,15 @@ def server_url() -> str:
                 import pgserver
 
                 root = Path(tempfile.mkdtemp(prefix="ks-pg-"))
+
+                def _remove_root() -> None:
+                    shutil.rmtree(root, ignore_errors=True)
+
+                # registered first, so it runs last (LIFO), after pgserver's cleanup has stopped
+                # the server: that cleanup reads its list of handles in pgdata, and with pgdata
+                # already gone it left every test process's postmaster running
+                atexit.register(_remove_root)
                 _server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")
-
-            def _remove_root() -> None:
-                shutil.rmtree(root, ignore_errors=True)
-
-            atexit.register(_remove_root)  # runs after pgserver's own cleanup (LIFO)
         return str(_server.get_uri())
 
 
