@@ -26,7 +26,6 @@ from knowledge_store.ingest.loaders.base import (
     SourceInfo,
 )
 from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_folder
-from knowledge_store.ingest.loaders.html import read_html_page
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
 from knowledge_store.ingest.loaders.markdown import read_markdown_page
@@ -60,7 +59,17 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
 _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix in suffixes}
 
 PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
-_PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": read_html_page}
+
+
+def _read_html_page(data: bytes, path: Path, root: Path, file: str) -> Page | Rejection:
+    # Imported on first use: BeautifulSoup and markdownify take ~0.1 s to import, which
+    # every `ks` command would pay otherwise (most never read HTML).
+    from knowledge_store.ingest.loaders.html import read_html_page
+
+    return read_html_page(data, path, root, file)
+
+
+_PAGE_READERS: dict[str, PageReader] = {"markdown": read_markdown_page, "html": _read_html_page}
 
 
 def is_url(path: str | Path) -> bool:
