@@ -190,11 +190,14 @@ def test_a_process_opening_during_anothers_rebuild_leaves_it_alone_and_says_so(
         details = rebuilding.value.details
         assert (details["indexed"], details["total"]) == (2 * BATCH, CHUNKS)
         assert "did not reach publish" not in rebuilding.value.message
+        # and stats, which never fails, tells an operator the same
+        assert "is being rebuilt by process" in str(other.stats().indexes["error"])
 
         rebuilder.release("midway")
         theirs = rebuilder.hits()
         assert theirs == fresh
         assert _hits(other) == theirs  # the new index, picked up without reopening the store
+        assert other.stats().indexes["error"] is None
     sidecar = json.loads((path / "lexical" / SIDECAR).read_text())
     assert sidecar["schema"].startswith("6:") and "rebuild" not in sidecar
 

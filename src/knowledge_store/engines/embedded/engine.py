@@ -45,7 +45,7 @@ from knowledge_store.engines.embedded.dense import remove_leftovers as remove_de
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
 from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.reader import EmbeddedReader
-from knowledge_store.engines.embedded.views import View, Views
+from knowledge_store.engines.embedded.views import View, Views, rebuilding
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import check_prepared, check_vectors, no_store
 from knowledge_store.engines.sql.dialect import SQLITE
@@ -500,11 +500,16 @@ class EmbeddedEngine:
             segments, self.derived_error = 0, exc.message
         dense = self._dense  # not loaded just for stats: its file's header says as much
         on_disk = file_watermark(self.path / _DENSE_FILE)
+        error = self.derived_error
+        if error is None and self.lexical_index.watermark != latest:
+            # another process rebuilds the lexical index (or must): say so, with its progress
+            rebuild = rebuilding(self)
+            error = None if rebuild is None else rebuild[0]
         indexes = {
             "publish": latest,
             "lexical": self.lexical_index.watermark,
             "dense": dense.watermark if dense is not None else on_disk if on_disk >= 0 else None,
-            "error": self.derived_error,
+            "error": error,
         }
         return StoreStats(
             content_root=root,
