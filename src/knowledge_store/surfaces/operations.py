@@ -296,7 +296,8 @@ OPERATIONS: tuple[Operation, ...] = (
         (ChunkHits,),
         "BM25 over chunks: exact terms, identifiers, codes, names",
         "Rank chunks by BM25 over their words: exact terms, identifiers, error codes, names."
-        " Returns up to k chunks, best first, each with its entity (uid, title, type), score,"
+        " A question is searched without its function words (how, do, I, what…); a keyword"
+        " query keeps every word. Returns up to k chunks, best first, each with its entity (uid, title, type), score,"
         " rank, text, heading path and offsets into the entity's body." + _FILTERS,
         rest=(Rest("POST", "/lexical"),),
         graphql="lexical",

@@ -55,13 +55,14 @@ log = logging.getLogger(__name__)
 # 1.0; 0.790 without the title field. Without stop words 0.803 (SQL keywords such as
 # IS, NOT, INTO count in that corpus) — within noise, so the stop list stays: a smaller
 # index, shorter posting lists, and a stop-word-only query finds nothing.
+#
+# At index time the word analyzer drops Tantivy's ``english`` stop list (Lucene's 33 words:
+# ``the``, ``of``, ``is``…), so an index term such as ``BETWEEN``, ``ALL`` or ``OVER`` stays
+# searchable. A natural-language query (``model.queries``) is searched without its function
+# words too — Snowball's English list, the one PostgreSQL's ``english`` configuration drops:
+# "how do I list all tables?" by ``list`` and ``tabl`` (docs/relevance.md §9).
 USE_STOPWORDS = True
 # The field boosts are both engines': knowledge_store.model.relevance, read at query time.
-#: At index time the word analyzer drops Tantivy's ``english`` stop list (Lucene's 33 words:
-#: ``the``, ``of``, ``is``…), so an index term such as ``BETWEEN``, ``ALL`` or ``OVER`` stays
-#: searchable. A natural-language query (``model.queries``) is searched without its function
-#: words too — Snowball's English list, the one PostgreSQL's ``english`` configuration drops:
-#: "how do I list all tables?" by ``list`` and ``tabl`` (docs/relevance.md §9).
 #: Query the identifier field only with tokens that are not plain words
 #: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
 IDENTIFIER_ONLY_CODES = True
@@ -163,13 +164,13 @@ def text_clauses(
     """The BM25 clauses of ``terms``, all SHOULD: words on ``body``, (× ``TITLE_BOOST``)
     ``title`` and (× ``HEADING_BOOST``) ``heading``, identifiers on ``ident`` (×
     ``IDENTIFIER_BOOST``). The boosts are :mod:`knowledge_store.model.relevance`'s, read at
-    call time (``bench/tune_lexical.py`` varies them); any index with these fields (the engine's, the benches' side indexes)
-    queries this way — one without a ``heading`` field (the benches' page and unit
+    call time (``bench/tune_lexical.py`` varies them); any index with these fields (the
+    engine's, the benches' side indexes) queries this way — one without a ``heading`` field (the benches' page and unit
     indexes: no chunk headings) with ``heading=False``."""
     query, should = tantivy.Query, tantivy.Occur.Should
     clauses = [(should, query.term_query(schema, "body", w)) for w in terms.words]
-    boosts = (("title", relevance.TITLE_BOOST), ("heading", relevance.HEADING_BOOST * heading))
-    for name, boost in boosts:
+    heading_boost = relevance.HEADING_BOOST if heading else 0.0
+    for name, boost in (("title", relevance.TITLE_BOOST), ("heading", heading_boost)):
         if boost > 0:
             clauses += [
                 (should, query.boost_query(query.term_query(schema, name, w), boost))
