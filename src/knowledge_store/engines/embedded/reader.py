@@ -18,37 +18,26 @@ expanded once when it opened. Every primitive reads that view:
 
 from __future__ import annotations
 
-import functools
-import json
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks, Vector
-from knowledge_store.engines.shared import content_answer
+from knowledge_store.engines.base import ChunkRecord, RankedChunks, Vector
 from knowledge_store.engines.sql import statements
-from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import SQLITE
-from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
-from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
+from knowledge_store.engines.sql.reader import SqlReader, ms
 from knowledge_store.errors import InvalidRequest, ModelMismatch, QueryTimeout, StoreError
 from knowledge_store.graphquery.compiler import compile_query
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
     QUERY_GRAPH_TIME_LIMIT_S,
-    AggregateAnswer,
-    AggregateSpec,
-    Content,
     Filters,
-    GraphHits,
-    GraphQuery,
     Identity,
-    Order,
     QueryAnswer,
-    SqlHits,
     VectorInfo,
 )
 
@@ -74,16 +63,6 @@ _POST_FILTER_SHARE = 0.5
 _POST_FILTER_MARGIN = 1.5
 
 
-@functools.lru_cache(maxsize=8192)
-def _heading(stored: str) -> tuple[str, ...]:
-    """A chunk's heading path from its JSON text (chunks of a page share their headings)."""
-    return tuple(json.loads(stored))
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
-
-
 def _read_only(action: int, table: str | None, *_: Any) -> int:
     """Let a query_graph statement read, and nothing else.
 
@@ -98,8 +77,12 @@ def _read_only(action: int, table: str | None, *_: Any) -> int:
     return sqlite3.SQLITE_DENY
 
 
-class EmbeddedReader:
+class EmbeddedReader(SqlReader):
     """See the module docstring. Made by :meth:`EmbeddedEngine.reader`, never directly."""
+
+    dialect = SQLITE
+    engine_name = "embedded"
+    json_as_text = True
 
     def __init__(
         self,
@@ -110,68 +93,34 @@ class EmbeddedReader:
         root: str,
         view: View,
     ) -> None:
-        self._engine = engine
-        self._conn = conn
-        self._identity = identity
-        self._publish = publish
-        self._root = root
+        super().__init__(engine, conn, identity, publish, root)
+        self._engine: EmbeddedEngine = engine
+        self._conn: sqlite3.Connection = conn
         self._lexical = view.lexical
         self._dense = view.dense
         self._view = view
-        self._statements: dict[str, int] = {}
-        self._held_once: tuple[str, ...] | None = None
-        self._expand_ms = 0.0
-
-    # -- what the reader is ---------------------------------------------------------------
-    @property
-    def content_root(self) -> str:
-        return self._root
-
-    @property
-    def publish(self) -> int:
-        return self._publish
-
-    @property
-    def identity(self) -> Identity:
-        return self._identity
-
-    @property
-    def held(self) -> tuple[str, ...]:
-        """The principals the identity holds, expanded once (on first use) in this snapshot."""
-        if self._held_once is None:
-            started = time.perf_counter()
-            expansion = SQLITE.expand_identity()
-            rows = self._run(expansion, {"principal": self._identity.principal})
-            self._held_once = tuple(str(p) for (p,) in rows)
-            self._expand_ms = _ms(time.perf_counter() - started)
-        return self._held_once
 
     @property
     def _held(self) -> tuple[str, ...]:
         return self.held
 
-    def explain(self) -> dict[str, Any]:
+    def _snapshot(self) -> dict[str, Any]:
         return {
-            "engine": "embedded",
-            "snapshot": {
-                "publish": self._publish,
-                "content_root": self._root,
-                "lexical_watermark": self._lexical.watermark,
-                "dense_watermark": None if self._dense is None else self._dense.watermark,
-            },
-            "identity": self._identity.principal,
-            "identity_expansions": 0 if self._held_once is None else 1,
-            "held_principals": len(self._held_once or ()),
-            "expand_ms": self._expand_ms,
-            "statements": [{"sql": sql, "runs": n} for sql, n in self._statements.items()],
+            "lexical_watermark": self._lexical.watermark,
+            "dense_watermark": None if self._dense is None else self._dense.watermark,
         }
 
     def _run(self, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
-        self._statements[sql] = self._statements.get(sql, 0) + 1
-        try:
+        self._counted(sql)
+        with self._failing("reading the catalog"):
             return self._conn.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _failing(self, action: str) -> Iterator[None]:
+        try:
+            yield
         except sqlite3.Error as exc:
-            raise StoreError(f"reading the catalog failed: {exc}") from exc
+            raise StoreError(f"{action} failed: {exc}") from exc
 
     def _acl(self) -> dict[str, Any]:
         return SQLITE.held_params(self._held)
@@ -230,7 +179,7 @@ class EmbeddedReader:
         details["dropped_by_final_check"] = (
             sum(1 for c, _ in found if c not in visible) if dropped is None else dropped
         )
-        details.setdefault("ms", {})["final_check"] = _ms(time.perf_counter() - started)
+        details.setdefault("ms", {})["final_check"] = ms(time.perf_counter() - started)
         return RankedChunks(
             [c for c, _ in kept],
             [visible[c] for c, _ in kept],
@@ -276,7 +225,7 @@ class EmbeddedReader:
                 way = "query" if found is None else "post-filter"
         if found is None:
             found = self._lexical_search(text, k + _SLACK, filters if way == "query" else None)
-        details: dict[str, Any] = {"ms": {"index": _ms(time.perf_counter() - started)}}
+        details: dict[str, Any] = {"ms": {"index": ms(time.perf_counter() - started)}}
         details["acl_clause"] = way
         checked = time.perf_counter()
         if known:
@@ -353,7 +302,7 @@ class EmbeddedReader:
         ids, scores, info = dense.search(vector, k + _SLACK, allowed=allowed)
         details: dict[str, Any] = {
             "visible_chunks": None if allowed is None else len(allowed),
-            "ms": {"acl": _ms(t_acl - started), "index": _ms(time.perf_counter() - t_acl)},
+            "ms": {"acl": ms(t_acl - started), "index": ms(time.perf_counter() - t_acl)},
             "final_check": "visible set",
         }
         checked = time.perf_counter()
@@ -388,83 +337,6 @@ class EmbeddedReader:
     def count_chunks(self) -> int:
         return int(self._run("SELECT count(*) FROM chunks", ())[0][0])
 
-    # -- hydrating ---------------------------------------------------------------------------
-    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
-        if not chunk_ids:
-            return {}
-        public = self._engine.chunk_ids
-        return {
-            int(r[0]): ChunkRecord(
-                chunk_id=int(r[0]),
-                public_id=public(r[1], int(r[9])),
-                uid=r[1],
-                title=r[2],
-                type=r[3],
-                href=r[4],
-                text=r[5],
-                heading=_heading(r[6]),
-                start=int(r[7]),
-                end=int(r[8]),
-            )
-            for r in self._run(*statements.chunk_cards(SQLITE, chunk_ids))
-        }
-
-    def entities(
-        self, uids: Sequence[str], filters: Filters | None = None
-    ) -> dict[str, EntityCard]:
-        if not uids:
-            return {}
-        return {
-            str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
-            for r in self._run(*statements.entity_cards(SQLITE, self._held, uids, filters))
-        }
-
-    # -- entities by field --------------------------------------------------------------------
-    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits:
-        rows = self._run(*statements.sql_hits(SQLITE, self._held, filters, order, k))
-        return statements.sql_answer(rows, self._root)
-
-    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer:
-        rows = self._run(*statements.aggregate(SQLITE, self._held, spec, filters))
-        return aggregate_answer(spec, filters, rows, self._root)
-
-    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]:
-        if not uids:
-            return {}
-        out: dict[str, str] = {}
-        for src, dst in self._run(*statements.successors(SQLITE, self._held, uids, filters)):
-            out.setdefault(str(src), str(dst))
-        return out
-
-    def content(self, uid: str) -> Content | None:
-        rows = self._run(*statements.content_entity(SQLITE, self._held, uid))
-        if not rows:
-            return None
-        row = rows[0]
-        chunks = [
-            (*c[:3], json.loads(c[3]), *c[4:])
-            for c in self._run(*statements.content_chunks(SQLITE, int(row[0])))
-        ]
-        edges = {
-            direction: self._run(*statements.content_edges(SQLITE, self._held, uid, near, far))
-            for direction, near, far in EDGE_DIRECTIONS
-        }
-        entity = (*row[1:-1], json.loads(row[-1]))  # ENTITY_FIELDS, attributes last
-        return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
-
-    # -- the graph ------------------------------------------------------------------------------
-    def walk(self, query: GraphQuery) -> Traversal:
-        try:
-            walk = traverse(self._conn, SQLITE, self._held, query)
-        except sqlite3.Error as exc:
-            raise StoreError(f"the graph walk failed: {exc}") from exc
-        for sql in walk.statements:
-            self._statements[sql] = self._statements.get(sql, 0) + 1
-        return walk
-
-    def graph(self, query: GraphQuery) -> GraphHits:
-        return graph_hits(self.walk(query), query.k, self._root)
-
     def query_graph(
         self,
         query: Query,
@@ -474,7 +346,7 @@ class EmbeddedReader:
     ) -> QueryAnswer:
         """One compiled statement, read-only (an authorizer), cancelled past the time bound."""
         compiled = compile_query(query, params, self._held, dialect=SQLITE)
-        self._statements[compiled.sql] = self._statements.get(compiled.sql, 0) + 1
+        self._counted(compiled.sql)
         started = time.perf_counter()
         deadline = started + time_limit_s
 

@@ -14,38 +14,27 @@ its one read.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks, Vector
+from knowledge_store.engines.base import RankedChunks, Vector
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.db import Connection, translate
 from knowledge_store.engines.postgres.graph import prepare_query_graph, statement_timeout_ms
-from knowledge_store.engines.shared import content_answer
-from knowledge_store.engines.sql import statements
-from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import POSTGRES
-from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
-from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
+from knowledge_store.engines.sql.reader import SqlReader, ms
 from knowledge_store.errors import ModelMismatch, QueryTimeout, StoreError
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
     QUERY_GRAPH_TIME_LIMIT_S,
-    AggregateAnswer,
-    AggregateSpec,
-    Content,
     Filters,
-    GraphHits,
-    GraphQuery,
     Identity,
-    Order,
     QueryAnswer,
-    SqlHits,
     VectorInfo,
 )
 
@@ -55,65 +44,28 @@ if TYPE_CHECKING:
 __all__ = ["PostgresReader"]
 
 
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000.0, 3)
-
-
-class PostgresReader:
+class PostgresReader(SqlReader):
     """See the module docstring. Made by :meth:`PostgresEngine.reader`, never directly."""
+
+    dialect = POSTGRES
+    engine_name = "postgres"
+    json_as_text = False
 
     def __init__(
         self, engine: PostgresEngine, conn: Connection, identity: Identity, publish: int, root: str
     ) -> None:
-        self._engine = engine
-        self._conn = conn
-        self._identity = identity
-        self._publish = publish
-        self._root = root
-        self._statements: dict[str, int] = {}
-        self._held_once: tuple[str, ...] | None = None
-        self._expand_ms = 0.0
+        super().__init__(engine, conn, identity, publish, root)
+        self._engine: PostgresEngine = engine
+        self._conn: Connection = conn
 
-    # -- what the reader is ---------------------------------------------------------------
-    @property
-    def content_root(self) -> str:
-        return self._root
+    def _snapshot(self) -> dict[str, Any]:
+        return {"isolation": "repeatable read"}
 
-    @property
-    def publish(self) -> int:
-        return self._publish
-
-    @property
-    def identity(self) -> Identity:
-        return self._identity
-
-    @property
-    def held(self) -> tuple[str, ...]:
-        """The principals the identity holds, expanded once (on first use) in this snapshot."""
-        if self._held_once is None:
-            started = time.perf_counter()
-            rows = self._run(POSTGRES.expand_identity(), {"principal": self._identity.principal})
-            self._held_once = tuple(str(p) for (p,) in rows)
-            self._expand_ms = _ms(time.perf_counter() - started)
-        return self._held_once
-
-    def explain(self) -> dict[str, Any]:
-        return {
-            "engine": "postgres",
-            "snapshot": {
-                "publish": self._publish,
-                "content_root": self._root,
-                "isolation": "repeatable read",
-            },
-            "identity": self._identity.principal,
-            "identity_expansions": 0 if self._held_once is None else 1,
-            "held_principals": len(self._held_once or ()),
-            "expand_ms": self._expand_ms,
-            "statements": [{"sql": sql, "runs": n} for sql, n in self._statements.items()],
-        }
+    def _failing(self, action: str) -> AbstractContextManager[None]:
+        return translate(action)
 
     def _run(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
-        self._statements[sql] = self._statements.get(sql, 0) + 1
+        self._counted(sql)
         with translate("reading"):
             return self._conn.execute(sql, params).fetchall()
 
@@ -143,7 +95,7 @@ class PostgresReader:
             [str(r[1]) for r in rows],
             [float(r[2]) for r in rows],
             None,
-            {"ranker": ranker, "ms": {"statement": _ms(time.perf_counter() - started)}},
+            {"ranker": ranker, "ms": {"statement": ms(time.perf_counter() - started)}},
         )
 
     def vector(
@@ -179,7 +131,7 @@ class PostgresReader:
         info = VectorInfo(strategy=plan.strategy, scanned=scanned, exhaustive=plan.exhaustive)
         details = {
             "plan": plan.to_dict(),
-            "ms": {"plan": _ms(t_plan - started), "statement": _ms(time.perf_counter() - t_plan)},
+            "ms": {"plan": ms(t_plan - started), "statement": ms(time.perf_counter() - t_plan)},
         }
         return RankedChunks(
             [int(r[0]) for r in rows],
@@ -188,77 +140,6 @@ class PostgresReader:
             info,
             details,
         )
-
-    # -- hydrating ---------------------------------------------------------------------------
-    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
-        if not chunk_ids:
-            return {}
-        public = self._engine.chunk_ids
-        return {
-            int(r[0]): ChunkRecord(
-                chunk_id=int(r[0]),
-                public_id=public(r[1], int(r[9])),
-                uid=r[1],
-                title=r[2],
-                type=r[3],
-                href=r[4],
-                text=r[5],
-                heading=tuple(r[6]),
-                start=int(r[7]),
-                end=int(r[8]),
-            )
-            for r in self._run(*statements.chunk_cards(POSTGRES, chunk_ids))
-        }
-
-    def entities(
-        self, uids: Sequence[str], filters: Filters | None = None
-    ) -> dict[str, EntityCard]:
-        if not uids:
-            return {}
-        return {
-            str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
-            for r in self._run(*statements.entity_cards(POSTGRES, self.held, uids, filters))
-        }
-
-    # -- entities by field --------------------------------------------------------------------
-    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits:
-        rows = self._run(*statements.sql_hits(POSTGRES, self.held, filters, order, k))
-        return statements.sql_answer(rows, self._root)
-
-    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer:
-        rows = self._run(*statements.aggregate(POSTGRES, self.held, spec, filters))
-        return aggregate_answer(spec, filters, rows, self._root)
-
-    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]:
-        if not uids:
-            return {}
-        out: dict[str, str] = {}
-        for src, dst in self._run(*statements.successors(POSTGRES, self.held, uids, filters)):
-            out.setdefault(str(src), str(dst))
-        return out
-
-    def content(self, uid: str) -> Content | None:
-        rows = self._run(*statements.content_entity(POSTGRES, self.held, uid))
-        if not rows:
-            return None
-        row = rows[0]
-        chunks = self._run(*statements.content_chunks(POSTGRES, int(row[0])))
-        edges = {
-            direction: self._run(*statements.content_edges(POSTGRES, self.held, uid, near, far))
-            for direction, near, far in EDGE_DIRECTIONS
-        }
-        return content_answer(self._root, row[1:], chunks, edges, self._engine.chunk_ids)
-
-    # -- the graph ------------------------------------------------------------------------------
-    def walk(self, query: GraphQuery) -> Traversal:
-        with translate("the graph walk"):
-            walk = traverse(self._conn, POSTGRES, self.held, query)
-        for sql in walk.statements:
-            self._statements[sql] = self._statements.get(sql, 0) + 1
-        return walk
-
-    def graph(self, query: GraphQuery) -> GraphHits:
-        return graph_hits(self.walk(query), query.k, self._root)
 
     def query_graph(
         self,
@@ -270,7 +151,7 @@ class PostgresReader:
         """One compiled statement under ``statement_timeout`` (in a savepoint), read-only."""
         compiled = prepare_query_graph(query, params, self.held)
         limit_ms = statement_timeout_ms(time_limit_s)
-        self._statements[compiled.sql] = self._statements.get(compiled.sql, 0) + 1
+        self._counted(compiled.sql)
         started = time.perf_counter()
         conn = self._conn
         with translate("query_graph"):

@@ -1,0 +1,218 @@
+"""What a point-in-time reader does the same way on both SQL engines.
+
+A reader holds one snapshot (a SQLite read transaction, a PostgreSQL
+``REPEATABLE READ`` one) and the principals its identity holds, expanded once.
+Everything below is the shared statements of :mod:`.statements` run on that
+snapshot and shaped the same way: the identity's expansion, hydrating chunks
+and entity cards, sql, aggregates, successors, content and the graph walk.
+Each engine's reader subclasses :class:`SqlReader` and keeps only its own:
+how a statement runs (``_run``), how JSON columns arrive (SQLite hands back
+text, psycopg decoded values), the ranking primitives (Tantivy and faiss;
+tsvector and pgvector) and query_graph's time bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar, Protocol
+
+from knowledge_store.engines.base import ChunkRecord, EntityCard
+from knowledge_store.engines.shared import ChunkIds, content_answer
+from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.aggregate import aggregate_answer
+from knowledge_store.engines.sql.dialect import SqlDialect
+from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
+from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
+from knowledge_store.model import (
+    AggregateAnswer,
+    AggregateSpec,
+    Content,
+    Filters,
+    GraphHits,
+    GraphQuery,
+    Identity,
+    Order,
+    SqlHits,
+)
+
+__all__ = ["SqlReader"]
+
+
+class _Engine(Protocol):
+    """What the shared reader needs of its engine: the public chunk ids of answers."""
+
+    @property
+    def chunk_ids(self) -> ChunkIds: ...
+
+
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds, to the microsecond (``--explain``'s timings)."""
+    return round(seconds * 1000.0, 3)
+
+
+@functools.lru_cache(maxsize=8192)
+def _heading_from_text(stored: str) -> tuple[str, ...]:
+    """A heading path from its JSON text (chunks of a page share their headings)."""
+    return tuple(json.loads(stored))
+
+
+class SqlReader:
+    """One snapshot for one identity; the engine's subclass says how statements run."""
+
+    #: The engine's SQL.
+    dialect: ClassVar[SqlDialect]
+    #: ``explain()``'s ``engine``.
+    engine_name: ClassVar[str]
+    #: Whether JSON columns arrive as text (SQLite) rather than decoded (psycopg).
+    json_as_text: ClassVar[bool]
+
+    def __init__(
+        self, engine: _Engine, conn: Any, identity: Identity, publish: int, root: str
+    ) -> None:
+        self._engine = engine
+        self._conn = conn
+        self._identity = identity
+        self._publish = publish
+        self._root = root
+        self._statements: dict[str, int] = {}
+        self._held_once: tuple[str, ...] | None = None
+        self._expand_ms = 0.0
+
+    # -- what the engine's reader says ------------------------------------------------------
+    def _run(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """The rows of one statement on the snapshot (counted for ``explain``)."""
+        raise NotImplementedError
+
+    def _failing(self, action: str) -> AbstractContextManager[None]:
+        """A block whose driver errors become a ``StoreError`` naming ``action``."""
+        raise NotImplementedError
+
+    def _snapshot(self) -> dict[str, Any]:
+        """``explain()``'s ``snapshot`` beyond the publish and content root."""
+        return {}
+
+    def _counted(self, sql: str) -> None:
+        self._statements[sql] = self._statements.get(sql, 0) + 1
+
+    def _json(self, value: Any) -> Any:
+        return json.loads(value) if self.json_as_text else value
+
+    def _heading(self, value: Any) -> tuple[str, ...]:
+        return _heading_from_text(value) if self.json_as_text else tuple(value)
+
+    # -- what the reader is ---------------------------------------------------------------
+    @property
+    def content_root(self) -> str:
+        return self._root
+
+    @property
+    def publish(self) -> int:
+        return self._publish
+
+    @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The principals the identity holds, expanded once (on first use) in this snapshot."""
+        if self._held_once is None:
+            started = time.perf_counter()
+            rows = self._run(
+                self.dialect.expand_identity(), {"principal": self._identity.principal}
+            )
+            self._held_once = tuple(str(p) for (p,) in rows)
+            self._expand_ms = ms(time.perf_counter() - started)
+        return self._held_once
+
+    def explain(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine_name,
+            "snapshot": {"publish": self._publish, "content_root": self._root, **self._snapshot()},
+            "identity": self._identity.principal,
+            "identity_expansions": 0 if self._held_once is None else 1,
+            "held_principals": len(self._held_once or ()),
+            "expand_ms": self._expand_ms,
+            "statements": [{"sql": sql, "runs": n} for sql, n in self._statements.items()],
+        }
+
+    # -- hydrating ---------------------------------------------------------------------------
+    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
+        if not chunk_ids:
+            return {}
+        public = self._engine.chunk_ids
+        heading = self._heading
+        return {
+            int(r[0]): ChunkRecord(
+                chunk_id=int(r[0]),
+                public_id=public(r[1], int(r[9])),
+                uid=r[1],
+                title=r[2],
+                type=r[3],
+                href=r[4],
+                text=r[5],
+                heading=heading(r[6]),
+                start=int(r[7]),
+                end=int(r[8]),
+            )
+            for r in self._run(*statements.chunk_cards(self.dialect, chunk_ids))
+        }
+
+    def entities(
+        self, uids: Sequence[str], filters: Filters | None = None
+    ) -> dict[str, EntityCard]:
+        if not uids:
+            return {}
+        return {
+            str(r[0]): EntityCard(uid=r[0], title=r[1], type=r[2], href=r[3], updated_at=r[4])
+            for r in self._run(*statements.entity_cards(self.dialect, self.held, uids, filters))
+        }
+
+    # -- entities by field --------------------------------------------------------------------
+    def sql(self, filters: Filters, order: Order, k: int) -> SqlHits:
+        rows = self._run(*statements.sql_hits(self.dialect, self.held, filters, order, k))
+        return statements.sql_answer(rows, self._root)
+
+    def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer:
+        rows = self._run(*statements.aggregate(self.dialect, self.held, spec, filters))
+        return aggregate_answer(spec, filters, rows, self._root)
+
+    def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]:
+        if not uids:
+            return {}
+        out: dict[str, str] = {}
+        for src, dst in self._run(*statements.successors(self.dialect, self.held, uids, filters)):
+            out.setdefault(str(src), str(dst))
+        return out
+
+    def content(self, uid: str) -> Content | None:
+        d = self.dialect
+        rows = self._run(*statements.content_entity(d, self.held, uid))
+        if not rows:
+            return None
+        row = rows[0]
+        chunks = [
+            (*c[:3], self._json(c[3]), *c[4:])
+            for c in self._run(*statements.content_chunks(d, int(row[0])))
+        ]
+        edges = {
+            direction: self._run(*statements.content_edges(d, self.held, uid, near, far))
+            for direction, near, far in EDGE_DIRECTIONS
+        }
+        entity = (*row[1:-1], self._json(row[-1]))  # ENTITY_FIELDS, attributes last
+        return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
+
+    # -- the graph ------------------------------------------------------------------------------
+    def walk(self, query: GraphQuery) -> Traversal:
+        with self._failing("the graph walk"):
+            walk = traverse(self._conn, self.dialect, self.held, query)
+        for sql in walk.statements:
+            self._counted(sql)
+        return walk
+
+    def graph(self, query: GraphQuery) -> GraphHits:
+        return graph_hits(self.walk(query), query.k, self._root)
