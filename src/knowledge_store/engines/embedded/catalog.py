@@ -16,7 +16,6 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,8 @@ from knowledge_store.engines.sql.publish import (
     PublishPlan,
     content_root_of,
     plan_publish,
+    plan_row,
+    publish_row,
 )
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
@@ -406,20 +407,7 @@ class Catalog:
                 (publish, int(cid), "acl")
                 for (cid,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (row[0],))
             )
-        conn.execute(
-            "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
-            " VALUES (?,?,?,?,?,?,?,?)",
-            (
-                publish,
-                plan.root,
-                plan.parent,
-                kind,
-                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                plan.added,
-                plan.updated,
-                plan.deleted,
-            ),
-        )
+        conn.execute(*plan_row(SQLITE, plan, kind))
         conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
 
     def apply_publish(
@@ -469,12 +457,7 @@ class Catalog:
         for key, value in meta.items():
             self.set_meta(key, value, conn)
         root = content_root_of(parent, {})
-        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        conn.execute(
-            "INSERT INTO publishes(id, root, parent, kind, at, added, updated, deleted)"
-            " VALUES (?,?,?,?,?,?,?,?)",
-            (publish, root, parent, "reembed", at, 0, 0, 0),
-        )
+        conn.execute(*publish_row(SQLITE, publish, root, parent, "reembed"))
         conn.executemany(
             "INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)",
             ((publish, int(c), "add") for c in ids),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 
 import numpy as np
 
@@ -39,6 +38,8 @@ from knowledge_store.engines.sql.publish import (
     PublishPlan,
     content_root_of,
     plan_publish,
+    plan_row,
+    publish_row,
 )
 from knowledge_store.engines.sql.sources import SourceSync, record_source, sync_deletes
 from knowledge_store.errors import StoreError
@@ -392,20 +393,7 @@ def apply_publish(
             "UPDATE entities SET acl_set = %s, content_hash = %s, publish = %s WHERE uid = %s",
             (acl_set_id(conn, entity.acl), entity.content_hash, plan.publish, entity.uid),
         )
-    conn.execute(
-        "INSERT INTO publishes (id, root, parent, kind, at, added, updated, deleted)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            plan.publish,
-            plan.root,
-            plan.parent,
-            kind,
-            datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            plan.added,
-            plan.updated,
-            plan.deleted,
-        ),
-    )
+    conn.execute(*plan_row(POSTGRES, plan, kind))
     record_source(conn, POSTGRES, source, Published.of(plan))
     return plan
 
@@ -451,9 +439,5 @@ def replace_embeddings(
             (key, value),
         )
     root = content_root_of(parent, {})
-    conn.execute(
-        "INSERT INTO publishes (id, root, parent, kind, at, added, updated, deleted)"
-        " VALUES (%s, %s, %s, 'reembed', %s, 0, 0, 0)",
-        (publish, root, parent, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
-    )
+    conn.execute(*publish_row(POSTGRES, publish, root, parent, "reembed"))
     return Published(publish, root)

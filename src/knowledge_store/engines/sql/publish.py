@@ -19,14 +19,23 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+from knowledge_store.engines.sql.dialect import SqlDialect
 from knowledge_store.model import Entity
 
 if TYPE_CHECKING:
     from knowledge_store.engines.base import PreparedEntity
 
-__all__ = ["EMPTY_ROOT", "PublishPlan", "content_root_of", "plan_publish"]
+__all__ = [
+    "EMPTY_ROOT",
+    "PublishPlan",
+    "content_root_of",
+    "plan_publish",
+    "plan_row",
+    "publish_row",
+]
 
 #: The root of a store with no publish yet.
 EMPTY_ROOT = hashlib.sha256(b"knowledge-store:empty").hexdigest()
@@ -109,3 +118,34 @@ def plan_publish(
         root=content_root_of(parent, changes) if changes else parent,
         unchanged=len(fresh) - len(unique),
     )
+
+
+_PUBLISH_COLUMNS = ("id", "root", "parent", "kind", "at", "added", "updated", "deleted")
+
+
+def publish_row(
+    d: SqlDialect,
+    publish: int,
+    root: str,
+    parent: str,
+    kind: str,
+    counts: tuple[int, int, int] = (0, 0, 0),
+) -> tuple[str, dict[str, Any]]:
+    """The statement that records a publish in ``publishes``, stamped now (UTC, seconds).
+
+    ``counts``: the entities it added, updated and deleted (a re-embedding's are 0).
+    """
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    values = (publish, root, parent, kind, at, *counts)
+    columns = ", ".join(_PUBLISH_COLUMNS)
+    params = ", ".join(d.param(c) for c in _PUBLISH_COLUMNS)
+    return (
+        f"INSERT INTO publishes ({columns}) VALUES ({params})",
+        dict(zip(_PUBLISH_COLUMNS, values, strict=True)),
+    )
+
+
+def plan_row(d: SqlDialect, plan: PublishPlan, kind: str) -> tuple[str, dict[str, Any]]:
+    """:func:`publish_row` of a planned publish, with its counts."""
+    counts = (plan.added, plan.updated, plan.deleted)
+    return publish_row(d, plan.publish, plan.root, plan.parent, kind, counts)
