@@ -10,9 +10,9 @@ Identical (``==`` on the whole answer, content root included): ``sql``,
 ``principal_show``, ``content`` (chunk ids aside), the content roots of every publish.
 
 Within bounds (the lexical analysers differ: Tantivy's regex words vs PostgreSQL's
-parser, both English Snowball stems; PostgreSQL's index drops Snowball's stop words,
-Tantivy's only Lucene's 33 — a question's function words are dropped by both; Tantivy
-stores field lengths in one byte; the vector indexes differ: faiss HNSW vs pgvector):
+parser, both English Snowball stems of every word but Lucene's 33 stop words — a
+question's function words are dropped by both; Tantivy stores field lengths in one
+byte; the vector indexes differ: faiss HNSW vs pgvector):
 
 =======================  ======================================================
 lexical                  top-1 agreement ≥ 0.85, mean Jaccard@10 ≥ 0.80,
