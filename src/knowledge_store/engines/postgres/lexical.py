@@ -17,15 +17,16 @@ Rankers (a small registry; ``LEXICAL_RANKERS``):
     PostgreSQL's cover-density rank over the chunk's English ``tsvector``
     (GIN), each whitespace-separated piece of the query a phrase, the pieces
     OR-ed — so an identifier matches its adjacent lexemes.
+``pg_search`` / ``pg_textsearch``
+    A BM25 extension's index and score, used when the extension is installed
+    (detected on open, reported by ``stats``); the extension analyses the text
+    itself, not as the two rankers above do.
 
 A query's terms are the documents' analysis of its text (``schema``'s text
 functions) — and, for a natural-language query (``model.queries.query_features``,
 decided here once per statement, as the embedded engine decides it), without its
 function words: "how do I list all tables?" is searched by ``list`` and ``tabl``,
 ``WHERE`` or ``BETWEEN`` alone by themselves.
-``pg_search`` / ``pg_textsearch``
-    A BM25 extension's index and score, used when the extension is installed
-    (detected on open, reported by ``stats``).
 
 Every statement starts with the dialect's ACL CTEs — the principals the
 reader's identity holds, expanded once when the reader opened and bound
@@ -211,5 +212,6 @@ def lexical_statement(
             allowed=list(LEXICAL_RANKERS),
         ) from None
     statement = build(held, text.replace("\x00", " "), k, filters)
+    # bm25's and ts_rank_cd's query analysis (``schema``): a question's function words out
     statement.params["question"] = query_features(text).natural_language
     return statement

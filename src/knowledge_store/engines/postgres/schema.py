@@ -1,12 +1,12 @@
 """The PostgreSQL schema: versioned migrations, the text functions, feature detection.
 
 A store lives in one schema (``ks`` by default) of one database. Opening it
-applies, in order and each in its own transaction, every migration newer than
-the version recorded in ``meta`` — under an advisory lock, so two processes
-opening a new store at once don't race. A store written by a *newer*
-knowledge-store is refused with a sentence saying to upgrade; a migration
-that can't convert data in place records that a ``rebuild`` is due, and every
-read says so until it has run.
+applies, in order and in one transaction (all or none), every migration newer
+than the version recorded in ``meta`` — under an advisory lock, so two
+processes opening a new store at once don't race (``migrate.open_schema``). A
+store written by a *newer* knowledge-store is refused with a sentence saying to
+upgrade; a migration that can't convert data in place records that a
+``rebuild`` is due, and every read says so until it has run.
 
 Text columns that are compared or ordered use ``COLLATE "C"`` (byte order =
 code point order for UTF-8): the same order as SQLite and Python, so both
@@ -418,7 +418,9 @@ def _whole_words(words: Sequence[str]) -> str:
 #: cut from the text before it is parsed; the query-side functions, which cut a natural-
 #: language query's function words too. Then every chunk's ``tsv`` and field lengths, every
 #: posting and statistic are re-derived in place (:data:`REDERIVE_LEXICAL`, what ``rebuild``
-#: runs) — inside the opening transaction, under the migration lock.
+#: runs) — inside the opening transaction, under the migration lock. (``REDERIVE_LEXICAL``
+#: must keep running on version 6's schema: a later change needing more gives version 6 a
+#: frozen copy.)
 #:
 #: What that costs: 20 s on a 14,401-chunk store (postgres-docs; the chunks' UPDATE 11.6 s,
 #: of which roughly half is re-inserting every row into the HNSW index, the postings 4.1 s).
