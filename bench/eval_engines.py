@@ -12,7 +12,7 @@ excluded) are read from both stores, and:
   (lexical, vector, or the graph stage's expansion), the rest kept — the default
   fusion, as ``ks eval`` runs it; whichever swap moves a query is why it differs;
 * for each query whose fused nDCG@10 differs, the lexical query terms each engine
-  analyses (Tantivy's analyzer; PostgreSQL's ``ks_words`` / ``ks_idents``) and how many
+  analyses (Tantivy's analyzer; PostgreSQL's ``ks_query_words`` / ``ks_query_idents``) and how many
   of each list's top 10 entities the other list shares.
 
     PYTHONPATH=$PWD/src:$PWD/bench .venv/bin/python bench/eval_engines.py \\
@@ -33,6 +33,8 @@ from typing import Any
 from eval_pagelex import FILTERS, judged_queries
 
 from knowledge_store.engines.embedded.analysis import Analyzers
+from knowledge_store.engines.postgres.lexical import lexical_statement
+from knowledge_store.model import Filters
 from knowledge_store.retrieval.compare import paired_bootstrap, per_query
 from knowledge_store.retrieval.evaluation import collect
 from knowledge_store.retrieval.fusion import RankedList
@@ -74,12 +76,17 @@ def _model(store: KnowledgeStore) -> str:
 
 
 def _query_terms(pg: KnowledgeStore, text: str) -> tuple[list[str], list[str]]:
-    """PostgreSQL's analysis of a query: its ``ks_words`` and ``ks_idents`` terms."""
+    """PostgreSQL's analysis of a query, as its BM25 statement makes it: its
+    ``ks_query_words`` and ``ks_query_idents`` terms."""
+    params = lexical_statement("bm25", (), text, 1, Filters()).params
     with pg.reader() as reader:
         run: Any = reader.engine._run  # the reader's one-statement helper, as its methods use
-        words = [str(r[0]) for r in run("SELECT term FROM ks_words(%(t)s)", {"t": text})]
-        idents = [str(r[0]) for r in run("SELECT term FROM ks_idents(%(t)s)", {"t": text})]
+        words = [str(r[0]) for r in run(_TERMS.format("ks_query_words"), params)]
+        idents = [str(r[0]) for r in run(_TERMS.format("ks_query_idents"), params)]
     return words, idents
+
+
+_TERMS = "SELECT term FROM {}(%(text)s, %(question)s)"
 
 
 def _overlap(a: RankedList, b: RankedList, depth: int = 10) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ import psutil
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.postgres import vector as vector_sql
 from knowledge_store.engines.postgres.engine import PostgresEngine
 from knowledge_store.engines.postgres.schema import FIELD_HEADING, MIGRATIONS, Migration
@@ -38,7 +36,6 @@ from knowledge_store.model import (
     Order,
     relevance,
 )
-from knowledge_store.model.queries import FUNCTION_WORDS
 from knowledge_store.store import KnowledgeStore
 from tests import postgres_support
 from tests.conftest import ESTATE, HASH_SPEC
@@ -297,31 +294,6 @@ def test_sql_bm25_equals_a_reference_implementation(docs: KnowledgeStore, text: 
     assert [h.chunk_id for h in hits] == [public[c] for c, _ in expected]
     for hit, (_, score) in zip(hits, expected, strict=True):
         assert hit.score == pytest.approx(score, rel=1e-9)
-
-
-def test_both_engines_drop_a_questions_function_words(docs: KnowledgeStore) -> None:
-    """Every word of the sample pages, and every function word, is dropped from a natural-
-    language query by the embedded engine exactly when PostgreSQL's ``english`` analysis
-    (``ks_words``) drops it; the embedded index itself drops only Lucene's 33 words, so a
-    keyword query still finds BETWEEN or ALL there."""
-    words = {w.lower() for d in DOCS[:30] for w in re.findall(r"[A-Za-z]+", d["body"])}
-    words |= set(FUNCTION_WORDS)
-    rows = (
-        _engine(docs)
-        .db.conn()
-        .execute(
-            "SELECT w, (SELECT count(*) FROM ks_words(w)) FROM unnest(%s::text[]) AS w",
-            (sorted(words),),
-        )
-        .fetchall()
-    )
-    analyzers = Analyzers()
-    assert len(rows) == len(words) > 1000
-    dropped_by_postgres = {w for w, n in rows if n == 0}
-    assert dropped_by_postgres == {w for w in words if not analyzers.question_words.analyze(w)}
-    assert dropped_by_postgres >= set(FUNCTION_WORDS)
-    kept_by_the_index = {w for w in FUNCTION_WORDS if analyzers.words.analyze(w)}
-    assert {"between", "all", "over", "where", "how"} <= kept_by_the_index
 
 
 def test_identifiers_stay_matchable(docs: KnowledgeStore) -> None:

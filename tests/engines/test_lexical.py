@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from knowledge_store.engines.embedded import analysis
 from knowledge_store.engines.embedded.lexical import SIDECAR, LexicalDoc, LexicalIndex
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Filters, compose_context, last_heading, relevance
+from knowledge_store.model.queries import FUNCTION_WORDS, STOP_WORDS
 
 TYPES = ("section", "chapter", "codeSample", "ticket")
 SOURCES = ("docs", "jira", "wiki")
@@ -201,6 +203,23 @@ def test_a_keyword_querys_words_stay_terms(text: str, words: tuple[str, ...]) ->
     """An index term is searched by every word the index keeps: SQL's BETWEEN, ALL and OVER
     are function words of a question, and the very thing a keyword query looks for."""
     assert analysis.Analyzers().query_terms(text).words == words
+
+
+def test_the_index_drops_exactly_the_declared_stop_words() -> None:
+    """Tantivy's built-in ``english`` stop filter is ``model.queries.STOP_WORDS`` word for word
+    (PostgreSQL's analysis cuts the declared list): over both stop lists and every word of
+    the sample pages, the index's word analyzer drops a word exactly when it is declared."""
+    sample = Path(__file__).parents[1] / "conformance" / "fixtures" / "pg-docs-sample.jsonl"
+    words = {
+        w.lower()
+        for line in sample.open(encoding="utf-8")
+        for w in re.findall(r"[A-Za-z]+", json.loads(line)["body"])
+    }
+    words |= {*STOP_WORDS, *FUNCTION_WORDS}
+    analyzers = analysis.Analyzers()
+    assert len(words) > 2000
+    assert {w for w in words if not analyzers.words.analyze(w)} == set(STOP_WORDS)
+    assert set(STOP_WORDS) < set(FUNCTION_WORDS) and len(set(STOP_WORDS)) == 33
 
 
 def test_a_keyword_query_finds_a_word_a_question_would_drop(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""What a query's text says about itself: its words, whether it is a question, its identifiers.
+"""What a query's text says about itself: its words, whether it is a question, its identifiers;
+and the two English stop lists of the lexical analysis.
 
 Read by fusion (``retrieval.adaptive``: the lexical list's weight) and by both engines'
-lexical analysis (a natural-language query's function words are no query terms), so one
-definition serves both.
+lexical analysis (no index holds a :data:`STOP_WORDS` word; a natural-language query's
+:data:`FUNCTION_WORDS` are no query terms), so one definition serves both.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["FUNCTION_WORDS", "QueryFeatures", "query_features"]
+__all__ = ["FUNCTION_WORDS", "STOP_WORDS", "QueryFeatures", "query_features"]
 
 _WORD = re.compile(r"[^\s]+")
 _LETTERS = re.compile(r"[A-Za-z]")
@@ -80,4 +81,15 @@ FUNCTION_WORDS: tuple[str, ...] = (
     *("there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more"),
     *("most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so"),
     *("than", "too", "very", "s", "t", "can", "will", "just", "don", "should", "now"),
+)
+
+
+#: The words no lexical index holds, in documents and queries alike: Lucene's English stop
+#: list — the 33 words of Tantivy's ``english`` stop filter, which the embedded engine's word
+#: analyzer applies (a test checks the two agree word for word) and PostgreSQL's ``ks_tsv``
+#: removes before stemming. A subset of :data:`FUNCTION_WORDS`.
+STOP_WORDS: tuple[str, ...] = (
+    *("a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into"),
+    *("is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then"),
+    *("there", "these", "they", "this", "to", "was", "will", "with"),
 )

@@ -8,7 +8,8 @@ Rankers (a small registry; ``LEXICAL_RANKERS``):
     length per chunk and term), ``lexical_terms`` (document frequency per
     term) and ``lexical_fields`` (chunks and total length per field → avgdl).
     Four fields, summed, as in the embedded engine's Tantivy index: ``body``
-    (English stems over title + heading path + text), ``title`` (boost 0.25),
+    (English stems over title + heading path + text, every word but Lucene's 33
+    stop words), ``title`` (boost 0.25),
     ``heading`` (the chunk's innermost heading below the title, boost 0.1)
     and ``ident`` (identifiers as written — ``pg_stat_activity``,
     ``pg_hba.conf``, ``err-1042`` — matched whole).
@@ -18,7 +19,14 @@ Rankers (a small registry; ``LEXICAL_RANKERS``):
     OR-ed — so an identifier matches its adjacent lexemes.
 ``pg_search`` / ``pg_textsearch``
     A BM25 extension's index and score, used when the extension is installed
-    (detected on open, reported by ``stats``).
+    (detected on open, reported by ``stats``); the extension analyses the text
+    itself, not as the two rankers above do.
+
+A query's terms are the documents' analysis of its text (``schema``'s text
+functions) — and, for a natural-language query (``model.queries.query_features``,
+decided here once per statement, as the embedded engine decides it), without its
+function words: "how do I list all tables?" is searched by ``list`` and ``tabl``,
+``WHERE`` or ``BETWEEN`` alone by themselves.
 
 Every statement starts with the dialect's ACL CTEs — the principals the
 reader's identity holds, expanded once when the reader opened and bound
@@ -45,6 +53,7 @@ from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import Filters, relevance
+from knowledge_store.model.queries import query_features
 
 __all__ = [
     "DEFAULT_RANKER",
@@ -60,6 +69,8 @@ TS_RANK_NORMALIZATION = 1
 
 #: What every ranker returns: the chunk id, its entity's uid, then the score.
 _ROW = "c.id, e.uid"
+#: A query's word terms (``schema``'s text functions), as a FROM item with alias ``w``.
+_WORDS = "ks_query_words(%(text)s, %(question)s) AS w"
 
 
 @dataclass(frozen=True)
@@ -78,17 +89,16 @@ def _bm25(held: Sequence[str], text: str, k: int, filters: Filters) -> LexicalSt
     head, where, params = _prefix(held, filters)
     sql = f"""{head},
 q(field, term, boost) AS (
-    (SELECT {FIELD_BODY}::smallint, w.term, 1.0::float8 FROM ks_words(%(text)s) AS w
+    (SELECT {FIELD_BODY}::smallint, w.term, 1.0::float8 FROM {_WORDS} LIMIT {MAX_QUERY_TERMS})
+    UNION ALL
+    (SELECT {FIELD_TITLE}::smallint, w.term, %(title_boost)s::float8 FROM {_WORDS}
      LIMIT {MAX_QUERY_TERMS})
     UNION ALL
-    (SELECT {FIELD_TITLE}::smallint, w.term, %(title_boost)s::float8 FROM ks_words(%(text)s) AS w
+    (SELECT {FIELD_HEADING}::smallint, w.term, %(heading_boost)s::float8 FROM {_WORDS}
      LIMIT {MAX_QUERY_TERMS})
     UNION ALL
-    (SELECT {FIELD_HEADING}::smallint, w.term, %(heading_boost)s::float8
-     FROM ks_words(%(text)s) AS w LIMIT {MAX_QUERY_TERMS})
-    UNION ALL
-    (SELECT {FIELD_IDENT}::smallint, i.term, %(ident_boost)s::float8 FROM ks_idents(%(text)s) AS i
-     LIMIT {MAX_QUERY_TERMS})
+    (SELECT {FIELD_IDENT}::smallint, i.term, %(ident_boost)s::float8
+     FROM ks_query_idents(%(text)s, %(question)s) AS i LIMIT {MAX_QUERY_TERMS})
 ),
 w AS MATERIALIZED (
     SELECT q.field, q.term,
@@ -131,7 +141,7 @@ ORDER BY s.score DESC, c.id"""
 def _ts_rank_cd(held: Sequence[str], text: str, k: int, filters: Filters) -> LexicalStatement:
     head, where, params = _prefix(held, filters)
     sql = f"""{head},
-q AS MATERIALIZED (SELECT ks_or_query(%(text)s) AS query)
+q AS MATERIALIZED (SELECT ks_or_query(%(text)s, %(question)s) AS query)
 SELECT {_ROW}, ts_rank_cd(c.tsv, (SELECT query FROM q), {TS_RANK_NORMALIZATION})::float8 AS score
 FROM chunks AS c JOIN entities AS e ON e.id = c.entity
 WHERE c.tsv @@ (SELECT query FROM q)
@@ -201,4 +211,7 @@ def lexical_statement(
             field="ranker",
             allowed=list(LEXICAL_RANKERS),
         ) from None
-    return build(held, text.replace("\x00", " "), k, filters)
+    statement = build(held, text.replace("\x00", " "), k, filters)
+    # bm25's and ts_rank_cd's query analysis (``schema``): a question's function words out
+    statement.params["question"] = query_features(text).natural_language
+    return statement

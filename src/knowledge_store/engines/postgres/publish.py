@@ -28,7 +28,9 @@ from knowledge_store.engines.postgres.schema import (
     FIELD_HEADING,
     FIELD_IDENT,
     FIELD_TITLE,
-    HEADING_POSTINGS,
+    IDENT_POSTINGS,
+    REDERIVE_LEXICAL,
+    WORD_POSTINGS,
 )
 from knowledge_store.engines.shared import DERIVED_LINK, stored_entity
 from knowledge_store.engines.sql import statements
@@ -75,23 +77,15 @@ JOIN entities AS e ON e.id = s.entity
 CROSS JOIN LATERAL (SELECT ks_context(e.title, s.heading::jsonb, s.text) AS ctx) AS c
 CROSS JOIN LATERAL (SELECT c.ctx, ks_tsv(c.ctx) AS tsv) AS x
 """
-
-#: ``{source}``: the chunks to index, as a FROM item with alias ``c`` (the stage, or all).
-_POSTINGS = f"""
-INSERT INTO lexical_postings (field, term, chunk, tf, dl, entity)
-SELECT {FIELD_BODY}, u.lexeme, c.id, coalesce(array_length(u.positions, 1), 1), c.len_body, c.entity
-FROM {{source}} CROSS JOIN LATERAL unnest(c.tsv) AS u
-UNION ALL
-SELECT {FIELD_TITLE}, w.term, c.id, w.tf, c.len_title, c.entity
-FROM {{source}} JOIN entities AS e ON e.id = c.entity CROSS JOIN LATERAL ks_words(e.title) AS w
-UNION ALL
-SELECT {FIELD_IDENT}, i.term, c.id, i.tf, c.len_ident, c.entity
-FROM {{source}} JOIN entities AS e ON e.id = c.entity
-CROSS JOIN LATERAL ks_idents(ks_context(e.title, c.heading, c.text)) AS i
-UNION ALL{HEADING_POSTINGS}
-"""
+#: The chunks a publish adds, as a FROM item with alias ``c``.
 _STAGED = "ks_stage AS s JOIN chunks AS c ON c.id = s.id"
-_INSERT_POSTINGS = _POSTINGS.format(source=_STAGED)
+
+_INSERT_POSTINGS = (
+    "INSERT INTO lexical_postings (field, term, chunk, tf, dl, entity)"
+    + WORD_POSTINGS.format(source=_STAGED)
+    + "\nUNION ALL"
+    + IDENT_POSTINGS.format(source=_STAGED)
+)
 
 _ADD_TERMS = """
 INSERT INTO lexical_terms (field, term, df)
@@ -101,27 +95,9 @@ GROUP BY p.field, p.term ORDER BY p.field, p.term
 ON CONFLICT (field, term) DO UPDATE SET df = lexical_terms.df + excluded.df
 """
 
-#: ``rebuild``: every statistic recomputed from the chunks' text.
+#: ``rebuild``: every statistic recomputed from the chunks' text, and the entities' chunk counts.
 REBUILD_LEXICAL: tuple[str, ...] = (
-    "TRUNCATE lexical_postings, lexical_terms",
-    """UPDATE chunks AS c
-    SET tsv = ks_tsv(ks_context(e.title, c.heading, c.text)),
-        len_title = (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
-        len_ident = ks_ident_length(ks_context(e.title, c.heading, c.text)),
-        len_heading = (
-            SELECT coalesce(sum(w.tf), 0) FROM ks_words(ks_last_heading(e.title, c.heading)) AS w)
-    FROM entities AS e WHERE e.id = c.entity""",
-    """UPDATE chunks SET len_body = (
-        SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(tsv) AS u)""",
-    _POSTINGS.format(source="chunks AS c"),
-    "INSERT INTO lexical_terms (field, term, df) SELECT field, term, count(*)"
-    " FROM lexical_postings GROUP BY field, term",
-    f"""UPDATE lexical_fields AS f SET docs = d.docs, total_len = d.len FROM (
-        SELECT {FIELD_BODY} AS field, count(*) AS docs, coalesce(sum(len_body), 0) AS len FROM chunks
-        UNION ALL SELECT {FIELD_TITLE}, count(*), coalesce(sum(len_title), 0) FROM chunks
-        UNION ALL SELECT {FIELD_IDENT}, count(*), coalesce(sum(len_ident), 0) FROM chunks
-        UNION ALL SELECT {FIELD_HEADING}, count(*), coalesce(sum(len_heading), 0) FROM chunks
-    ) AS d WHERE f.field = d.field""",
+    *REDERIVE_LEXICAL,
     "UPDATE entities AS e SET chunk_count = (SELECT count(*) FROM chunks AS c WHERE c.entity = e.id)",
 )
 

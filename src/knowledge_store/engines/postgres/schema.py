@@ -1,12 +1,12 @@
 """The PostgreSQL schema: versioned migrations, the text functions, feature detection.
 
 A store lives in one schema (``ks`` by default) of one database. Opening it
-applies, in order and each in its own transaction, every migration newer than
-the version recorded in ``meta`` — under an advisory lock, so two processes
-opening a new store at once don't race. A store written by a *newer*
-knowledge-store is refused with a sentence saying to upgrade; a migration
-that can't convert data in place records that a ``rebuild`` is due, and every
-read says so until it has run.
+applies, in order and in one transaction (all or none), every migration newer
+than the version recorded in ``meta`` — under an advisory lock, so two
+processes opening a new store at once don't race (``migrate.open_schema``). A
+store written by a *newer* knowledge-store is refused with a sentence saying to
+upgrade; a migration that can't convert data in place records that a
+``rebuild`` is due, and every read says so until it has run.
 
 Text columns that are compared or ordered use ``COLLATE "C"`` (byte order =
 code point order for UTF-8): the same order as SQLite and Python, so both
@@ -27,6 +27,7 @@ from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.facets import add_facet
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 from knowledge_store.model import FACET_NAMES
+from knowledge_store.model.queries import FUNCTION_WORDS, STOP_WORDS
 
 __all__ = [
     "ADVISORY_LOCK_MIGRATE",
@@ -37,8 +38,11 @@ __all__ = [
     "FIELD_IDENT",
     "FIELD_TITLE",
     "HEADING_POSTINGS",
+    "IDENT_POSTINGS",
     "MIGRATIONS",
+    "REDERIVE_LEXICAL",
     "SCHEMA_VERSION",
+    "WORD_POSTINGS",
     "Features",
     "Migration",
     "detect_features",
@@ -74,17 +78,31 @@ class Migration:
 # -- text functions -----------------------------------------------------------------------------
 #
 # The lexical analysis runs in the database, at publish and at query time alike,
-# so a document and a query are always cut the same way:
+# so a document and a query are always cut the same way — and the same way as the
+# embedded engine's Tantivy analyzers (engines/embedded/analysis.py), whose behaviour
+# is the reference:
 #   body  — ks_tsv: English words (identifiers' _-joined parts kept as one word),
-#           stop words out (Snowball's English list, model.queries.FUNCTION_WORDS:
-#           the embedded engine drops them from a natural-language query; its index
-#           keeps all but Lucene's 33, so BETWEEN or ALL stay searchable there), Snowball
-#           stems
+#           every word but Lucene's 33 stop words (model.queries.STOP_WORDS: the, of,
+#           is…), Snowball stems — so BETWEEN, WHERE or ALL stay searchable. The
+#           stop words are cut from the text before the parser sees it (ks_prepare),
+#           and the ks_english configuration stems without a stop list (version 6;
+#           versions 1–5 used PostgreSQL's english configuration, which drops
+#           Snowball's 127 words). PostgreSQL takes a stop list only from a file in
+#           the server's share directory, which a managed server does not let a
+#           store install; the dictionary and configuration need only CREATE on the
+#           schema. Cut from the text, a stop word leaves no gap in the positions
+#           (ts_rank_cd's cover density and phrases see its neighbours adjacent, in
+#           documents and queries alike).
 #   title — the same analysis of the entity title
+#   heading — the same analysis of the chunk's innermost heading below the title
 #   ident — identifiers as written (pg_hba.conf, err-1042, pg_stat_activity),
 #           lowercased; only tokens that are not plain words are kept as terms
 #           (plain words already count, stemmed, in body), but every token counts
 #           in the field's length, as in the embedded engine's Tantivy field.
+# A query is analysed as documents are (ks_query_words, ks_query_idents); a natural-
+# language one (model.queries.query_features, decided in lexical.py) also without its
+# function words (model.queries.FUNCTION_WORDS: Snowball's list), and an identifier
+# whose words are all stop words is no identifier term ("and/or").
 
 _IDENT_PATTERN = r"[\w$](?:[\w$./:+#@-]*[\w$+#])?"
 
@@ -340,12 +358,148 @@ $$""",
     ON CONFLICT (field) DO UPDATE SET docs = excluded.docs, total_len = excluded.total_len""",
 )
 
+#: The word fields' postings (body, title, heading) of the chunks ``{source}`` (alias ``c``).
+WORD_POSTINGS = f"""
+SELECT {FIELD_BODY}, u.lexeme, c.id, coalesce(array_length(u.positions, 1), 1), c.len_body, c.entity
+FROM {{source}} CROSS JOIN LATERAL unnest(c.tsv) AS u
+UNION ALL
+SELECT {FIELD_TITLE}, w.term, c.id, w.tf, c.len_title, c.entity
+FROM {{source}} JOIN entities AS e ON e.id = c.entity CROSS JOIN LATERAL ks_words(e.title) AS w
+UNION ALL{HEADING_POSTINGS}"""
+
+#: The ``ident`` field's postings of the chunks ``{source}`` (alias ``c``).
+IDENT_POSTINGS = f"""
+SELECT {FIELD_IDENT}, i.term, c.id, i.tf, c.len_ident, c.entity
+FROM {{source}} JOIN entities AS e ON e.id = c.entity
+CROSS JOIN LATERAL ks_idents(ks_context(e.title, c.heading, c.text)) AS i"""
+
+#: Every lexical statistic re-derived from the chunks' text with the current text functions:
+#: each chunk's ``tsv`` and field lengths (one pass: every row is rewritten once), the
+#: postings, document frequencies and field totals. ``rebuild`` runs it; so does version 6.
+REDERIVE_LEXICAL: tuple[str, ...] = (
+    "TRUNCATE lexical_postings, lexical_terms",
+    """UPDATE chunks AS c
+    SET tsv = n.tsv,
+        len_body = (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
+                    FROM unnest(n.tsv) AS u),
+        len_title = (SELECT coalesce(sum(w.tf), 0) FROM ks_words(n.title) AS w),
+        len_ident = ks_ident_length(n.ctx),
+        len_heading = (SELECT coalesce(sum(w.tf), 0)
+                       FROM ks_words(ks_last_heading(n.title, n.heading)) AS w)
+    FROM (SELECT k.id, e.title, k.heading, x.ctx, ks_tsv(x.ctx) AS tsv
+          FROM chunks AS k JOIN entities AS e ON e.id = k.entity
+          CROSS JOIN LATERAL (SELECT ks_context(e.title, k.heading, k.text) AS ctx) AS x) AS n
+    WHERE n.id = c.id""",
+    "INSERT INTO lexical_postings (field, term, chunk, tf, dl, entity)"
+    + WORD_POSTINGS.format(source="chunks AS c")
+    + "\nUNION ALL"
+    + IDENT_POSTINGS.format(source="chunks AS c"),
+    "INSERT INTO lexical_terms (field, term, df) SELECT field, term, count(*)"
+    " FROM lexical_postings GROUP BY field, term",
+    f"""INSERT INTO lexical_fields (field, docs, total_len)
+    SELECT {FIELD_BODY}, count(*), coalesce(sum(len_body), 0) FROM chunks
+    UNION ALL SELECT {FIELD_TITLE}, count(*), coalesce(sum(len_title), 0) FROM chunks
+    UNION ALL SELECT {FIELD_IDENT}, count(*), coalesce(sum(len_ident), 0) FROM chunks
+    UNION ALL SELECT {FIELD_HEADING}, count(*), coalesce(sum(len_heading), 0) FROM chunks
+    ON CONFLICT (field) DO UPDATE SET docs = excluded.docs, total_len = excluded.total_len""",
+)
+
+
+def _whole_words(words: Sequence[str]) -> str:
+    r"""A PostgreSQL regular expression (ARE) matching any of ``words`` as a whole word:
+    ``\m`` and ``\M`` are a word's start and end, a word a run of letters, digits and ``_``
+    — as the embedded engine's ``\w+`` tokens, which its stop filters compare whole."""
+    assert all(w.isascii() and w.isalpha() and w.islower() for w in words)  # no quoting needed
+    return r"\m(?:" + "|".join(sorted(words)) + r")\M"
+
+
+#: Version 6: the embedded engine's analysis (see the text functions' comment above): a
+#: stemming dictionary without stop words and a configuration using it; Lucene's 33 words
+#: cut from the text before it is parsed; the query-side functions, which cut a natural-
+#: language query's function words too. Then every chunk's ``tsv`` and field lengths, every
+#: posting and statistic are re-derived in place (:data:`REDERIVE_LEXICAL`, what ``rebuild``
+#: runs) — inside the opening transaction, under the migration lock. (``REDERIVE_LEXICAL``
+#: must keep running on version 6's schema: a later change needing more gives version 6 a
+#: frozen copy.)
+#:
+#: What that costs: 20 s on a 14,401-chunk store (postgres-docs; the chunks' UPDATE 11.6 s,
+#: of which roughly half is re-inserting every row into the HNSW index, the postings 4.1 s).
+#: Linearly, ~23 minutes at a million chunks — more in practice, as the HNSW graph and the
+#: working set outgrow memory. Meanwhile the process opening the store waits, so do other
+#: processes opening it (the lock) and any lexical read (the postings are truncated in the
+#: same transaction); vector and catalog reads go on. ``needs_rebuild`` instead would make
+#: the open fast but refuse every read until ``ks rebuild`` had run the same statements (and
+#: reindexed): a longer outage that also needs an operator, so the migration converts in place.
+#: An operator of a big store upgrades in a maintenance window: the first open after the
+#: upgrade is the re-analysis.
+_V6: tuple[str, ...] = (
+    """
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_ts_dict AS d JOIN pg_namespace AS n ON n.oid = d.dictnamespace
+                   WHERE d.dictname = 'ks_english_stem' AND n.nspname = current_schema()) THEN
+        CREATE TEXT SEARCH DICTIONARY ks_english_stem (TEMPLATE = snowball, Language = english);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_ts_config AS c JOIN pg_namespace AS n ON n.oid = c.cfgnamespace
+                   WHERE c.cfgname = 'ks_english' AND n.nspname = current_schema()) THEN
+        CREATE TEXT SEARCH CONFIGURATION ks_english (COPY = pg_catalog.english);
+        ALTER TEXT SEARCH CONFIGURATION ks_english
+            ALTER MAPPING REPLACE pg_catalog.english_stem WITH ks_english_stem;
+    END IF;
+END $$""",
+    # A document's text as the parser gets it: identifiers' _-joined parts as one word (the
+    # parser cuts at "_"; a \w+ tokenizer does not — measured on postgres-docs, splitting
+    # costs fused nDCG@10), and Lucene's stop words cut, before stemming: "being" → "be"
+    # and "willing" → "will" stay terms, as in the embedded index.
+    f"""
+CREATE OR REPLACE FUNCTION ks_prepare(doc text)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT regexp_replace(regexp_replace(doc, '([[:alnum:]])_+(?=[[:alnum:]])', '\\1', 'g'),
+                          '{_whole_words(STOP_WORDS)}', ' ', 'gi')
+$$""",
+    """
+CREATE OR REPLACE FUNCTION ks_tsv(doc text)
+RETURNS tsvector LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT to_tsvector('ks_english'::regconfig, ks_prepare(doc))
+$$""",
+    # A query's text: a natural-language query's function words cut as well.
+    f"""
+CREATE OR REPLACE FUNCTION ks_query_text(q text, question boolean)
+RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN question THEN regexp_replace(q, '{_whole_words(FUNCTION_WORDS)}', ' ', 'gi')
+                ELSE q END
+$$""",
+    """
+CREATE OR REPLACE FUNCTION ks_query_words(q text, question boolean)
+RETURNS TABLE(term text, tf integer) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT * FROM ks_words(ks_query_text(q, question))
+$$""",
+    # Stop words are never identifiers: "and/or" must not match every and/or.
+    """
+CREATE OR REPLACE FUNCTION ks_query_idents(q text, question boolean)
+RETURNS TABLE(term text, tf integer) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT i.term, i.tf FROM ks_idents(q) AS i
+    WHERE EXISTS (SELECT 1 FROM ks_query_words(i.term, question))
+$$""",
+    # ts_rank_cd's query: each whitespace-separated piece a phrase, the pieces OR-ed.
+    "DROP FUNCTION IF EXISTS ks_or_query(text)",
+    """
+CREATE OR REPLACE FUNCTION ks_or_query(q text, question boolean)
+RETURNS tsquery LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT ks_or_agg(p) FROM (
+        SELECT phraseto_tsquery('ks_english'::regconfig, ks_prepare(piece)) AS p
+        FROM regexp_split_to_table(ks_query_text(q, question), '\\s+') AS piece
+    ) AS pieces WHERE numnode(p) > 0
+$$""",
+    *REDERIVE_LEXICAL,
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
     Migration(3, "sources and crawl state", _V3),
     Migration(4, "the facet columns", _V4),
     Migration(5, "the heading field of the SQL BM25", _V5),
+    Migration(6, "the embedded engine's word analysis: Lucene's stop words only", _V6),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
