@@ -251,6 +251,20 @@ def test_the_cli_reads_ks_as_and_ks_store_and_the_library_reads_neither(
         assert store.lexical("ERR-1042").hits == []
 
 
+@pytest.mark.parametrize("command", [["search", "x"], ["sql"], ["graph", "ticket:1042"]])
+def test_a_bad_identity_is_an_input_error_naming_where_it_came_from(
+    cli_store: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # it was a traceback and exit status 1: the identity was read outside the error handling
+    code, err = ks(cli_store, *command, "--as", "nobody", "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert err["error"]["message"].startswith("--as: invalid principal 'nobody'")
+    assert err["error"]["details"]["field"] == "--as"
+    monkeypatch.setenv("KS_AS", "user:")
+    code, err = ks(cli_store, *command, "--json")
+    assert code == 2 and err["error"]["message"].startswith("$KS_AS: invalid principal 'user:'")
+
+
 @pytest.mark.parametrize("acl_default", [False, True])
 def test_schema_record_prints_the_record_json_schema(tmp_path: Path, acl_default: bool) -> None:
     from knowledge_store.ingest.record_schema import record_json_schema

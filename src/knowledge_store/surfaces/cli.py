@@ -176,7 +176,14 @@ JsonOpt = Annotated[bool, typer.Option(JSON_FLAG, help="print one JSON object on
 
 
 def _identity(given: str | None) -> Identity:
-    return environment.identity(given)
+    """The identity of ``--as`` (else ``$KS_AS``, else everyone); a bad one names its origin."""
+    try:
+        return environment.identity(given)
+    except InvalidRequest as exc:
+        origin = "--as" if given else "$KS_AS"
+        raise InvalidRequest(
+            f"{origin}: {exc.message}", **{**exc.details, "field": origin}
+        ) from exc
 
 
 @contextmanager
@@ -232,10 +239,12 @@ def _command(op: Operation, cli: Cli) -> Callable[..., None]:
 
     def command(**given: Any) -> None:
         as_json = bool(given.pop("as_json", False))
-        caller = Caller(_identity(given.pop("as_", None)), admin=True)  # the operator's own CLI
+        as_ = given.pop("as_", None)
         names = spelling(op, cli)
 
         def action() -> _Answer:
+            # a bad --as is the caller's input: the one error shape, not a traceback
+            caller = Caller(_identity(as_), admin=True)  # the operator's own CLI
             request = op.request.parse(request_values(op, cli, given))
             with _store(create=cli.creates_store) as store:
                 return _Answer(op.run(store, caller, request), request)
