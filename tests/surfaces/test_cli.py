@@ -168,6 +168,25 @@ def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -
     assert code == 1 and err["error"]["code"] == "store_error"  # a write can't make one there
 
 
+def test_a_rejected_batch_lists_every_bad_record_without_json(tmp_path: Path) -> None:
+    # the sentence names the first bad record and counts the others; each one gets its line
+    # (it said "and 2 more bad records" and named neither: only --json listed them)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"uid": "a", "type": "page", "title": "A", "body": "b", "acl": ["everyone"]}\n'
+        "{not json\n"
+        '{"uid": "c", "type": "page", "title": "C", "body": "b", "acl": ["everyone"], "x": 1}\n'
+        '{"uid": "d", "type": "page", "title": "D", "body": "b"}\n',
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--store", str(tmp_path / "s"), "ingest", str(bad)])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("rejected ")]
+    assert [line.split(":")[1].split()[0] for line in lines] == ["2", "3", "4"]
+    assert "field 'x'" in lines[1] and "field 'acl'" in lines[2]
+    assert "and 2 more bad records" in result.stderr
+
+
 def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     store = tmp_path / "s"
     assert ks(store, "ingest", str(estate_file), "--json")[0] == 0

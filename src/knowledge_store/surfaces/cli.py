@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
+from knowledge_store.errors import BatchRejected, InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.model import FUSION_MODES, Filters, Identity
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.auth import Caller
@@ -230,6 +230,10 @@ def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
         sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
     else:
         err.print(f"[bold red]error[/] ({exc.code}): {safe(exc.message)}", markup=True)
+        if isinstance(exc, BatchRejected):  # every bad record, as --skip-invalid lists them
+            from knowledge_store.surfaces.cli_sources import show_rejected
+
+            show_rejected(err, exc.rejections)
     raise typer.Exit(exc.exit_status)
 
 
