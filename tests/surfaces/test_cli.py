@@ -300,6 +300,8 @@ def test_zero_results_that_should_say_why_are_errors(cli_store: Path) -> None:
         code, err = ks(cli_store, *args, "--json")
         assert code == 2 and err["error"]["code"] == "invalid_request", args
         assert err["error"]["details"]["field"] == "TEXT"  # the query, as the CLI spells it
+        # a sentence, not a respelled field name in one ("a non-empty text or a TEXT vector")
+        assert "TEXT" not in err["error"]["message"], err
     code, err = ks(cli_store, "graph", "nosuchuid", "--json")
     assert code == 2 and err["error"]["code"] == "not_found"
     assert err["error"]["message"] == "no entity with uid 'nosuchuid'"
