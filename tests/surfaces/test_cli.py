@@ -162,10 +162,10 @@ def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -
     assert code == 2 and err["error"]["code"] == "invalid_request"
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    code, err = ks(not_a_dir, "stats", "--json")  # a read: there is no store there
-    assert code == 2 and err["error"]["code"] == "not_found"
-    code, err = ks(not_a_dir, "ingest", str(tmp_path / "bad.jsonl"), "--json")
-    assert code == 1 and err["error"]["code"] == "store_error"  # a write can't make one there
+    for command in (["stats"], ["ingest", str(tmp_path / "bad.jsonl")]):  # a read, a write
+        code, err = ks(not_a_dir, *command, "--json")
+        assert code == 2 and err["error"]["code"] == "invalid_request"  # the --store given
+        assert "is a file, not a directory" in err["error"]["message"]
 
 
 def test_a_rejected_batch_lists_every_bad_record_without_json(tmp_path: Path) -> None:

@@ -47,7 +47,12 @@ from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.views import View, Views, rebuilding
 from knowledge_store.engines.embedded.writelock import WriteLock
-from knowledge_store.engines.shared import check_prepared, check_vectors, no_store
+from knowledge_store.engines.shared import (
+    check_prepared,
+    check_store_directory,
+    check_vectors,
+    no_store,
+)
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.engines.sql.sources import (
@@ -90,6 +95,7 @@ class EmbeddedEngine:
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         """Open the store in ``path``; ``create=False``: only one that exists (else NotFound)."""
         self.path = Path(path)
+        check_store_directory(self.path, str(path))
         if not create and not (self.path / "catalog.sqlite").is_file():
             raise no_store(str(path))
         try:
