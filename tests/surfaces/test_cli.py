@@ -187,6 +187,28 @@ def test_a_rejected_batch_lists_every_bad_record_without_json(tmp_path: Path) ->
     assert "and 2 more bad records" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--max-pages", "0"], "--max-pages must be at least 1"),
+        (["--max-depth", "-1"], "--max-depth must not be negative"),
+        (["--delay", "-1"], "--delay must be a finite number of seconds ≥ 0, not -1.0"),
+        (["--delay", "nan"], "--delay must be a finite number of seconds ≥ 0, not nan"),
+    ],
+)
+def test_a_bad_crawl_bound_is_an_input_error(
+    tmp_path: Path, estate_file: Path, option: list[str], says: str
+) -> None:
+    # these were Python tracebacks with exit status 1 (and a NaN delay was taken)
+    code, err = ks(tmp_path / "s", "ingest", str(estate_file), *option, "--json")
+    assert code == 2 and err["error"] == {
+        "code": "invalid_request",
+        "message": says,
+        "details": {"field": option[0]},
+    }
+    assert not (tmp_path / "s").exists()
+
+
 def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     store = tmp_path / "s"
     assert ks(store, "ingest", str(estate_file), "--json")[0] == 0

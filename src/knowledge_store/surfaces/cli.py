@@ -335,23 +335,26 @@ def ingest(
         typer.Option("--watch", help="sync again on every burst of file changes (with --sync)"),
     ] = False,
     max_pages: Annotated[
-        int | None, typer.Option("--max-pages", help="web: pages to crawl at most (1000)")
+        int | None,
+        typer.Option("--max-pages", metavar="N", help="web: pages to crawl at most (1000)"),
     ] = None,
     max_depth: Annotated[
-        int | None, typer.Option("--max-depth", help="web: links from the start page (10)")
+        int | None,
+        typer.Option("--max-depth", metavar="N", help="web: links from the start page (10)"),
     ] = None,
     delay: Annotated[
-        float | None, typer.Option("--delay", help="web: seconds between requests (0.5)")
+        float | None,
+        typer.Option("--delay", metavar="SECONDS", help="web: seconds between requests (0.5)"),
     ] = None,
     uid_prefix: Annotated[
-        str, typer.Option("--uid-prefix", help="web: put before every page's uid")
+        str,
+        typer.Option("--uid-prefix", metavar="TEXT", help="web: put before every page's uid"),
     ] = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest files, folders or web sites as one atomic batch (a failed batch publishes nothing)."""
     from knowledge_store.surfaces import cli_sources
 
-    web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
     if watch:
         cli_sources.watch(
             lambda: _store(create=True),  # a writing command: it makes the store
@@ -367,6 +370,7 @@ def ingest(
         return
 
     def action() -> Any:
+        web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
         with _store(create=True) as store:
             return store.ingest(
                 paths,
@@ -385,6 +389,9 @@ def ingest(
         "skip_invalid": "--skip-invalid",
         "format": "--format",
         "source": "--source",
+        "max_pages": "--max-pages",
+        "max_depth": "--max-depth",
+        "delay_s": "--delay",
     }
     _run(as_json, action, lambda report: cli_sources.show_ingest(out, err, report), names)
 
