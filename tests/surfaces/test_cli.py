@@ -237,6 +237,22 @@ def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     assert code == 2 and "cycle" in err["error"]["message"]
 
 
+@pytest.mark.parametrize("missing", ["queries", "qrels"])
+def test_eval_of_a_file_that_is_not_there_is_an_input_error(
+    cli_store: Path, tmp_path: Path, missing: str
+) -> None:
+    # it was store_error (exit 1): "FileNotFoundError: [Errno 2] …"
+    files = {"queries": tmp_path / "q.jsonl", "qrels": tmp_path / "qrels.tsv"}
+    files["queries"].write_text('{"qid": "1", "text": "autovacuum"}\n')
+    files["qrels"].write_text("1\tpage:1\t1\n")
+    files[missing] = tmp_path / "nosuch"
+    args = ["--queries", str(files["queries"]), "--qrels", str(files["qrels"])]
+    code, err = ks(cli_store, "eval", *args, "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert err["error"]["message"].startswith(f"cannot read {tmp_path / 'nosuch'}: ")
+    assert err["error"]["details"] == {"file": str(tmp_path / "nosuch")}
+
+
 def test_eval_reports_three_lists(cli_store: Path, tmp_path: Path) -> None:
     queries = tmp_path / "q.jsonl"
     queries.write_text(
