@@ -413,6 +413,16 @@ def test_every_option_of_every_command_shows_a_placeholder() -> None:
         assert not re.search(r"<(int|float|str|text|path|bool|integer)>", shown), (command, shown)
 
 
+def test_principals_load_help_describes_the_file_it_reads() -> None:
+    # it showed the REST body's description, "the memberships: [{group, member}, ...]",
+    # for an argument that is a JSON Lines file (a JSON list in it is refused)
+    shown = (
+        CliRunner().invoke(cli_app, ["principals", "load", "--help"], env={"COLUMNS": "200"}).stdout
+    )
+    assert 'JSON Lines: one {"group", "member"} object a line' in shown
+    assert "[{group, member}" not in shown
+
+
 # -- every operation on every surface, or a stated reason why not ----------------------------------
 SURFACES = ("rest", "graphql", "mcp", "cli")
 _ADMIN_ACL = (

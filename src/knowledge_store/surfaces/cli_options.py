@@ -186,7 +186,7 @@ def parameters(op: Operation, cli: Cli) -> list[inspect.Parameter]:
         listed = PARSERS[name][0] if name in PARSERS else _is_list(info.annotation)
         argument = typer.Argument(
             metavar=cli.metavars.get(name, name.upper()) + ("…" if listed else ""),
-            help=_help(info, schema[name].get("enum")),
+            help=cli.helps.get(name) or _help(info, schema[name].get("enum")),
             show_default=False,
         )
         kind: Any = list[str] if listed else str
@@ -225,7 +225,8 @@ def parameters(op: Operation, cli: Cli) -> list[inspect.Parameter]:
         option = typer.Option(
             flag_of(name, cli),
             metavar=metavar,
-            help=_help(info, None if short or named else choices)
+            help=cli.helps.get(name)
+            or _help(info, None if short or named else choices)
             + (" (repeatable)" if listed else ""),
             show_default=False,
             min=low,
