@@ -209,6 +209,23 @@ def test_a_bad_crawl_bound_is_an_input_error(
     assert not (tmp_path / "s").exists()
 
 
+def test_aggregate_names_the_bucket_of_entities_without_the_field(tmp_path: Path) -> None:
+    # the key "" (no status) showed as a blank cell, next to "(null)" for a missing date
+    records = tmp_path / "r.jsonl"
+    rows = [
+        {"uid": "a", "type": "page", "title": "A", "body": "x", "status": "open"},
+        {"uid": "b", "type": "page", "title": "B", "body": "y"},
+    ]
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    store = tmp_path / "s"
+    assert ks(store, "ingest", str(records), "--acl", "everyone", "--json")[0] == 0
+    code, answer = ks(store, "aggregate", "count", "--by", "status", "--json")
+    assert code == 0 and {r["key"]: r["value"] for r in answer["rows"]} == {"": 1, "open": 1}
+    shown = runner.invoke(app, ["--store", str(store), "aggregate", "count", "--by", "status"])
+    cells = [line.split() for line in shown.stdout.splitlines()[1:3]]
+    assert sorted(cells) == [["(none)", "1"], ["open", "1"]]
+
+
 def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     store = tmp_path / "s"
     assert ks(store, "ingest", str(estate_file), "--json")[0] == 0

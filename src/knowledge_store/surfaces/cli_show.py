@@ -142,7 +142,10 @@ def show_aggregate(out: Console, answer: AggregateAnswer, request: Any = None) -
     table.add_column(answer.dimension or "total")
     table.add_column(answer.metric, justify="right")
     for key, value in answer.pairs():
-        shown = "(null)" if key is None and answer.dimension else safe(key or "")
+        if key is None:  # no date (a trend), or the one total row
+            shown = "(null)" if answer.dimension else ""
+        else:  # "": the entities without a status, source or language (filter: --status '')
+            shown = safe(key) if key != "" else "(none)"
         table.add_row(shown, str(value))
     out.print(table)
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.rows)} rows[/]")
