@@ -185,6 +185,10 @@ def test_a_rejected_batch_lists_every_bad_record_without_json(tmp_path: Path) ->
     assert [line.split(":")[1].split()[0] for line in lines] == ["2", "3", "4"]
     assert "field 'x'" in lines[1] and "field 'acl'" in lines[2]
     assert "and 2 more bad records" in result.stderr
+    bad.write_text("{not json\n", encoding="utf-8")  # one: the sentence alone names it
+    result = runner.invoke(app, ["--store", str(tmp_path / "s"), "ingest", str(bad)])
+    assert result.exit_code == 2 and "bad.jsonl:1: malformed JSON" in result.stderr
+    assert "rejected " not in result.stderr
 
 
 @pytest.mark.parametrize(

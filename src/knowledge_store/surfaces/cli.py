@@ -230,7 +230,8 @@ def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
         sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
     else:
         err.print(f"[bold red]error[/] ({exc.code}): {safe(exc.message)}", markup=True)
-        if isinstance(exc, BatchRejected):  # every bad record, as --skip-invalid lists them
+        if isinstance(exc, BatchRejected) and len(exc.rejections) > 1:
+            # every bad record, as --skip-invalid lists them (the sentence names the first)
             from knowledge_store.surfaces.cli_sources import show_rejected
 
             show_rejected(err, exc.rejections)
