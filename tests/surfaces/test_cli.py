@@ -366,6 +366,18 @@ def test_zero_results_that_should_say_why_are_errors(cli_store: Path) -> None:
     assert err["error"]["message"] == "no entity with uid 'nosuchuid'"
 
 
+def test_a_search_says_how_many_results_and_when_there_are_none(cli_store: Path) -> None:
+    # an empty answer printed only the vector line and the content root
+    shown = runner.invoke(app, ["--store", str(cli_store), "search", "vacuum", "--k", "2"])
+    assert shown.exit_code == 0 and shown.stdout.rstrip().endswith("· 2 results")
+    shown = runner.invoke(
+        app, ["--store", str(cli_store), "search", "vacuum", "--status", "nosuchstatus"]
+    )
+    assert shown.exit_code == 0
+    assert "Nothing you can read matches. Try other words or fewer filters." in shown.stdout
+    assert shown.stdout.rstrip().endswith("· 0 results")
+
+
 def test_a_mistyped_type_gets_a_note_not_an_error(cli_store: Path) -> None:
     result = runner.invoke(app, ["--store", str(cli_store), "sql", "--type", "pgae"])
     assert result.exit_code == 0

@@ -70,10 +70,15 @@ def show_search(out: Console, answer: SearchAnswer, request: Any) -> None:
             heading = safe(" › ".join(ev.heading))
             out.print(f"   [dim]{heading}[/]" if heading else "", end="\n" if heading else "")
             out.print(f"   {_snippet(ev.text)}")
+    if not answer.results:  # as the search page says it: an empty answer is not silence
+        out.print("Nothing you can read matches. Try other words or fewer filters.")
     _vector_line(out, answer)
     if request.explain and answer.explain:
         show_search_explain(out, answer)
-    out.print(f"[dim]mode {answer.mode} · content root {answer.content_root[:16]}[/]")
+    out.print(
+        f"[dim]mode {answer.mode} · content root {answer.content_root[:16]}"
+        f" · {len(answer.results)} results[/]"
+    )
 
 
 def show_search_explain(out: Console, answer: SearchAnswer) -> None:
