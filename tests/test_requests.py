@@ -118,6 +118,16 @@ def test_a_vector_request_without_one_query_says_which_way_it_is_wrong(
     assert "query" not in caught.value.message  # the field's name is respelled by each surface
 
 
+def test_an_item_of_the_wrong_kind_is_named_with_its_position() -> None:
+    # REST {"records": [1, {...}]} said "records: Input should be a valid dictionary"
+    from knowledge_store.requests.admin import IngestRequest
+
+    with pytest.raises(InvalidRequest) as caught:
+        IngestRequest.parse({"records": [{"uid": "a"}, 1]})
+    assert caught.value.message == "records[1] must be a JSON object, not 1"
+    assert caught.value.details == {"field": "records"}  # the field, as each surface spells it
+
+
 def test_requests_carry_typed_values() -> None:
     sql = SqlRequest.parse(order="title", filters={"type": "page", "not-type": ["codeSample"]})
     assert sql.order_value == Order("title", "asc")
