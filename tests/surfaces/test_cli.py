@@ -141,6 +141,16 @@ def test_stats_json_shape(cli_store: Path) -> None:
     assert stats["dimension"] == 384
 
 
+def test_stats_without_json_shows_the_engines_own_keys(cli_store: Path) -> None:
+    # the human output left out indexes (how far the derived indexes are, and why not):
+    # a lagging index was visible only with --json
+    shown = runner.invoke(app, ["--store", str(cli_store), "stats"]).stdout
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in shown.splitlines()}
+    assert lines["engine"] == "embedded" and lines["path"] == str(cli_store)
+    assert lines["indexes"].startswith("publish=") and "error=None" in lines["indexes"]
+    assert lines["entities"] == "5"
+
+
 def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -> None:
     code, err = ks(cli_store, "ingest", "README.md", "--format", "docx", "--json")
     assert code == 2 and err["error"]["code"] == "invalid_request"

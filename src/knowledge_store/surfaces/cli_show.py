@@ -158,9 +158,15 @@ def show_aggregate(out: Console, answer: AggregateAnswer, request: Any = None) -
 
 def show_stats(out: Console, answer: Any, request: Any) -> None:
     d = answer.to_dict()
-    for key in ("content_root", "entities", "chunks", "segments", "model", "dimension", "is_empty"):
-        out.print(f"{key:>13}  {safe(d[key])}")
-    out.print(f"{'edges':>13}  " + safe(", ".join(f"{k}={v}" for k, v in d["edges"].items())))
+    common = ("content_root", "entities", "chunks", "segments", "model", "dimension", "is_empty")
+    # then the engine's own keys: how far the derived indexes are (embedded), the server …
+    width = max(len(key) for key in d)
+    for key in (*common, "edges", *(k for k in d if k not in common and k != "edges")):
+        value = d[key]
+        shown = (
+            ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
+        )
+        out.print(f"{key:>{width}}  {safe(shown)}")
 
 
 def _acl_line(out: Console, answer: Any, request: Any) -> None:
