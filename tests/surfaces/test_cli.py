@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from knowledge_store.errors import InvalidRequest
 from knowledge_store.surfaces.cli import app
 from tests.conftest import ESTATE, HASH_SPEC
 
@@ -266,6 +267,18 @@ def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     assert code == 0  # already a member: idempotent
     code, err = ks(store, "principals", "add-member", "group:oncall", "group:sre", "--json")
     assert code == 2 and "cycle" in err["error"]["message"]
+
+
+def test_a_path_with_a_nul_is_an_input_error(cli_store: Path, tmp_path: Path) -> None:
+    # "ValueError: embedded null byte" came out as store_error (exit 1); a path from the
+    # Python API or a test runner can hold one, though a shell can't pass it
+    code, err = ks(cli_store, "principals", "load", "a\x00b", "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert err["error"]["message"].startswith("cannot read a\x00b: ")
+    from knowledge_store.retrieval.evaluation import read_queries
+
+    with pytest.raises(InvalidRequest, match="cannot read"):
+        read_queries(str(tmp_path / "a\x00b"))
 
 
 @pytest.mark.parametrize("missing", ["queries", "qrels"])

@@ -45,7 +45,7 @@ def _lines(path: str | Path) -> list[str]:
     """The lines of an evaluation file; one that can't be read is the caller's input error."""
     try:
         return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InvalidRequest(f"cannot read {path}: {exc}", file=str(path)) from None
 
 

@@ -54,7 +54,7 @@ def read_memberships(path: str) -> list[dict[str, str]]:
     file = Path(path)
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InvalidRequest(f"cannot read {file}: {exc}", file=str(file)) from None
     pairs: list[dict[str, str]] = []
     for line_no, line in enumerate(lines, start=1):
