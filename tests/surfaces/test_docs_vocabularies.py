@@ -1,8 +1,9 @@
 """Where docs/ lists a closed vocabulary, it lists the one the code declares.
 
 docs/cli.md named the aggregate dimensions without ``language`` (which ``--help`` and
-the store accept), and docs/serving.md gave ``POST /v1/search`` the modes
-``rrf|convex`` without ``adaptive``, the default.
+the store accept), docs/serving.md gave ``POST /v1/search`` the modes
+``rrf|convex`` without ``adaptive``, the default, and docs/design.md called ``rrf``
+the default (and listed as planned what had been built).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from pathlib import Path
 
 from knowledge_store.model import DIMENSIONS, FUSION_MODES, METRICS
+from knowledge_store.retrieval.search import DEFAULT_MODE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -51,3 +53,12 @@ def test_serving_md_names_every_fusion_mode_of_rest_search() -> None:
     modes = re.search(r"mode\?: ([\w\\|]+)", row)
     assert modes is not None
     assert set(modes.group(1).replace("\\", "").split("|")) == set(FUSION_MODES)
+
+
+def test_design_md_names_the_default_mode_and_every_dimension() -> None:
+    text = (DOCS / "design.md").read_text(encoding="utf-8")
+    defaults = re.findall(r"\*\*(\w+)\*\* \(default\)", _section("design.md", "§3 Fusion"))
+    assert defaults == [DEFAULT_MODE]
+    aggregate = text[text.index("`aggregate(metric, dimension, filters)`") :]
+    dimensions = _spans(aggregate[aggregate.index("dimensions (") : aggregate.index("computed")])
+    assert dimensions == set(DIMENSIONS)
