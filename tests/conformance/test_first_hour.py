@@ -121,6 +121,18 @@ def test_a_store_path_that_is_a_file_says_so(
     assert file.read_text() == "mine"  # nothing written
 
 
+def test_a_store_path_under_the_home_directory_is_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KS_STORE='~/kb' (or --store=~/kb, which a shell leaves alone) made a directory named
+    # "~" in the working directory; pg:~/DIR was expanded
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    KnowledgeStore.open("~/kb").close()
+    assert (tmp_path / "home" / "kb" / "catalog.sqlite").is_file()
+    assert not (tmp_path / "~").exists()
+
+
 # -- zero results that say why (issue 15, item 3) -------------------------------------------------
 
 

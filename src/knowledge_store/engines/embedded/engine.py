@@ -28,6 +28,7 @@ killed writer left (temp files, uncommitted segments, old date forms).
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -93,8 +94,11 @@ class EmbeddedEngine:
     name = "embedded"
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
-        """Open the store in ``path``; ``create=False``: only one that exists (else NotFound)."""
-        self.path = Path(path)
+        """Open the store in ``path``; ``create=False``: only one that exists (else NotFound).
+
+        A leading ``~`` is the home directory, as for ``pg:~/DIR`` (a shell leaves it
+        alone in ``--store=~/kb`` and in ``$KS_STORE``: it made a directory named ``~``)."""
+        self.path = Path(os.path.expanduser(path))
         check_store_directory(self.path, str(path))
         if not create and not (self.path / "catalog.sqlite").is_file():
             raise no_store(str(path))
