@@ -241,6 +241,27 @@ def test_aggregate_names_the_bucket_of_entities_without_the_field(tmp_path: Path
     assert sorted(cells) == [["(none)", "1"], ["open", "1"]]
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"group": "group:b"}', "(it has no 'member')"),
+        ('[{"group": "group:b", "member": "user:x"}]', "(it is not a JSON object: [{"),
+        ("group:b user:x", "(not JSON: Expecting value at column 1)"),
+    ],
+)
+def test_principals_load_says_what_is_wrong_with_a_line(
+    tmp_path: Path, line: str, why: str
+) -> None:
+    # each said only 'expected {"group": "group:<id>", "member": "user:<id>"}'
+    memberships = tmp_path / "m.jsonl"
+    memberships.write_text('{"group": "group:a", "member": "user:y"}\n' + line + "\n")
+    code, err = ks(tmp_path / "s", "principals", "load", str(memberships), "--json")
+    assert code == 2 and err["error"]["details"] == {"file": str(memberships), "line": 2}
+    assert err["error"]["message"].startswith(
+        f'{memberships}:2: expected {{"group": "group:<id>", "member": "user:<id>"}} {why}'
+    )
+
+
 def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     store = tmp_path / "s"
     assert ks(store, "ingest", str(estate_file), "--json")[0] == 0

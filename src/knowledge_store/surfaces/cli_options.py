@@ -16,6 +16,7 @@ flags and placeholders for the error messages.
 from __future__ import annotations
 
 import inspect
+import json
 import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -64,14 +65,24 @@ def read_memberships(path: str) -> list[dict[str, str]]:
             obj = loads_strict(line)  # a duplicate key would silently win
             pairs.append({"group": str(obj["group"]), "member": str(obj["member"])})
         except (ValueError, KeyError, TypeError) as exc:
-            why = f" ({exc.msg})" if isinstance(exc, JsonProblem) else ""
             raise InvalidRequest(
                 f'{file}:{line_no}: expected {{"group": "group:<id>", "member": "user:<id>"}}'
-                + why,
+                f" ({_what_is_wrong(exc, line)})",
                 file=str(file),
                 line=line_no,
             ) from None
     return pairs
+
+
+def _what_is_wrong(exc: Exception, line: str) -> str:
+    """Why a line of a memberships file is not a ``{"group", "member"}`` object."""
+    if isinstance(exc, JsonProblem):
+        return exc.msg
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at column {exc.colno}"
+    if isinstance(exc, KeyError):
+        return f"it has no {exc.args[0]!r}"
+    return f"it is not a JSON object: {line.strip()[:80]}"
 
 
 #: Fields whose command-line text is parsed into the request's value (the CLI's own
