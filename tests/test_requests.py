@@ -88,6 +88,7 @@ def test_bounds_come_from_the_model() -> None:
         (SqlRequest, {"order": "body:desc"}, UnknownField, "order"),
         (AggregateRequest, {"metric": "sum"}, UnknownField, "metric"),
         (VectorRequest, {}, InvalidRequest, "query"),
+        (VectorRequest, {"query": "x", "vector": [0.0]}, InvalidRequest, "query"),
     ],
 )
 def test_errors_are_typed_and_name_a_surface_neutral_field(
@@ -97,6 +98,34 @@ def test_errors_are_typed_and_name_a_surface_neutral_field(
         model.parse(given)
     assert caught.value.details["field"] == field  # type: ignore[attr-defined]
     assert "--" not in caught.value.message  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"query": " "}, "a non-empty text to look for"),
+        ({"query": "x", "vector": [0.0]}, "not both"),
+    ],
+)
+def test_a_vector_request_without_one_query_says_which_way_it_is_wrong(
+    given: dict[str, Any], says: str
+) -> None:
+    # one sentence for both ways read "a non-empty text or a query vector (one of them)", and
+    # the CLI, respelling the field query as TEXT, printed "… or a TEXT vector"
+    with pytest.raises(InvalidRequest) as caught:
+        VectorRequest.parse(given)
+    assert says in caught.value.message
+    assert "query" not in caught.value.message  # the field's name is respelled by each surface
+
+
+def test_an_item_of_the_wrong_kind_is_named_with_its_position() -> None:
+    # REST {"records": [1, {...}]} said "records: Input should be a valid dictionary"
+    from knowledge_store.requests.admin import IngestRequest
+
+    with pytest.raises(InvalidRequest) as caught:
+        IngestRequest.parse({"records": [{"uid": "a"}, 1]})
+    assert caught.value.message == "records[1] must be a JSON object, not 1"
+    assert caught.value.details == {"field": "records"}  # the field, as each surface spells it
 
 
 def test_requests_carry_typed_values() -> None:

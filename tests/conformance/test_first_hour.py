@@ -99,6 +99,40 @@ def test_postgres_pg_dir_that_holds_no_server_starts_none(tmp_path: Path) -> Non
     assert not where.exists()
 
 
+@pytest.mark.parametrize("prefix", ["", "pg:"], ids=["embedded", "pg-dir"])
+@pytest.mark.parametrize("create", [False, True], ids=["read", "write"])
+@pytest.mark.parametrize("under", [False, True], ids=["the-file", "under-it"])
+def test_a_store_path_that_is_a_file_says_so(
+    tmp_path: Path, prefix: str, create: bool, under: bool
+) -> None:
+    # a mistyped --store naming a file: a read said "no store … create one with `ks ingest`",
+    # which then failed with store_error (exit 1) and the OS's "[Errno 17] File exists"
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    where = file / "store" if under else file
+    with pytest.raises(InvalidRequest) as info:
+        KnowledgeStore.open(f"{prefix}{where}", create=create)
+    what = f"{file}" if under else "it"
+    assert info.value.message == (
+        f"{prefix}{where} is not a store: {what} is a file, not a directory;"
+        " a store needs a directory of its own"
+    )
+    assert info.value.exit_status == 2
+    assert file.read_text() == "mine"  # nothing written
+
+
+def test_a_store_path_under_the_home_directory_is_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # KS_STORE='~/kb' (or --store=~/kb, which a shell leaves alone) made a directory named
+    # "~" in the working directory; pg:~/DIR was expanded
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    KnowledgeStore.open("~/kb").close()
+    assert (tmp_path / "home" / "kb" / "catalog.sqlite").is_file()
+    assert not (tmp_path / "~").exists()
+
+
 # -- zero results that say why (issue 15, item 3) -------------------------------------------------
 
 

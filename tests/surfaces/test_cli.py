@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from knowledge_store.errors import InvalidRequest
 from knowledge_store.surfaces.cli import app
 from tests.conftest import ESTATE, HASH_SPEC
 
@@ -141,6 +142,16 @@ def test_stats_json_shape(cli_store: Path) -> None:
     assert stats["dimension"] == 384
 
 
+def test_stats_without_json_shows_the_engines_own_keys(cli_store: Path) -> None:
+    # the human output left out indexes (how far the derived indexes are, and why not):
+    # a lagging index was visible only with --json
+    shown = runner.invoke(app, ["--store", str(cli_store), "stats"]).stdout
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in shown.splitlines()}
+    assert lines["engine"] == "embedded" and lines["path"] == str(cli_store)
+    assert lines["indexes"].startswith("publish=") and "error=None" in lines["indexes"]
+    assert lines["entities"] == "5"
+
+
 def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -> None:
     code, err = ks(cli_store, "ingest", "README.md", "--format", "docx", "--json")
     assert code == 2 and err["error"]["code"] == "invalid_request"
@@ -162,10 +173,93 @@ def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -
     assert code == 2 and err["error"]["code"] == "invalid_request"
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    code, err = ks(not_a_dir, "stats", "--json")  # a read: there is no store there
-    assert code == 2 and err["error"]["code"] == "not_found"
-    code, err = ks(not_a_dir, "ingest", str(tmp_path / "bad.jsonl"), "--json")
-    assert code == 1 and err["error"]["code"] == "store_error"  # a write can't make one there
+    for command in (["stats"], ["ingest", str(tmp_path / "bad.jsonl")]):  # a read, a write
+        code, err = ks(not_a_dir, *command, "--json")
+        assert code == 2 and err["error"]["code"] == "invalid_request"  # the --store given
+        assert "is a file, not a directory" in err["error"]["message"]
+
+
+def test_a_rejected_batch_lists_every_bad_record_without_json(tmp_path: Path) -> None:
+    # the sentence names the first bad record and counts the others; each one gets its line
+    # (it said "and 2 more bad records" and named neither: only --json listed them)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"uid": "a", "type": "page", "title": "A", "body": "b", "acl": ["everyone"]}\n'
+        "{not json\n"
+        '{"uid": "c", "type": "page", "title": "C", "body": "b", "acl": ["everyone"], "x": 1}\n'
+        '{"uid": "d", "type": "page", "title": "D", "body": "b"}\n',
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--store", str(tmp_path / "s"), "ingest", str(bad)])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("rejected ")]
+    assert [line.split(":")[1].split()[0] for line in lines] == ["2", "3", "4"]
+    assert "field 'x'" in lines[1] and "field 'acl'" in lines[2]
+    assert "and 2 more bad records" in result.stderr
+    bad.write_text("{not json\n", encoding="utf-8")  # one: the sentence alone names it
+    result = runner.invoke(app, ["--store", str(tmp_path / "s"), "ingest", str(bad)])
+    assert result.exit_code == 2 and "bad.jsonl:1: malformed JSON" in result.stderr
+    assert "rejected " not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--max-pages", "0"], "--max-pages must be at least 1"),
+        (["--max-depth", "-1"], "--max-depth must not be negative"),
+        (["--delay", "-1"], "--delay must be a finite number of seconds ≥ 0, not -1.0"),
+        (["--delay", "nan"], "--delay must be a finite number of seconds ≥ 0, not nan"),
+    ],
+)
+def test_a_bad_crawl_bound_is_an_input_error(
+    tmp_path: Path, estate_file: Path, option: list[str], says: str
+) -> None:
+    # these were Python tracebacks with exit status 1 (and a NaN delay was taken)
+    code, err = ks(tmp_path / "s", "ingest", str(estate_file), *option, "--json")
+    assert code == 2 and err["error"] == {
+        "code": "invalid_request",
+        "message": says,
+        "details": {"field": option[0]},
+    }
+    assert not (tmp_path / "s").exists()
+
+
+def test_aggregate_names_the_bucket_of_entities_without_the_field(tmp_path: Path) -> None:
+    # the key "" (no status) showed as a blank cell, next to "(null)" for a missing date
+    records = tmp_path / "r.jsonl"
+    rows = [
+        {"uid": "a", "type": "page", "title": "A", "body": "x", "status": "open"},
+        {"uid": "b", "type": "page", "title": "B", "body": "y"},
+    ]
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    store = tmp_path / "s"
+    assert ks(store, "ingest", str(records), "--acl", "everyone", "--json")[0] == 0
+    code, answer = ks(store, "aggregate", "count", "--by", "status", "--json")
+    assert code == 0 and {r["key"]: r["value"] for r in answer["rows"]} == {"": 1, "open": 1}
+    shown = runner.invoke(app, ["--store", str(store), "aggregate", "count", "--by", "status"])
+    cells = [line.split() for line in shown.stdout.splitlines()[1:3]]
+    assert sorted(cells) == [["(none)", "1"], ["open", "1"]]
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ('{"group": "group:b"}', "(it has no 'member')"),
+        ('[{"group": "group:b", "member": "user:x"}]', "(it is not a JSON object: [{"),
+        ("group:b user:x", "(not JSON: Expecting value at column 1)"),
+    ],
+)
+def test_principals_load_says_what_is_wrong_with_a_line(
+    tmp_path: Path, line: str, why: str
+) -> None:
+    # each said only 'expected {"group": "group:<id>", "member": "user:<id>"}'
+    memberships = tmp_path / "m.jsonl"
+    memberships.write_text('{"group": "group:a", "member": "user:y"}\n' + line + "\n")
+    code, err = ks(tmp_path / "s", "principals", "load", str(memberships), "--json")
+    assert code == 2 and err["error"]["details"] == {"file": str(memberships), "line": 2}
+    assert err["error"]["message"].startswith(
+        f'{memberships}:2: expected {{"group": "group:<id>", "member": "user:<id>"}} {why}'
+    )
 
 
 def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
@@ -194,6 +288,34 @@ def test_acl_and_principals_commands(tmp_path: Path, estate_file: Path) -> None:
     assert code == 0  # already a member: idempotent
     code, err = ks(store, "principals", "add-member", "group:oncall", "group:sre", "--json")
     assert code == 2 and "cycle" in err["error"]["message"]
+
+
+def test_a_path_with_a_nul_is_an_input_error(cli_store: Path, tmp_path: Path) -> None:
+    # "ValueError: embedded null byte" came out as store_error (exit 1); a path from the
+    # Python API or a test runner can hold one, though a shell can't pass it
+    code, err = ks(cli_store, "principals", "load", "a\x00b", "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert err["error"]["message"].startswith("cannot read a\x00b: ")
+    from knowledge_store.retrieval.evaluation import read_queries
+
+    with pytest.raises(InvalidRequest, match="cannot read"):
+        read_queries(str(tmp_path / "a\x00b"))
+
+
+@pytest.mark.parametrize("missing", ["queries", "qrels"])
+def test_eval_of_a_file_that_is_not_there_is_an_input_error(
+    cli_store: Path, tmp_path: Path, missing: str
+) -> None:
+    # it was store_error (exit 1): "FileNotFoundError: [Errno 2] …"
+    files = {"queries": tmp_path / "q.jsonl", "qrels": tmp_path / "qrels.tsv"}
+    files["queries"].write_text('{"qid": "1", "text": "autovacuum"}\n')
+    files["qrels"].write_text("1\tpage:1\t1\n")
+    files[missing] = tmp_path / "nosuch"
+    args = ["--queries", str(files["queries"]), "--qrels", str(files["qrels"])]
+    code, err = ks(cli_store, "eval", *args, "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert err["error"]["message"].startswith(f"cannot read {tmp_path / 'nosuch'}: ")
+    assert err["error"]["details"] == {"file": str(tmp_path / "nosuch")}
 
 
 def test_eval_reports_three_lists(cli_store: Path, tmp_path: Path) -> None:
@@ -251,6 +373,20 @@ def test_the_cli_reads_ks_as_and_ks_store_and_the_library_reads_neither(
         assert store.lexical("ERR-1042").hits == []
 
 
+@pytest.mark.parametrize("command", [["search", "x"], ["sql"], ["graph", "ticket:1042"]])
+def test_a_bad_identity_is_an_input_error_naming_where_it_came_from(
+    cli_store: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # it was a traceback and exit status 1: the identity was read outside the error handling
+    code, err = ks(cli_store, *command, "--as", "nobody", "--json")
+    assert code == 2 and err["error"]["code"] == "invalid_request"
+    assert err["error"]["message"].startswith("--as: invalid principal 'nobody'")
+    assert err["error"]["details"]["field"] == "--as"
+    monkeypatch.setenv("KS_AS", "user:")
+    code, err = ks(cli_store, *command, "--json")
+    assert code == 2 and err["error"]["message"].startswith("$KS_AS: invalid principal 'user:'")
+
+
 @pytest.mark.parametrize("acl_default", [False, True])
 def test_schema_record_prints_the_record_json_schema(tmp_path: Path, acl_default: bool) -> None:
     from knowledge_store.ingest.record_schema import record_json_schema
@@ -267,9 +403,23 @@ def test_zero_results_that_should_say_why_are_errors(cli_store: Path) -> None:
         code, err = ks(cli_store, *args, "--json")
         assert code == 2 and err["error"]["code"] == "invalid_request", args
         assert err["error"]["details"]["field"] == "TEXT"  # the query, as the CLI spells it
+        # a sentence, not a respelled field name in one ("a non-empty text or a TEXT vector")
+        assert "TEXT" not in err["error"]["message"], err
     code, err = ks(cli_store, "graph", "nosuchuid", "--json")
     assert code == 2 and err["error"]["code"] == "not_found"
     assert err["error"]["message"] == "no entity with uid 'nosuchuid'"
+
+
+def test_a_search_says_how_many_results_and_when_there_are_none(cli_store: Path) -> None:
+    # an empty answer printed only the vector line and the content root
+    shown = runner.invoke(app, ["--store", str(cli_store), "search", "vacuum", "--k", "2"])
+    assert shown.exit_code == 0 and shown.stdout.rstrip().endswith("· 2 results")
+    shown = runner.invoke(
+        app, ["--store", str(cli_store), "search", "vacuum", "--status", "nosuchstatus"]
+    )
+    assert shown.exit_code == 0
+    assert "Nothing you can read matches. Try other words or fewer filters." in shown.stdout
+    assert shown.stdout.rstrip().endswith("· 0 results")
 
 
 def test_a_mistyped_type_gets_a_note_not_an_error(cli_store: Path) -> None:

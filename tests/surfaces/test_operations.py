@@ -394,6 +394,35 @@ def test_version_and_readable_help() -> None:
     assert re.search(r"--created-from\s+ISO-DATE", shown)
 
 
+def _commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            found += _commands(command, (*path, name))
+        else:
+            found.append((*path, name))
+    return found
+
+
+def test_every_option_of_every_command_shows_a_placeholder() -> None:
+    # ingest --help showed "--max-pages <int>", "--delay <float>", "--uid-prefix <str>"
+    commands = _commands(typer.main.get_command(cli_app))
+    assert ("ingest",) in commands and ("acl", "grant") in commands
+    for command in commands:
+        shown = CliRunner().invoke(cli_app, [*command, "--help"], env={"COLUMNS": "200"}).stdout
+        assert not re.search(r"<(int|float|str|text|path|bool|integer)>", shown), (command, shown)
+
+
+def test_principals_load_help_describes_the_file_it_reads() -> None:
+    # it showed the REST body's description, "the memberships: [{group, member}, ...]",
+    # for an argument that is a JSON Lines file (a JSON list in it is refused)
+    shown = (
+        CliRunner().invoke(cli_app, ["principals", "load", "--help"], env={"COLUMNS": "200"}).stdout
+    )
+    assert 'JSON Lines: one {"group", "member"} object a line' in shown
+    assert "[{group, member}" not in shown
+
+
 # -- every operation on every surface, or a stated reason why not ----------------------------------
 SURFACES = ("rest", "graphql", "mcp", "cli")
 _ADMIN_ACL = (

@@ -44,6 +44,16 @@ def test_search_page_filters_and_escapes(app: Any) -> None:
     assert '<span class="type">page</span>' not in results
 
 
+def test_search_page_shows_the_stores_notes(app: Any) -> None:
+    # a type nobody can read (from a link or a typed URL) said only "Nothing … matches";
+    # the CLI and the API say which types there are and the near miss
+    page = call(app, "GET", "/", params={"q": "vacuum", "type": "pgae"}, headers=BOB)
+    assert page.status_code == 200
+    assert '<p class="notice">no entity you can read has type &#x27;pgae&#x27;; did you mean' in (
+        page.text
+    )
+
+
 def test_entity_page_has_related_and_the_learning_path(app: Any) -> None:
     page = call(app, "GET", "/entity/unit:analyze", headers=BOB)
     assert page.status_code == 200

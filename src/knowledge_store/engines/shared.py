@@ -12,6 +12,7 @@ import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,6 +103,22 @@ def acl_change(
         for e in (entity, *followers)
         if replace(e, acl=new).content_hash != e.content_hash
     ]
+
+
+def check_store_directory(path: Path, location: str) -> None:
+    """A store location (``location``, as given) whose directory ``path`` is, or would lie
+    under, a file: the caller's mistake (a mistyped ``--store``), said so — not a read's
+    "no store" nor the OS error of ``mkdir``."""
+    for where in (path, *path.parents):
+        if where.exists():
+            if where.is_dir():
+                return
+            what = "it" if where == path else str(where)
+            raise InvalidRequest(
+                f"{location} is not a store: {what} is a file, not a directory; a store needs"
+                " a directory of its own",
+                store=location,
+            )
 
 
 def no_store(location: str) -> NotFound:

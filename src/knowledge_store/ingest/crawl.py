@@ -27,6 +27,7 @@ only same-origin URLs under it are read.
 from __future__ import annotations
 
 import gzip
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -94,11 +95,19 @@ class CrawlLimits:
         for name in ("max_pages", "concurrency", "max_bytes"):
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"{name} must be at least 1", field=name)
-        for name in ("max_depth", "max_redirects", "delay_s"):
+        for name in ("max_depth", "max_redirects"):
             if getattr(self, name) < 0:
                 raise InvalidRequest(f"{name} must not be negative", field=name)
-        if self.timeout_s <= 0:
-            raise InvalidRequest("timeout_s must be positive", field="timeout_s")
+        if not (math.isfinite(self.delay_s) and self.delay_s >= 0):  # NaN passes a < 0 test
+            raise InvalidRequest(
+                f"delay_s must be a finite number of seconds ≥ 0, not {self.delay_s}",
+                field="delay_s",
+            )
+        if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise InvalidRequest(
+                f"timeout_s must be a positive number of seconds, not {self.timeout_s}",
+                field="timeout_s",
+            )
 
 
 @dataclass(frozen=True)

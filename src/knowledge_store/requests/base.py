@@ -105,6 +105,14 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc if not isinstance(p, int)) or "request"
 
 
+def _where(loc: tuple[int | str, ...]) -> str:
+    """The field path with its list positions, for a sentence: ``records[3]``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "request"
+
+
 def _limits(model: type[BaseModel], name: str) -> tuple[Any, Any]:
     info = model.model_fields.get(name)
     low = high = None
@@ -204,7 +212,11 @@ def _error(model: type[Request], exc: ValidationError) -> InputError:
             " send it as UTF-8",
             field=field,
         )
-    return InvalidRequest(f"{field}: {problem['msg']}", field=field)
+    if kind in ("dict_type", "model_type"):
+        return InvalidRequest(
+            f"{_where(loc)} must be a JSON object, not {_shown(given)}", field=field
+        )
+    return InvalidRequest(f"{_where(loc)}: {problem['msg']}", field=field)
 
 
 class Request(BaseModel):

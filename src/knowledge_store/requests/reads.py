@@ -151,8 +151,13 @@ class VectorRequest(Request):
     @model_validator(mode="after")
     def _one_query(self) -> Self:
         if (self.vector is None) == (not self.query.strip()):
+            # no field name in the sentence but the one it is about: each surface respells
+            # that one (the CLI's TEXT), and the CLI has no vector to mention
             raise InvalidRequest(
-                "vector needs a non-empty text or a query vector (one of them)", field="query"
+                _needs_words("vector")
+                if self.vector is None
+                else "vector takes a text or a vector of numbers, not both",
+                field="query",
             )
         return self
 

@@ -41,47 +41,53 @@ __all__ = [
 Run = dict[str, dict[str, float]]
 
 
+def _lines(path: str | Path) -> list[str]:
+    """The lines of an evaluation file; one that can't be read is the caller's input error."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise InvalidRequest(f"cannot read {path}: {exc}", file=str(path)) from None
+
+
 def read_queries(path: str | Path) -> list[tuple[str, str]]:
     """``{"qid", "text"}`` lines → ``[(qid, text)]``."""
     out: list[tuple[str, str]] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                out.append((str(obj["qid"]), str(obj["text"])))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise InvalidRequest(
-                    f'{path}:{line_no}: expected a JSON object with "qid" and "text" ({exc})',
-                    file=str(path),
-                    line=line_no,
-                ) from None
+    for line_no, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            out.append((str(obj["qid"]), str(obj["text"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidRequest(
+                f'{path}:{line_no}: expected a JSON object with "qid" and "text" ({exc})',
+                file=str(path),
+                line=line_no,
+            ) from None
     return out
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """TSV ``query-id  corpus-id  score`` (a header line is allowed) → nested dict."""
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            parts = line.rstrip("\n").split("\t")
-            if not line.strip() or (line_no == 1 and parts[0] == "query-id"):
-                continue
-            if len(parts) != 3:
-                raise InvalidRequest(
-                    f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>score'",
-                    file=str(path),
-                    line=line_no,
-                )
-            try:
-                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-            except ValueError:
-                raise InvalidRequest(
-                    f"{path}:{line_no}: the score {parts[2]!r} is not an integer",
-                    file=str(path),
-                    line=line_no,
-                ) from None
+    for line_no, line in enumerate(_lines(path), start=1):
+        parts = line.split("\t")
+        if not line.strip() or (line_no == 1 and parts[0] == "query-id"):
+            continue
+        if len(parts) != 3:
+            raise InvalidRequest(
+                f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>score'",
+                file=str(path),
+                line=line_no,
+            )
+        try:
+            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+        except ValueError:
+            raise InvalidRequest(
+                f"{path}:{line_no}: the score {parts[2]!r} is not an integer",
+                file=str(path),
+                line=line_no,
+            ) from None
     return qrels
 
 

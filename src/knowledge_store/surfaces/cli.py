@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
+from knowledge_store.errors import BatchRejected, InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.model import FUSION_MODES, Filters, Identity
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.auth import Caller
@@ -176,7 +176,14 @@ JsonOpt = Annotated[bool, typer.Option(JSON_FLAG, help="print one JSON object on
 
 
 def _identity(given: str | None) -> Identity:
-    return environment.identity(given)
+    """The identity of ``--as`` (else ``$KS_AS``, else everyone); a bad one names its origin."""
+    try:
+        return environment.identity(given)
+    except InvalidRequest as exc:
+        origin = "--as" if given else "$KS_AS"
+        raise InvalidRequest(
+            f"{origin}: {exc.message}", **{**exc.details, "field": origin}
+        ) from exc
 
 
 @contextmanager
@@ -223,6 +230,11 @@ def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
         sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
     else:
         err.print(f"[bold red]error[/] ({exc.code}): {safe(exc.message)}", markup=True)
+        if isinstance(exc, BatchRejected) and len(exc.rejections) > 1:
+            # every bad record, as --skip-invalid lists them (the sentence names the first)
+            from knowledge_store.surfaces.cli_sources import show_rejected
+
+            show_rejected(err, exc.rejections)
     raise typer.Exit(exc.exit_status)
 
 
@@ -232,10 +244,12 @@ def _command(op: Operation, cli: Cli) -> Callable[..., None]:
 
     def command(**given: Any) -> None:
         as_json = bool(given.pop("as_json", False))
-        caller = Caller(_identity(given.pop("as_", None)), admin=True)  # the operator's own CLI
+        as_ = given.pop("as_", None)
         names = spelling(op, cli)
 
         def action() -> _Answer:
+            # a bad --as is the caller's input: the one error shape, not a traceback
+            caller = Caller(_identity(as_), admin=True)  # the operator's own CLI
             request = op.request.parse(request_values(op, cli, given))
             with _store(create=cli.creates_store) as store:
                 return _Answer(op.run(store, caller, request), request)
@@ -322,23 +336,26 @@ def ingest(
         typer.Option("--watch", help="sync again on every burst of file changes (with --sync)"),
     ] = False,
     max_pages: Annotated[
-        int | None, typer.Option("--max-pages", help="web: pages to crawl at most (1000)")
+        int | None,
+        typer.Option("--max-pages", metavar="N", help="web: pages to crawl at most (1000)"),
     ] = None,
     max_depth: Annotated[
-        int | None, typer.Option("--max-depth", help="web: links from the start page (10)")
+        int | None,
+        typer.Option("--max-depth", metavar="N", help="web: links from the start page (10)"),
     ] = None,
     delay: Annotated[
-        float | None, typer.Option("--delay", help="web: seconds between requests (0.5)")
+        float | None,
+        typer.Option("--delay", metavar="SECONDS", help="web: seconds between requests (0.5)"),
     ] = None,
     uid_prefix: Annotated[
-        str, typer.Option("--uid-prefix", help="web: put before every page's uid")
+        str,
+        typer.Option("--uid-prefix", metavar="TEXT", help="web: put before every page's uid"),
     ] = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest files, folders or web sites as one atomic batch (a failed batch publishes nothing)."""
     from knowledge_store.surfaces import cli_sources
 
-    web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
     if watch:
         cli_sources.watch(
             lambda: _store(create=True),  # a writing command: it makes the store
@@ -354,6 +371,7 @@ def ingest(
         return
 
     def action() -> Any:
+        web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
         with _store(create=True) as store:
             return store.ingest(
                 paths,
@@ -372,6 +390,9 @@ def ingest(
         "skip_invalid": "--skip-invalid",
         "format": "--format",
         "source": "--source",
+        "max_pages": "--max-pages",
+        "max_depth": "--max-depth",
+        "delay_s": "--delay",
     }
     _run(as_json, action, lambda report: cli_sources.show_ingest(out, err, report), names)
 

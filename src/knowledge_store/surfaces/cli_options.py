@@ -16,6 +16,7 @@ flags and placeholders for the error messages.
 from __future__ import annotations
 
 import inspect
+import json
 import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -54,7 +55,7 @@ def read_memberships(path: str) -> list[dict[str, str]]:
     file = Path(path)
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise InvalidRequest(f"cannot read {file}: {exc}", file=str(file)) from None
     pairs: list[dict[str, str]] = []
     for line_no, line in enumerate(lines, start=1):
@@ -64,14 +65,24 @@ def read_memberships(path: str) -> list[dict[str, str]]:
             obj = loads_strict(line)  # a duplicate key would silently win
             pairs.append({"group": str(obj["group"]), "member": str(obj["member"])})
         except (ValueError, KeyError, TypeError) as exc:
-            why = f" ({exc.msg})" if isinstance(exc, JsonProblem) else ""
             raise InvalidRequest(
                 f'{file}:{line_no}: expected {{"group": "group:<id>", "member": "user:<id>"}}'
-                + why,
+                f" ({_what_is_wrong(exc, line)})",
                 file=str(file),
                 line=line_no,
             ) from None
     return pairs
+
+
+def _what_is_wrong(exc: Exception, line: str) -> str:
+    """Why a line of a memberships file is not a ``{"group", "member"}`` object."""
+    if isinstance(exc, JsonProblem):
+        return exc.msg
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at column {exc.colno}"
+    if isinstance(exc, KeyError):
+        return f"it has no {exc.args[0]!r}"
+    return f"it is not a JSON object: {line.strip()[:80]}"
 
 
 #: Fields whose command-line text is parsed into the request's value (the CLI's own
@@ -186,7 +197,7 @@ def parameters(op: Operation, cli: Cli) -> list[inspect.Parameter]:
         listed = PARSERS[name][0] if name in PARSERS else _is_list(info.annotation)
         argument = typer.Argument(
             metavar=cli.metavars.get(name, name.upper()) + ("…" if listed else ""),
-            help=_help(info, schema[name].get("enum")),
+            help=cli.helps.get(name) or _help(info, schema[name].get("enum")),
             show_default=False,
         )
         kind: Any = list[str] if listed else str
@@ -225,7 +236,8 @@ def parameters(op: Operation, cli: Cli) -> list[inspect.Parameter]:
         option = typer.Option(
             flag_of(name, cli),
             metavar=metavar,
-            help=_help(info, None if short or named else choices)
+            help=cli.helps.get(name)
+            or _help(info, None if short or named else choices)
             + (" (repeatable)" if listed else ""),
             show_default=False,
             min=low,

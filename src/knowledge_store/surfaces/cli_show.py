@@ -70,10 +70,15 @@ def show_search(out: Console, answer: SearchAnswer, request: Any) -> None:
             heading = safe(" › ".join(ev.heading))
             out.print(f"   [dim]{heading}[/]" if heading else "", end="\n" if heading else "")
             out.print(f"   {_snippet(ev.text)}")
+    if not answer.results:  # as the search page says it: an empty answer is not silence
+        out.print("Nothing you can read matches. Try other words or fewer filters.")
     _vector_line(out, answer)
     if request.explain and answer.explain:
         show_search_explain(out, answer)
-    out.print(f"[dim]mode {answer.mode} · content root {answer.content_root[:16]}[/]")
+    out.print(
+        f"[dim]mode {answer.mode} · content root {answer.content_root[:16]}"
+        f" · {len(answer.results)} results[/]"
+    )
 
 
 def show_search_explain(out: Console, answer: SearchAnswer) -> None:
@@ -142,7 +147,10 @@ def show_aggregate(out: Console, answer: AggregateAnswer, request: Any = None) -
     table.add_column(answer.dimension or "total")
     table.add_column(answer.metric, justify="right")
     for key, value in answer.pairs():
-        shown = "(null)" if key is None and answer.dimension else safe(key or "")
+        if key is None:  # no date (a trend), or the one total row
+            shown = "(null)" if answer.dimension else ""
+        else:  # "": the entities without a status, source or language (filter: --status '')
+            shown = safe(key) if key != "" else "(none)"
         table.add_row(shown, str(value))
     out.print(table)
     out.print(f"[dim]content root {answer.content_root[:16]} · {len(answer.rows)} rows[/]")
@@ -150,9 +158,15 @@ def show_aggregate(out: Console, answer: AggregateAnswer, request: Any = None) -
 
 def show_stats(out: Console, answer: Any, request: Any) -> None:
     d = answer.to_dict()
-    for key in ("content_root", "entities", "chunks", "segments", "model", "dimension", "is_empty"):
-        out.print(f"{key:>13}  {safe(d[key])}")
-    out.print(f"{'edges':>13}  " + safe(", ".join(f"{k}={v}" for k, v in d["edges"].items())))
+    common = ("content_root", "entities", "chunks", "segments", "model", "dimension", "is_empty")
+    # then the engine's own keys: how far the derived indexes are (embedded), the server …
+    width = max(len(key) for key in d)
+    for key in (*common, "edges", *(k for k in d if k not in common and k != "edges")):
+        value = d[key]
+        shown = (
+            ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else value
+        )
+        out.print(f"{key:>{width}}  {safe(shown)}")
 
 
 def _acl_line(out: Console, answer: Any, request: Any) -> None:

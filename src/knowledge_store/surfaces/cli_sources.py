@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.table import Table
 
-from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, StoreError
+from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, Rejection, StoreError
 from knowledge_store.model import IngestReport, SourcesAnswer
 from knowledge_store.surfaces.terminal import safe
 
@@ -55,13 +55,18 @@ def summary(report: IngestReport) -> str:
 
 def show_ingest(out: Console, err: Console, report: IngestReport) -> None:
     out.print(summary(report))
-    for r in report.rejected:
-        err.print(f"[yellow]rejected[/] {safe(r.describe())}")
+    show_rejected(err, report.rejected)
     for s in report.skipped:
         err.print(f"[yellow]skipped[/] {safe(s.path)}: {safe(s.reason)}")
     if report.deleted_uids:
         out.print(f"[dim]{uids_line(report.deleted, report.deleted_uids)}[/]")
     out.print(f"[dim]content root {report.content_root}[/]")
+
+
+def show_rejected(err: Console, rejected: Sequence[Rejection]) -> None:
+    """One line per bad record: file, line, uid, field and what was expected."""
+    for r in rejected:
+        err.print(f"[yellow]rejected[/] {safe(r.describe())}")
 
 
 def uids_line(deleted: int, uids: Sequence[str]) -> str:

@@ -130,6 +130,9 @@ class Cli:
     flags: Mapping[str, str] = field(default_factory=dict)
     metavars: Mapping[str, str] = field(default_factory=dict)
     hidden: frozenset[str] = frozenset()
+    #: The help of a field the command line takes in another form than the request (a file
+    #: of what the request lists); the others show the request's description.
+    helps: Mapping[str, str] = field(default_factory=dict)
     #: A writing command that makes the store where there is none (every other one on a
     #: path without a store is ``not_found`` and leaves nothing there).
     creates_store: bool = False
@@ -628,6 +631,7 @@ OPERATIONS: tuple[Operation, ...] = (
             "principals load",
             ("memberships",),
             metavars={"memberships": "FILE.jsonl"},
+            helps={"memberships": 'JSON Lines: one {"group", "member"} object a line'},
             creates_store=True,
         ),
     ),

@@ -315,7 +315,9 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
         f'<p class="muted summary">{len(answer.results)} results · fusion {e(answer.mode)}'
         f" · content root <code>{e(answer.content_root[:12])}</code></p>"
     )
-    notice = _notice(q, answer, similarity)
+    # the store's notes (a type nobody can read: "did you mean page?"), as the API gives them
+    notes = "".join(f'<p class="notice">{e(note)}</p>' for note in answer.warnings)
+    notice = notes + _notice(q, answer, similarity)
     return (
         form + f'<div class="columns"><section>{summary}{notice}{listing}</section>{facets}</div>'
     )

@@ -28,6 +28,7 @@ killed writer left (temp files, uncommitted segments, old date forms).
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -47,7 +48,12 @@ from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.views import View, Views, rebuilding
 from knowledge_store.engines.embedded.writelock import WriteLock
-from knowledge_store.engines.shared import check_prepared, check_vectors, no_store
+from knowledge_store.engines.shared import (
+    check_prepared,
+    check_store_directory,
+    check_vectors,
+    no_store,
+)
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.engines.sql.sources import (
@@ -88,8 +94,12 @@ class EmbeddedEngine:
     name = "embedded"
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
-        """Open the store in ``path``; ``create=False``: only one that exists (else NotFound)."""
-        self.path = Path(path)
+        """Open the store in ``path``; ``create=False``: only one that exists (else NotFound).
+
+        A leading ``~`` is the home directory, as for ``pg:~/DIR`` (a shell leaves it
+        alone in ``--store=~/kb`` and in ``$KS_STORE``: it made a directory named ``~``)."""
+        self.path = Path(os.path.expanduser(path))
+        check_store_directory(self.path, str(path))
         if not create and not (self.path / "catalog.sqlite").is_file():
             raise no_store(str(path))
         try:

@@ -43,6 +43,7 @@ from knowledge_store.engines.shared import (
     acl_change,
     acl_parent,
     check_prepared,
+    check_store_directory,
     check_vectors,
     no_store,
 )
@@ -164,6 +165,7 @@ class PostgresEngine:
             directory = text[3:]
             if not directory:
                 raise InvalidRequest("pg: needs a directory, e.g. pg:./.ks-pg", store=text)
+            check_store_directory(Path(directory).expanduser(), text)
             if not create and not (Path(directory).expanduser() / "pgdata").is_dir():
                 raise no_store(text)
             try:
