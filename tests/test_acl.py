@@ -369,13 +369,19 @@ class AclMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
         uid = data.draw(st.sampled_from(sorted(self.acl)))
-        self.store.delete([uid])
-        del self.acl[uid]
-        del self.types[uid]
-        del self.links[uid]
-        self.structure = {(s, d) for s, d in self.structure if s != uid}  # its edges go
-        if uid in self.parent and self.parent[uid] not in self.acl:
-            del self.parent[uid]  # a sample of a deleted page: it is gone for good
+        # a page's code samples go with it: no record of theirs could bring them back, and
+        # only their page could change their ACL
+        doomed = {uid} | {s for s, page in self.parent.items() if page == uid and s in self.acl}
+        report = self.store.delete([uid])
+        assert report.deleted == len(doomed)
+        assert report.deleted_uids == (sorted(doomed) if len(doomed) > 1 else None)
+        for gone in doomed:
+            del self.acl[gone]
+            del self.types[gone]
+            del self.links[gone]
+        self.structure = {(s, d) for s, d in self.structure if s not in doomed}  # their edges go
+        for sample in [s for s, page in self.parent.items() if page == uid]:
+            del self.parent[sample]  # the page's samples are gone for good
 
     # checks after every step -----------------------------------------------------
     @invariant()

@@ -257,6 +257,49 @@ def test_code_samples_follow_their_page_through_grant_and_revoke(
     assert store.acl_show(sample) == store.acl_show("architecture") == ("everyone",)
 
 
+def test_deleting_a_page_deletes_the_code_samples_split_off_it(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    """A sample left behind would keep the page's ACL, which nobody could change any more
+    (a grant on it goes to the page, which is gone): ``delete PAGE`` takes it along, says
+    so, and leaves alone a record that only links to the page."""
+    store = open_store("delete-derived")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
+    (tmp_path / "docs" / "other.md").write_text(PAGE.replace("Architecture", "Other"), "utf-8")
+    store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])
+    store.ingest_records(  # a record of its own that links to the page: not derived from it
+        [
+            {
+                "uid": "own-sample",
+                "type": "codeSample",
+                "title": "Watermark",
+                "body": "Tantivy watermark, read by hand",
+                "edges": [{"label": "partOf", "to": "architecture"}],
+                "acl": ["everyone"],
+            }
+        ]
+    )
+    with pytest.raises(NotFound):  # one missing uid: nothing is deleted
+        store.delete(["architecture", "nowhere"])
+    assert store.content("architecture#code-1").entity.uid == "architecture#code-1"
+
+    report = store.delete(["architecture"])
+    assert report.deleted == 2
+    assert report.deleted_uids == ["architecture", "architecture#code-1"]
+    for gone in ("architecture", "architecture#code-1"):
+        with pytest.raises(NotFound):
+            store.content(gone)
+    found = {h.uid for h in store.lexical("catalog latest_publish watermark", k=20).hits}
+    assert found == {"other", "other#code-1", "own-sample"}
+    assert store.acl_show("own-sample") == ("everyone",)
+
+    # deleting a sample alone deletes just it; a delete by uid names nothing more
+    report = store.delete(["other#code-1"])
+    assert (report.deleted, report.deleted_uids) == (1, None)
+    assert store.content("other").entity.uid == "other"
+
+
 def test_acl_show_says_where_the_acl_comes_from(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")

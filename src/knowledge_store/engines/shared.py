@@ -45,9 +45,11 @@ __all__ = [
     "acl_change",
     "acl_parent",
     "check_prepared",
+    "check_store_directory",
     "check_vectors",
     "content_answer",
     "cycle_error",
+    "deletion",
     "explain_access",
     "membership_path",
     "no_store",
@@ -103,6 +105,37 @@ def acl_change(
         for e in (entity, *followers)
         if replace(e, acl=new).content_hash != e.content_hash
     ]
+
+
+def deletion(
+    uids: Sequence[str],
+    stored: Mapping[str, str],
+    derived: Callable[[str], Iterable[Entity]],
+) -> list[str]:
+    """What deleting ``uids`` deletes: each of them and, transitively, the entities split off
+    them — those with a ``DERIVED_LINK`` edge to one that share its ACL (a page's code
+    samples), which no record of their own brings back and whose ACL only their parent
+    could change. ``stored``: the content hashes of the stored ones of ``uids``; one
+    missing fails the whole delete (``NotFound``), nothing deleted. ``derived(uid)``: the
+    entities with a ``DERIVED_LINK`` edge to ``uid``.
+    """
+    missing = sorted(set(uids) - set(stored))
+    if missing:
+        raise NotFound(
+            f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
+            uids=missing,
+        )
+    doomed = list(dict.fromkeys(uids))
+    seen = set(doomed)
+    pending = list(doomed)
+    while pending:
+        parent = pending.pop()
+        for child in derived(parent):
+            if child.uid not in seen and acl_parent(child) == parent:
+                seen.add(child.uid)
+                doomed.append(child.uid)
+                pending.append(child.uid)
+    return doomed
 
 
 def check_store_directory(path: Path, location: str) -> None:

@@ -189,8 +189,9 @@ class IngestReport(Answer):
 class DeleteReport(Answer):
     """What a delete did: the publish's root and how many entities it removed.
 
-    ``deleted_uids`` (a whole source's delete): the uids, sorted, the first
-    :data:`DELETED_UIDS_SHOWN`; absent for a delete by uid (the caller named them).
+    ``deleted_uids`` (a whole source's delete, or a delete by uid that took entities split
+    off the named ones with them — a page's code samples): the uids, sorted, the first
+    :data:`DELETED_UIDS_SHOWN`; absent when the uids deleted are those the caller named.
     """
 
     content_root: str

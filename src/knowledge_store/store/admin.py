@@ -187,7 +187,8 @@ class Administration:
         self, uids: Sequence[str] | DeleteRequest | None = None, *, source: str | None = None
     ) -> DeleteReport:
         """Delete entities (their chunks and outgoing edges) — or a whole ``source`` — as one
-        publish."""
+        publish. The entities split off one of them (a page's code samples, which share its
+        ACL) are deleted with it, and the report then lists every uid deleted."""
         if isinstance(uids, DeleteRequest):
             request = uids
         else:
@@ -198,7 +199,13 @@ class Administration:
             return self.delete_source(request.source)
         unique = list(dict.fromkeys(request.uids))
         published = self.engine.writer.delete(unique)
-        return DeleteReport(content_root=published.root, deleted=published.deleted)
+        # the entities split off those named (a page's code samples) go with them: say which
+        also = len(published.deleted_uids) > len(unique)
+        return DeleteReport(
+            content_root=published.root,
+            deleted=published.deleted,
+            deleted_uids=list(published.deleted_uids[:DELETED_UIDS_SHOWN]) if also else None,
+        )
 
     def delete_source(self, name: str) -> DeleteReport:
         """Delete every entity of source ``name`` (its row and crawl state too) as one publish."""

@@ -55,7 +55,7 @@ class EmbeddedAdmin:
         with self._engine._writer():
             with self._catalog.read() as conn:
                 entity = self._entity(conn, uid)
-                derived = self._derived_from(conn, uid)
+                derived = self.derived_from(conn, uid)
             changed = acl_change(entity, change, principal, derived)
             if not changed:
                 return self._engine.content_root()
@@ -67,7 +67,7 @@ class EmbeddedAdmin:
             raise NotFound(f"no entity with uid {uid!r}", uid=uid)
         return entity
 
-    def _derived_from(self, conn: sqlite3.Connection, uid: str) -> list[Entity]:
+    def derived_from(self, conn: sqlite3.Connection, uid: str) -> list[Entity]:
         """The entities linked to ``uid`` by ``shared.DERIVED_LINK`` (those sharing its ACL
         among them are ``acl_change``'s to pick)."""
         rows = conn.execute(*statements.derived_candidates(SQLITE, uid, DERIVED_LINK))

@@ -52,6 +52,7 @@ from knowledge_store.engines.shared import (
     check_prepared,
     check_store_directory,
     check_vectors,
+    deletion,
     no_store,
 )
 from knowledge_store.engines.sql.dialect import SQLITE
@@ -64,7 +65,7 @@ from knowledge_store.engines.sql.sources import (
     sync_deletes,
     write_crawl_pages,
 )
-from knowledge_store.errors import ModelMismatch, NotFound, StoreError
+from knowledge_store.errors import ModelMismatch, StoreError
 from knowledge_store.model import Entity, Identity, SourceSummary, StoreStats
 
 __all__ = ["EmbeddedEngine"]
@@ -487,13 +488,11 @@ class EmbeddedEngine:
             write_crawl_pages(conn, SQLITE, source, pages)
 
     def delete(self, uids: Sequence[str]) -> Published:
-        missing = sorted(set(uids) - set(self.catalog.content_hashes(list(uids))))
-        if missing:
-            raise NotFound(
-                f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
-                uids=missing,
-            )
-        return self.publish([], list(uids), kind="delete")
+        with self._writer():  # what is derived from uids can't change before the publish
+            with self.catalog.read() as conn:
+                stored = self.catalog.content_hashes(list(uids), conn)
+                doomed = deletion(uids, stored, lambda uid: self._admin.derived_from(conn, uid))
+            return self.publish([], doomed, kind="delete")
 
     def is_empty(self) -> bool:
         return not self.catalog.has_chunks()

@@ -45,6 +45,7 @@ from knowledge_store.engines.shared import (
     check_prepared,
     check_store_directory,
     check_vectors,
+    deletion,
     no_store,
 )
 from knowledge_store.engines.sql.dialect import POSTGRES
@@ -457,13 +458,10 @@ class PostgresEngine:
             )
 
     def delete(self, uids: Sequence[str]) -> Published:
-        missing = sorted(set(uids) - set(self.content_hashes(list(uids))))
-        if missing:
-            raise NotFound(
-                f"no entity with uid {', '.join(repr(u) for u in missing[:5])}; nothing was deleted",
-                uids=missing,
-            )
-        return self.publish([], list(uids), kind="delete")
+        stored = self.content_hashes(list(uids))
+        with self.db.read() as conn, translate("reading what the entities split off"):
+            doomed = deletion(uids, stored, lambda uid: writes.derived_from(conn, uid))
+        return self.publish([], doomed, kind="delete")
 
     def is_empty(self) -> bool:
         with translate("reading"):
