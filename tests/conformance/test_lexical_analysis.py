@@ -82,3 +82,21 @@ def test_lucene_stop_words_are_cut_before_stemming(sql_store: KnowledgeStore) ->
     assert [u for u, _ in _hits(sql_store, "willing")] == ["sql:being"]
     assert _hits(sql_store, "be") == _hits(sql_store, "will") == []
     assert _hits(sql_store, "the of AND is") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("the of AND is", "'the', 'of', 'and', 'is'"), ("how do I?", "'how', 'do', 'i'")],
+)
+def test_a_query_of_stop_words_only_says_why_it_finds_nothing(
+    sql_store: KnowledgeStore, text: str, words: str
+) -> None:
+    """A keyword query of Lucene's stop words, or a question of function words only, has no
+    term to look for on either engine: the empty answer says so instead of staying silent."""
+    answer = sql_store.lexical(text, k=10)
+    assert answer.hits == []
+    assert len(answer.warnings) == 1
+    assert f"every word of the query ({words}) is a stop word" in answer.warnings[0]
+    # a keyword query of Snowball-only words is searched (WHERE), and a miss says nothing
+    assert sql_store.lexical("WHERE", k=10).warnings == ()
+    assert sql_store.lexical("zebra", k=10).warnings == ()

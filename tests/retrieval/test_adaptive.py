@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from knowledge_store.model.queries import STOP_WORDS, unsearched_words
 from knowledge_store.retrieval.adaptive import AdaptiveParams, adaptive_weights, query_features
 
 
@@ -86,3 +87,27 @@ def test_only_the_lexical_weight_changes_and_never_grows_for_natural_language(
     if chosen.features.natural_language:
         assert chosen.weights["lexical"] <= lexical
     assert chosen.reasons
+
+
+@given(
+    st.lists(st.sampled_from(STOP_WORDS), min_size=1, max_size=6),
+    st.lists(st.sampled_from(["vacuum", "tables", "wal", "pg_hba"]), max_size=2),
+    st.sampled_from(["", "?", "!"]),
+)
+def test_unsearched_words_names_a_query_only_when_the_analysis_drops_every_word(
+    stops: list[str], content: list[str], end: str
+) -> None:
+    """Lucene's stop words are dropped from any query: a query of them alone is named, one
+    content word among them makes it searchable."""
+    text = " ".join(w.upper() if i % 2 else w for i, w in enumerate(stops + content)) + end
+    found = unsearched_words(text)
+    if content:
+        assert found is None
+    else:
+        assert found == tuple(dict.fromkeys(stops))
+
+
+def test_a_questions_function_words_alone_are_unsearched_but_a_keyword_query_keeps_them() -> None:
+    assert unsearched_words("how do I?") == ("how", "do", "i")
+    assert unsearched_words("WHERE") is None  # a keyword query searches Snowball-only words
+    assert unsearched_words("") is None and unsearched_words("&& ||") is None

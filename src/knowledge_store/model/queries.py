@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["FUNCTION_WORDS", "STOP_WORDS", "QueryFeatures", "query_features"]
+__all__ = ["FUNCTION_WORDS", "STOP_WORDS", "QueryFeatures", "query_features", "unsearched_words"]
 
 _WORD = re.compile(r"[^\s]+")
 _LETTERS = re.compile(r"[A-Za-z]")
@@ -93,3 +93,17 @@ STOP_WORDS: tuple[str, ...] = (
     *("is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then"),
     *("there", "these", "they", "this", "to", "was", "will", "with"),
 )
+
+_PLAIN_WORD = re.compile(r"\w+")
+_STOP = frozenset(STOP_WORDS)
+_QUESTION_STOP = _STOP | frozenset(FUNCTION_WORDS)
+
+
+def unsearched_words(text: str) -> tuple[str, ...] | None:
+    """The words of ``text`` when the lexical analysis drops every one of them (stop words;
+    a question's function words too), so BM25 has nothing to look for; else None."""
+    words = _PLAIN_WORD.findall(text.lower())
+    dropped = _QUESTION_STOP if query_features(text).natural_language else _STOP
+    if words and all(w in dropped for w in words):
+        return tuple(dict.fromkeys(words))
+    return None

@@ -35,6 +35,7 @@ from knowledge_store.model import (
     SqlHits,
     near_misses,
 )
+from knowledge_store.model.queries import unsearched_words
 from knowledge_store.requests import (
     AggregateRequest,
     ContentRequest,
@@ -99,6 +100,16 @@ class TypesSeen:
             while len(self._seen) > self.SIZE:
                 self._seen.popitem(last=False)
         return types
+
+
+def _unsearched(words: tuple[str, ...]) -> str:
+    """Why a lexical query whose every word the index drops found nothing."""
+    listed = ", ".join(repr(w) for w in words)
+    return (
+        f"every word of the query ({listed}) is a stop word, which the lexical index does not"
+        " hold, so nothing can match; search for a word that carries the meaning, or search by"
+        " meaning (vector, or the fused search)"
+    )
 
 
 class StoreReader:
@@ -204,7 +215,11 @@ class StoreReader:
         details = None
         if request.explain:
             details = self._explained(ranked.details, started, t_rank)
-        return ChunkHits(content_root=self.content_root, hits=hits, explain=details)
+        dropped = None if hits else unsearched_words(request.query)
+        warnings = () if dropped is None else (_unsearched(dropped),)
+        return ChunkHits(
+            content_root=self.content_root, hits=hits, explain=details, warnings=warnings
+        )
 
     def vector(
         self,
