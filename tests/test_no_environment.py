@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from knowledge_store.errors import InvalidRequest
 from knowledge_store.surfaces import environment
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "knowledge_store"
@@ -86,9 +87,23 @@ def test_unset_variables_give_the_library_defaults(tmp_path: Path) -> None:
     assert environment.embedder_settings({"XDG_CACHE_HOME": str(tmp_path)}).onnx_cache == (
         tmp_path / "knowledge-store" / "onnx"
     )
-    assert environment.embed_window_s({"KS_EMBED_WINDOW_MS": "soon"}) is None
+    assert environment.embed_window_s({"KS_EMBED_WINDOW_MS": ""}) is None
+    assert environment.embed_window_s({"KS_EMBED_WINDOW_MS": "0"}) == 0.0
+    assert environment.embedder_settings({"KS_ONNX_THREADS": " "}).threads is None
 
 
 def test_a_bad_device_names_the_variable() -> None:
     with pytest.raises(Exception, match="KS_ONNX_DEVICE='tpu' is not one of: auto, cpu, gpu"):
         environment.embedder_settings({"KS_ONNX_DEVICE": "tpu"})
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5", "³"])
+def test_a_bad_thread_count_names_the_variable_instead_of_being_ignored(value: str) -> None:
+    with pytest.raises(InvalidRequest, match=f"KS_ONNX_THREADS={value!r} is not a whole number"):
+        environment.embedder_settings({"KS_ONNX_THREADS": value})
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan", "inf"])
+def test_a_bad_batching_window_names_the_variable_instead_of_being_ignored(value: str) -> None:
+    with pytest.raises(InvalidRequest, match=f"KS_EMBED_WINDOW_MS={value!r} is not a number"):
+        environment.embed_window_s({"KS_EMBED_WINDOW_MS": value})

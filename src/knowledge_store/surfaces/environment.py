@@ -24,6 +24,7 @@ variable                    parameter
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,8 +76,18 @@ def engine_settings(env: Mapping[str, str] | None = None) -> EngineSettings:
 
 
 def _positive_int(values: Mapping[str, str], name: str) -> int | None:
+    """``$name`` as a whole number ≥ 1; unset or empty: None. Anything else is refused —
+    a setting silently ignored looks like one that took effect."""
     value = values.get(name, "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit() and int(value) > 0):
+        raise InvalidRequest(
+            f"{name}={value!r} is not a whole number of 1 or more; set it to one, or unset it"
+            " for the default",
+            field=name,
+        )
+    return int(value)
 
 
 def embedder_settings(env: Mapping[str, str] | None = None) -> EmbedderSettings:
@@ -110,12 +121,22 @@ def embedder_settings(env: Mapping[str, str] | None = None) -> EmbedderSettings:
 
 
 def embed_window_s(env: Mapping[str, str] | None = None) -> float | None:
-    """``$KS_EMBED_WINDOW_MS`` in seconds (None: the batcher's default; so is a bad value)."""
-    value = _environ(env).get("KS_EMBED_WINDOW_MS", "")
-    try:
-        return max(0.0, float(value)) / 1000.0 if value else None
-    except ValueError:
+    """``$KS_EMBED_WINDOW_MS`` in seconds (unset or empty: None, the batcher's default). A
+    value that is not a finite number of milliseconds ≥ 0 is refused, naming the variable."""
+    value = _environ(env).get("KS_EMBED_WINDOW_MS", "").strip()
+    if not value:
         return None
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = math.nan
+    if not (math.isfinite(ms) and ms >= 0):
+        raise InvalidRequest(
+            f"KS_EMBED_WINDOW_MS={value!r} is not a number of milliseconds of 0 or more"
+            " (0 embeds each query at once); set it to one, or unset it for the default",
+            field="KS_EMBED_WINDOW_MS",
+        )
+    return ms / 1000.0
 
 
 def open_store(

@@ -155,6 +155,7 @@ def serve(
             f" (default {DEFAULT_WORKERS}; this machine has {cores()} cores)",
             field="workers",
         )
+    environment.embed_window_s()  # a bad $KS_EMBED_WINDOW_MS is refused here, not by each worker
     table = TokenTable.load(tokens, anonymous=anonymous)
     if not len(table) and not anonymous:
         raise InvalidRequest(
