@@ -207,6 +207,17 @@ watermark = catalog.latest_publish()
 """
 
 
+#: A code sample written as a record, linked to the page: its ACL is its own.
+OWN_SAMPLE = {
+    "uid": "own-sample",
+    "type": "codeSample",
+    "title": "Watermark",
+    "body": "Tantivy watermark, read by hand",
+    "edges": [{"label": "partOf", "to": "architecture"}],
+    "acl": ["everyone"],
+}
+
+
 def test_code_samples_follow_their_page_through_grant_and_revoke(
     open_store: OpenStore, tmp_path: Path
 ) -> None:
@@ -214,18 +225,7 @@ def test_code_samples_follow_their_page_through_grant_and_revoke(
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
     store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])
-    store.ingest_records(  # a code sample written as a record: its ACL is its own
-        [
-            {
-                "uid": "own-sample",
-                "type": "codeSample",
-                "title": "Watermark",
-                "body": "Tantivy watermark, read by hand",
-                "edges": [{"label": "partOf", "to": "architecture"}],
-                "acl": ["everyone"],
-            }
-        ]
-    )
+    store.ingest_records([OWN_SAMPLE])  # a code sample written as a record: its ACL is its own
     sample = "architecture#code-1"
 
     def bob_reads() -> set[str]:
@@ -268,18 +268,7 @@ def test_deleting_a_page_deletes_the_code_samples_split_off_it(
     (tmp_path / "docs" / "architecture.md").write_text(PAGE, encoding="utf-8")
     (tmp_path / "docs" / "other.md").write_text(PAGE.replace("Architecture", "Other"), "utf-8")
     store.ingest([tmp_path / "docs"], format="markdown", acl=["everyone"])
-    store.ingest_records(  # a record of its own that links to the page: not derived from it
-        [
-            {
-                "uid": "own-sample",
-                "type": "codeSample",
-                "title": "Watermark",
-                "body": "Tantivy watermark, read by hand",
-                "edges": [{"label": "partOf", "to": "architecture"}],
-                "acl": ["everyone"],
-            }
-        ]
-    )
+    store.ingest_records([OWN_SAMPLE])  # a record of its own linking to the page: not derived
     with pytest.raises(NotFound):  # one missing uid: nothing is deleted
         store.delete(["architecture", "nowhere"])
     assert store.content("architecture#code-1").entity.uid == "architecture#code-1"

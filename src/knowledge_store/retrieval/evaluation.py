@@ -11,7 +11,7 @@ computed on demand and memoised per seed set.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,22 +49,32 @@ def _lines(path: str | Path) -> list[str]:
         raise InvalidRequest(f"cannot read {path}: {exc}", file=str(path)) from None
 
 
-def read_queries(path: str | Path) -> list[tuple[str, str]]:
-    """``{"qid", "text"}`` lines → ``[(qid, text)]``."""
-    out: list[tuple[str, str]] = []
+def _query_lines(path: str | Path, *keys: str) -> Iterator[dict[str, Any]]:
+    """Each non-blank line of a queries file as a JSON object holding ``keys``; any other
+    line is the caller's input error, naming the file and the line."""
     for line_no, line in enumerate(_lines(path), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-            out.append((str(obj["qid"]), str(obj["text"])))
+            if not isinstance(obj, dict):
+                raise TypeError(f"the line holds a JSON {type(obj).__name__}")
+            missing = [key for key in keys if key not in obj]
+            if missing:
+                raise KeyError(missing[0])
         except (ValueError, KeyError, TypeError) as exc:
+            wanted = " and ".join(f'"{key}"' for key in keys)
             raise InvalidRequest(
-                f'{path}:{line_no}: expected a JSON object with "qid" and "text" ({exc})',
+                f"{path}:{line_no}: expected a JSON object with {wanted} ({exc})",
                 file=str(path),
                 line=line_no,
             ) from None
-    return out
+        yield obj
+
+
+def read_queries(path: str | Path) -> list[tuple[str, str]]:
+    """``{"qid", "text"}`` lines → ``[(qid, text)]``."""
+    return [(str(obj["qid"]), str(obj["text"])) for obj in _query_lines(path, "qid", "text")]
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
@@ -293,22 +303,11 @@ def read_query_types(path: str | Path, field_name: str) -> dict[str, str]:
     for source in (Path(path), meta):
         if not source.is_file():
             continue
-        with source.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    qid = str(obj["qid"])
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise InvalidRequest(
-                        f'{source}:{line_no}: expected a JSON object with "qid" ({exc})',
-                        file=str(source),
-                        line=line_no,
-                    ) from None
-                value = obj.get(field_name)
-                if qid not in types and value is not None and not isinstance(value, dict | list):
-                    types[qid] = str(value)
+        for obj in _query_lines(source, "qid"):
+            qid = str(obj["qid"])
+            value = obj.get(field_name)
+            if qid not in types and value is not None and not isinstance(value, dict | list):
+                types[qid] = str(value)
     return types
 
 
