@@ -499,11 +499,13 @@ OPERATIONS: tuple[Operation, ...] = (
         DeleteRequest,
         _call("delete"),
         (DeleteReport,),
-        "Delete entities (or a whole --source), their chunks and outgoing edges (one publish)",
+        "Delete entities (or a whole --source), their chunks and outgoing edges (one publish);"
+        " a page's code samples go with it",
         "Administration: delete entities by uid (their chunks and outgoing edges) as one"
-        " publish; an unknown uid deletes nothing and says which. Or delete every entity of a"
+        " publish, with the entities split off them (a page's code samples, which share its"
+        " ACL); an unknown uid deletes nothing and says which. Or delete every entity of a"
         " source (source, instead of uids). Returns the new content root and the number"
-        " deleted (a source's delete lists the uids too).",
+        " deleted (with the uids when more went than were named, and for a source).",
         admin=True,
         heavy=True,
         rest=(
