@@ -226,7 +226,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-title-field": {"TITLE_BOOST": 0.0},
     "title-boost-0.5": {"TITLE_BOOST": 0.5},
     "title-boost-1": {"TITLE_BOOST": 1.0},
-    "words-split-underscore": {"_WORD_PATTERN": r"[^\W_]+"},
+    "words-split-underscore": {"WORD_PATTERN": r"[^\W_]+"},
 }
 
 
@@ -247,7 +247,7 @@ def grid() -> dict[str, dict[str, object]]:
                         "IDENTIFIER_ONLY_CODES": codes,
                     }
                     if split:
-                        options["_WORD_PATTERN"] = r"[^\W_]+"
+                        options["WORD_PATTERN"] = r"[^\W_]+"
                     out[name] = options
     return out
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from knowledge_store.errors import InputError, InvalidRecord, InvalidRequest, Rejection
@@ -52,9 +53,11 @@ __all__ = [
     "RECORD_KEYS",
     "REQUIRED_KEYS",
     "JsonProblem",
+    "json_objects",
     "json_safe",
     "loads_strict",
     "raw_decode_strict",
+    "read_lines",
     "record_to_entity",
 ]
 
@@ -162,6 +165,39 @@ def loads_strict(text: str) -> Any:
     if text[end:].strip():
         raise json.JSONDecodeError("extra data after the JSON value", text, end)
     return value
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a small input file the caller names (memberships, queries, judgements);
+    one that can't be read is the caller's input error, naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise InvalidRequest(f"cannot read {path}: {exc}", file=str(path)) from None
+
+
+def json_objects(path: str | Path, keys: Sequence[str], expected: str) -> Iterator[dict[str, Any]]:
+    """Each non-blank line of the JSON Lines file ``path`` as an object holding ``keys``
+    (parsed as :func:`loads_strict` does: a duplicate key would silently win). Any other line
+    is the caller's input error: ``FILE:LINE: expected <expected> (what is wrong)``."""
+    for line_no, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = loads_strict(line)
+            if not isinstance(obj, dict):
+                why = f"it is not a JSON object: {line.strip()[:80]}"
+            else:
+                why = next((f"it has no {key!r}" for key in keys if key not in obj), "")
+        except json.JSONDecodeError as exc:
+            why = f"not JSON: {exc.msg} at column {exc.colno}"
+        except JsonProblem as exc:
+            why = exc.msg
+        if why:
+            raise InvalidRequest(
+                f"{path}:{line_no}: expected {expected} ({why})", file=str(path), line=line_no
+            )
+        yield obj
 
 
 # -- records ---------------------------------------------------------------------------------

@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["FUNCTION_WORDS", "STOP_WORDS", "QueryFeatures", "query_features", "unsearched_words"]
+__all__ = [
+    "FUNCTION_WORDS",
+    "STOP_WORDS",
+    "WORD_PATTERN",
+    "QueryFeatures",
+    "query_features",
+    "unsearched_words",
+]
 
 _WORD = re.compile(r"[^\s]+")
 _LETTERS = re.compile(r"[A-Za-z]")
@@ -94,7 +101,10 @@ STOP_WORDS: tuple[str, ...] = (
     *("there", "these", "they", "this", "to", "was", "will", "with"),
 )
 
-_PLAIN_WORD = re.compile(r"\w+")
+#: What the lexical analysis calls a word (before stop words and stemming): a run of letters,
+#: digits and ``_`` — the embedded engine's Tantivy tokenizer, and :func:`unsearched_words`.
+WORD_PATTERN = r"\w+"
+_PLAIN_WORD = re.compile(WORD_PATTERN)
 _STOP = frozenset(STOP_WORDS)
 _QUESTION_STOP = _STOP | frozenset(FUNCTION_WORDS)
 

@@ -10,8 +10,7 @@ computed on demand and memoised per seed set.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from rich.progress import Progress
 
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.ingest.records import json_objects, read_lines
 from knowledge_store.model import Filters, Identity
 from knowledge_store.retrieval.fusion import RankedList, parse_weights
 from knowledge_store.retrieval.retrievers import Request, Retriever, make_retrievers
@@ -41,46 +41,16 @@ __all__ = [
 Run = dict[str, dict[str, float]]
 
 
-def _lines(path: str | Path) -> list[str]:
-    """The lines of an evaluation file; one that can't be read is the caller's input error."""
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise InvalidRequest(f"cannot read {path}: {exc}", file=str(path)) from None
-
-
-def _query_lines(path: str | Path, *keys: str) -> Iterator[dict[str, Any]]:
-    """Each non-blank line of a queries file as a JSON object holding ``keys``; any other
-    line is the caller's input error, naming the file and the line."""
-    for line_no, line in enumerate(_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise TypeError(f"the line holds a JSON {type(obj).__name__}")
-            missing = [key for key in keys if key not in obj]
-            if missing:
-                raise KeyError(missing[0])
-        except (ValueError, KeyError, TypeError) as exc:
-            wanted = " and ".join(f'"{key}"' for key in keys)
-            raise InvalidRequest(
-                f"{path}:{line_no}: expected a JSON object with {wanted} ({exc})",
-                file=str(path),
-                line=line_no,
-            ) from None
-        yield obj
-
-
 def read_queries(path: str | Path) -> list[tuple[str, str]]:
     """``{"qid", "text"}`` lines → ``[(qid, text)]``."""
-    return [(str(obj["qid"]), str(obj["text"])) for obj in _query_lines(path, "qid", "text")]
+    expected = 'a JSON object with "qid" and "text"'
+    return [(str(o["qid"]), str(o["text"])) for o in json_objects(path, ("qid", "text"), expected)]
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """TSV ``query-id  corpus-id  score`` (a header line is allowed) → nested dict."""
     qrels: dict[str, dict[str, int]] = {}
-    for line_no, line in enumerate(_lines(path), start=1):
+    for line_no, line in enumerate(read_lines(path), start=1):
         parts = line.split("\t")
         if not line.strip() or (line_no == 1 and parts[0] == "query-id"):
             continue
@@ -303,7 +273,7 @@ def read_query_types(path: str | Path, field_name: str) -> dict[str, str]:
     for source in (Path(path), meta):
         if not source.is_file():
             continue
-        for obj in _query_lines(source, "qid"):
+        for obj in json_objects(source, ("qid",), 'a JSON object with "qid"'):
             qid = str(obj["qid"])
             value = obj.get(field_name)
             if qid not in types and value is not None and not isinstance(value, dict | list):

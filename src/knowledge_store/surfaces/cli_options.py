@@ -16,7 +16,6 @@ flags and placeholders for the error messages.
 from __future__ import annotations
 
 import inspect
-import json
 import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,8 +25,7 @@ import typer
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from knowledge_store.errors import InvalidRequest
-from knowledge_store.ingest.records import JsonProblem, loads_strict
+from knowledge_store.ingest.records import json_objects
 from knowledge_store.model import FILTER_FIELDS
 from knowledge_store.requests import FilterSpec
 from knowledge_store.retrieval.fusion import parse_weights
@@ -52,37 +50,11 @@ _KW = inspect.Parameter.KEYWORD_ONLY
 
 def read_memberships(path: str) -> list[dict[str, str]]:
     """``{"group", "member"}`` JSON Lines → the memberships of a ``principals load``."""
-    file = Path(path)
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise InvalidRequest(f"cannot read {file}: {exc}", file=str(file)) from None
-    pairs: list[dict[str, str]] = []
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = loads_strict(line)  # a duplicate key would silently win
-            pairs.append({"group": str(obj["group"]), "member": str(obj["member"])})
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidRequest(
-                f'{file}:{line_no}: expected {{"group": "group:<id>", "member": "user:<id>"}}'
-                f" ({_what_is_wrong(exc, line)})",
-                file=str(file),
-                line=line_no,
-            ) from None
-    return pairs
-
-
-def _what_is_wrong(exc: Exception, line: str) -> str:
-    """Why a line of a memberships file is not a ``{"group", "member"}`` object."""
-    if isinstance(exc, JsonProblem):
-        return exc.msg
-    if isinstance(exc, json.JSONDecodeError):
-        return f"not JSON: {exc.msg} at column {exc.colno}"
-    if isinstance(exc, KeyError):
-        return f"it has no {exc.args[0]!r}"
-    return f"it is not a JSON object: {line.strip()[:80]}"
+    expected = '{"group": "group:<id>", "member": "user:<id>"}'
+    return [
+        {"group": str(obj["group"]), "member": str(obj["member"])}
+        for obj in json_objects(Path(path), ("group", "member"), expected)
+    ]
 
 
 #: Fields whose command-line text is parsed into the request's value (the CLI's own

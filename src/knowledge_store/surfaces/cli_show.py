@@ -17,6 +17,7 @@ from rich.table import Table
 from knowledge_store.model import AggregateAnswer, ChunkHits, DeleteReport, SearchAnswer, SqlHits
 from knowledge_store.surfaces.cli_graph import show_graph, show_query
 from knowledge_store.surfaces.cli_sources import show_sources, uids_line
+from knowledge_store.surfaces.shapes import NOTHING_MATCHES
 from knowledge_store.surfaces.terminal import safe, strip_controls
 
 __all__ = ["SHOW", "show_aggregate", "show_comparison", "show_search_explain", "show_sql"]
@@ -71,7 +72,7 @@ def show_search(out: Console, answer: SearchAnswer, request: Any) -> None:
             out.print(f"   [dim]{heading}[/]" if heading else "", end="\n" if heading else "")
             out.print(f"   {_snippet(ev.text)}")
     if not answer.results:  # as the search page says it: an empty answer is not silence
-        out.print("Nothing you can read matches. Try other words or fewer filters.")
+        out.print(NOTHING_MATCHES)
     _vector_line(out, answer)
     if request.explain and answer.explain:
         show_search_explain(out, answer)

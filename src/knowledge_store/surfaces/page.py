@@ -31,6 +31,7 @@ from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
 from knowledge_store.model import LIST_NAMES, Result, SearchAnswer
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
+from knowledge_store.surfaces.shapes import NOTHING_MATCHES
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
 from knowledge_store.surfaces.workers import is_heavy
@@ -309,7 +310,7 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     listing = (
         f'<ol class="results">{"".join(cards)}</ol>'
         if cards
-        else '<p class="empty">Nothing you can read matches. Try other words or fewer filters.</p>'
+        else f'<p class="empty">{NOTHING_MATCHES}</p>'
     )
     summary = (
         f'<p class="muted summary">{len(answer.results)} results · fusion {e(answer.mode)}'

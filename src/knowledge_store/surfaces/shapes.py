@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from knowledge_store.store import KnowledgeStore
 
 __all__ = [
+    "NOTHING_MATCHES",
     "AclShown",
     "Capabilities",
     "ErrorEnvelope",
@@ -57,6 +58,10 @@ __all__ = [
 
 def _absent(value: object) -> bool:
     return value is None
+
+
+#: What an empty search answer says, on the search page and in the CLI: it is not silence.
+NOTHING_MATCHES = "Nothing you can read matches. Try other words or fewer filters."
 
 
 class FetchContentRequest(ContentRequest):

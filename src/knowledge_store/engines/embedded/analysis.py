@@ -34,7 +34,7 @@ import tantivy
 
 from knowledge_store.errors import StoreError
 from knowledge_store.model import FILTER_FIELDS, relevance, stored_timestamp
-from knowledge_store.model.queries import FUNCTION_WORDS, query_features
+from knowledge_store.model.queries import FUNCTION_WORDS, WORD_PATTERN, query_features
 
 __all__ = [
     "IDENTIFIER_ONLY_CODES",
@@ -67,8 +67,8 @@ USE_STOPWORDS = True
 #: (``pg_hba.conf``, ``err-1042``, ``1042``): plain words already count once, stemmed.
 IDENTIFIER_ONLY_CODES = True
 
-#: Words: runs of letters, digits and ``_`` (so ``pg_stat_activity`` stays one word).
-_WORD_PATTERN = r"\w+"
+# Words: model.queries.WORD_PATTERN, runs of letters, digits and ``_`` (so
+# ``pg_stat_activity`` stays one word).
 #: Identifiers as written: a run of word characters and inner punctuation
 #: (``pg_hba.conf``, ``ERR-1042``, ``$libdir``, ``c++``), with surrounding
 #: punctuation stripped.
@@ -104,7 +104,7 @@ def _word_analyzer(*, function_words: bool = False) -> tantivy.TextAnalyzer:
     """The index's word analyzer; with ``function_words``, a natural-language query's (which
     drops :data:`~knowledge_store.model.queries.FUNCTION_WORDS` as well)."""
     builder = (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(_WORD_PATTERN))
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(WORD_PATTERN))
         .filter(tantivy.Filter.lowercase())
         .filter(tantivy.Filter.remove_long(_MAX_TOKEN))
     )

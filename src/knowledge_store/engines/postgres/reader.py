@@ -66,7 +66,7 @@ class PostgresReader(SqlReader):
 
     def _run(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         self._counted(sql)
-        with translate("reading"):
+        with self._failing("reading"):
             return self._conn.execute(sql, params).fetchall()
 
     @contextmanager
