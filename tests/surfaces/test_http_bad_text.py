@@ -67,6 +67,8 @@ def test_a_duplicate_key_in_an_admin_ingest_line_publishes_nothing(store: Knowle
         content=line + b"\n",
         headers={**ROOT, "Content-Type": "application/x-ndjson"},
     )
-    error = _error(response, 400, "invalid_request")
-    assert "appears twice" in error["message"] and error["details"]["line"] == 1
+    # refused as the CLI refuses the line in a file: a bad record, named by its line
+    error = _error(response, 422, "invalid_record")
+    assert "appears twice" in error["message"] and error["message"].startswith("<body>:1 ")
+    assert [r["line"] for r in error["details"]["rejected"]] == [1]
     assert store.stats().entities == 0

@@ -481,6 +481,11 @@ def _source(reject: _Reject, obj: Mapping[str, Any], source: str | None) -> str:
     return source
 
 
+def not_a_record(obj: object) -> str | None:
+    """Why ``obj`` cannot be a record at all, or ``None`` when it is a JSON object."""
+    return None if isinstance(obj, dict) else f"a record must be a JSON object, not {_shown(obj)}"
+
+
 def record_to_entity(
     obj: object,
     *,
@@ -497,8 +502,9 @@ def record_to_entity(
     field, and what was expected.
     """
     reject = _Reject(file, line)
-    if not isinstance(obj, dict):
-        reject(None, f"a record must be a JSON object, not {_shown(obj)}")
+    if (problem := not_a_record(obj)) is not None:
+        reject(None, problem)
+    assert isinstance(obj, dict)
     if isinstance(obj.get("uid"), str) and obj["uid"].strip():
         reject.uid = _printable(obj["uid"][:MAX_UID_CHARS])
     unknown = [key for key in obj if key not in _RECORD_KEY_SET]

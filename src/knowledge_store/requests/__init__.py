@@ -25,6 +25,7 @@ from knowledge_store.requests.admin import (
     MemberRequest,
     MembershipsRequest,
     PrincipalRequest,
+    RecordLines,
     SourcesRequest,
     StatsRequest,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "MembershipsRequest",
     "PrincipalRequest",
     "QueryGraphRequest",
+    "RecordLines",
     "RelatedRequest",
     "Request",
     "SearchRequest",

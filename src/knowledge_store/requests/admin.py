@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 
-from knowledge_store.errors import InvalidRequest
+from knowledge_store.errors import InvalidRequest, Rejection
 from knowledge_store.requests.base import Principal, Request, SourceName, Uid, listed
 
 __all__ = [
@@ -18,18 +19,33 @@ __all__ = [
     "MemberRequest",
     "MembershipsRequest",
     "PrincipalRequest",
+    "RecordLines",
     "SourcesRequest",
     "StatsRequest",
 ]
 
 
 # -- administration ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecordLines:
+    """Where the records of a JSON Lines body stood, read the way the CLI reads a file: the
+    line of each record (``records[i]`` was on ``lines[i]``) and the lines that were not
+    records (not UTF-8, not JSON), each refused as its own bad record."""
+
+    file: str
+    lines: tuple[int, ...]
+    refused: tuple[Rejection, ...] = ()
+
+    #: The validation context's key that hands a body's lines to :class:`IngestRequest`.
+    CONTEXT_KEY: ClassVar[str] = "record_lines"
+
+
 class IngestRequest(Request):
     """Publish canonical records as one atomic batch."""
 
     records: list[dict[str, Any]] = Field(
         ...,
-        min_length=1,
+        json_schema_extra={"minItems": 1},
         description="canonical records: {uid, type, title, body, source, status, created_at,"
         " updated_at, href, attributes, edges: [{label, to, position}], acl: [...]}",
     )
@@ -47,8 +63,25 @@ class IngestRequest(Request):
         False, description="let a sync delete more than half its source"
     )
 
+    _lines: RecordLines | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any) -> None:
+        lines = context.get(RecordLines.CONTEXT_KEY) if isinstance(context, dict) else None
+        if isinstance(lines, RecordLines):
+            if len(lines.lines) != len(self.records):
+                raise ValueError("a body's record lines must match its records one to one")
+            self._lines = lines
+
+    @property
+    def record_lines(self) -> RecordLines | None:
+        """The lines of a JSON Lines body (``None`` when the records came as a JSON list)."""
+        return self._lines
+
     @model_validator(mode="after")
-    def _sync_names_source(self) -> Self:
+    def _whole(self) -> Self:
+        if not self.records and not (self._lines and self._lines.refused):
+            # a body whose every line was refused is still a batch: its report lists them
+            raise InvalidRequest("records must not be empty", field="records")
         if self.sync and self.source is None:
             raise InvalidRequest(
                 "a sync replaces the content of one source: name it (source)", field="source"

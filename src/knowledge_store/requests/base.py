@@ -229,11 +229,21 @@ class Request(BaseModel):
     needs: ClassVar[dict[str, str]] = {}
 
     @classmethod
-    def parse(cls, data: Mapping[str, Any] | None = None, /, **given: Any) -> Self:
-        """Validate ``data`` (or keyword arguments); errors are the store's typed errors."""
+    def parse(
+        cls,
+        data: Mapping[str, Any] | None = None,
+        /,
+        *,
+        context: Mapping[str, Any] | None = None,
+        **given: Any,
+    ) -> Self:
+        """Validate ``data`` (or keyword arguments); errors are the store's typed errors.
+
+        ``context`` is pydantic's validation context: what a surface read beside the fields
+        (an ingest body's lines)."""
         values = {**(data or {}), **given}
         try:
-            return cls.model_validate(values)
+            return cls.model_validate(values, context=dict(context) if context else None)
         except ValidationError as exc:
             raise _error(cls, exc) from None
 

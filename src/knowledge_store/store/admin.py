@@ -29,7 +29,13 @@ from knowledge_store.model import (
     check_list_bound,
     text_problem,
 )
-from knowledge_store.requests import AclRequest, DeleteRequest, MemberRequest, PrincipalRequest
+from knowledge_store.requests import (
+    AclRequest,
+    DeleteRequest,
+    MemberRequest,
+    PrincipalRequest,
+    RecordLines,
+)
 from knowledge_store.retrieval.reader import request_of
 
 if TYPE_CHECKING:
@@ -126,11 +132,15 @@ class Administration:
         source: str | None = None,
         sync: bool = False,
         allow_mass_delete: bool = False,
+        lines: RecordLines | None = None,
     ) -> IngestReport:
         """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch.
 
         ``source`` sets every record's source and records the ingest in the source's
-        row; ``sync`` and ``allow_mass_delete`` as for :meth:`ingest`.
+        row; ``sync`` and ``allow_mass_delete`` as for :meth:`ingest`. ``lines`` says where
+        the records of a JSON Lines body stood, and which of its lines were refused before
+        they were records: rejections then name the body's lines, as the CLI's name a
+        file's (without it, a rejection names the record's place in ``records``).
         """
         from knowledge_store.errors import InvalidRecord, Rejection
         from knowledge_store.ingest.loaders import LoadedRecord, LoadResult, SourceInfo
@@ -138,15 +148,21 @@ class Administration:
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         check_sync(source, sync)
-        entities: list[Entity] = []
+        records = list(records)
+        numbers: Sequence[int] = range(1, len(records) + 1)
+        file, what = "<records>", "record"
         rejected: list[Rejection] = []
+        if lines is not None:
+            file, numbers, what = lines.file, lines.lines, "line"  # the body's own lines
+            rejected.extend(lines.refused)
+        entities: list[Entity] = []
         seen: dict[str, int] = {}
-        for line, record in enumerate(records, start=1):
+        for line, record in zip(numbers, records, strict=True):
             try:
                 # An Entity is held to the same rules as a record: it is one, built in Python.
                 entity = record_to_entity(
                     record.to_record() if isinstance(record, Entity) else record,
-                    file="<records>",
+                    file=file,
                     line=line,
                     default_acl=acl,
                     source=source,
@@ -157,20 +173,21 @@ class Administration:
             if entity.uid in seen:
                 rejected.append(
                     Rejection(
-                        "<records>",
+                        file,
                         line,
                         entity.uid,
                         "uid",
-                        f"duplicate uid in this batch (first at record {seen[entity.uid]})",
+                        f"duplicate uid in this batch (first at {what} {seen[entity.uid]})",
                     )
                 )
                 continue
             seen[entity.uid] = line
             entities.append(entity)
+        rejected.sort(key=lambda r: r.line or 0)
         read = LoadResult(
-            records=[LoadedRecord("<records>", None, entity) for entity in entities],
+            records=[LoadedRecord(file, None, entity) for entity in entities],
             rejections=rejected,
-            sources=[SourceInfo(source, "records", "<records>")],
+            sources=[SourceInfo(source, "records", file)],
         )
         return ingest_entities(
             self.engine.writer,

@@ -16,6 +16,7 @@ lane its size asks for (:func:`~.workers.is_heavy`); the answer is the
 from __future__ import annotations
 
 import inspect
+import io
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -23,8 +24,10 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from knowledge_store.errors import InvalidRequest, KnowledgeStoreError
-from knowledge_store.ingest.records import loads_strict
+from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, Rejection
+from knowledge_store.ingest.loaders.jsonl import json_lines
+from knowledge_store.ingest.records import loads_strict, not_a_record
+from knowledge_store.requests import RecordLines
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest
 from knowledge_store.surfaces.shapes import Capabilities, ErrorEnvelope
@@ -123,12 +126,14 @@ def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[Response]]:
             raw = body.model_dump()
         else:
             raw = _raw(op, rest, given)
+            context = None
             if rest.body == "records":
                 http: Request = given["request"]
                 content = await http.body()  # bounded before it arrives (surfaces.limits)
                 kind = http.headers.get("content-type", "")
-                raw["records"] = await svc.run(records_of, content, kind, heavy=True)
-            request = op.request.parse(raw)
+                raw["records"], lines = await svc.run(records_of, content, kind, heavy=True)
+                context = {RecordLines.CONTEXT_KEY: lines} if lines else None
+            request = op.request.parse(raw, context=context)
         heavy = op.heavy or is_heavy(op.name, raw)
         body = await svc.run(_answer_json, op, svc.store, who, request, heavy=heavy)
         if op.admin:
@@ -197,40 +202,42 @@ _INGEST_BODY = {
 }
 
 
-def records_of(raw: bytes, content_type: str) -> list[Any]:
-    """The records of an ingest body: JSON Lines, a JSON list, or ``{"records": [...]}``."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest("the ingest body is not UTF-8 text", field="records") from None
-    if not text.strip():
+#: The file name a rejection of a JSON Lines body gives (its lines are the body's own).
+BODY = "<body>"
+
+
+def records_of(raw: bytes, content_type: str) -> tuple[list[Any], RecordLines | None]:
+    """The records of an ingest body: JSON Lines, a JSON list, or ``{"records": [...]}``.
+
+    JSON Lines are read the way the CLI reads a file: a line that is not UTF-8, not JSON or
+    not an object is refused as its own bad record (the batch then fails, or publishes the
+    rest with skip_invalid), and every rejection names the body's line."""
+    if not raw.strip():
         raise InvalidRequest("the ingest body is empty; send JSON Lines records", field="records")
     if "json" in content_type and "ndjson" not in content_type and "jsonl" not in content_type:
         try:
-            document = loads_strict(text)
+            document = loads_strict(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InvalidRequest("the ingest body is not UTF-8 text", field="records") from None
         except ValueError as exc:
             raise InvalidRequest(f"the ingest body is not JSON: {exc}", field="records") from None
         if isinstance(document, dict) and isinstance(document.get("records"), list):
-            return list(document["records"])
+            return list(document["records"]), None
         if isinstance(document, list):
-            return document
+            return document, None
         raise InvalidRequest('send a JSON list of records or {"records": [...]}', field="records")
     records: list[Any] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = loads_strict(line)
-        except ValueError as exc:
-            raise InvalidRequest(
-                f"line {number} of the ingest body is not JSON: {exc}", line=number
-            ) from None
-        if not isinstance(record, dict):
-            raise InvalidRequest(
-                f"line {number} of the ingest body is not a JSON object (a record)", line=number
-            )
-        records.append(record)
-    return records
+    lines: list[int] = []
+    refused: list[Rejection] = []
+    for item in json_lines(io.BytesIO(raw), BODY):
+        if isinstance(item, Rejection):
+            refused.append(item)
+        elif (problem := not_a_record(item[1])) is not None:
+            refused.append(Rejection(BODY, item[0], None, None, problem))
+        else:
+            records.append(item[1])
+            lines.append(item[0])
+    return records, RecordLines(BODY, tuple(lines), tuple(refused))
 
 
 _add_routes()

@@ -204,6 +204,7 @@ def ingest(store: KnowledgeStore, caller: Caller, request: IngestRequest) -> Ans
         source=request.source,
         sync=request.sync,
         allow_mass_delete=request.allow_mass_delete,
+        lines=request.record_lines,
     )
 
 
