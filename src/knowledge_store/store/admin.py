@@ -288,14 +288,31 @@ class Administration:
     def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
         """Let ``principal`` read ``uid`` (one publish)."""
         request = request_of(AclRequest, uid, uid=uid, principal=principal)
+        held = request.principal in self.acl_show(request.uid)
         root = self.engine.admin.grant(request.uid, request.principal)
-        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
+        notes = [f"{request.principal} was already in {request.uid}'s ACL: nothing changed"]
+        return self._acl_change(request, root, notes if held else [])
 
     def revoke(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
-        """Stop ``principal`` reading ``uid`` through its ACL (one publish)."""
+        """Stop ``principal`` reading ``uid`` through its ACL (one publish). The answer warns
+        when the principal was not in the ACL, and when it still reads the entity through a
+        group that is."""
         request = request_of(AclRequest, uid, uid=uid, principal=principal)
+        held = request.principal in self.acl_show(request.uid)
         root = self.engine.admin.revoke(request.uid, request.principal)
-        return AclChange(content_root=root, uid=request.uid, acl=self.acl_show(request.uid))
+        notes = (
+            [] if held else [f"{request.principal} was not in {request.uid}'s ACL: nothing changed"]
+        )
+        still = self.acl_explain(request.principal, request.uid)
+        if still.allowed:
+            notes.append(
+                f"{request.principal} still reads {request.uid}: {' → '.join(still.chain)}"
+            )
+        return self._acl_change(request, root, notes)
+
+    def _acl_change(self, request: AclRequest, root: str, notes: list[str]) -> AclChange:
+        acl = self.acl_show(request.uid)
+        return AclChange(content_root=root, uid=request.uid, acl=acl, warnings=tuple(notes))
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         return self.engine.admin.acl_show(check_uid(uid))
