@@ -26,7 +26,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from knowledge_store.errors import BatchRejected, InvalidRequest, KnowledgeStoreError, StoreError
@@ -35,11 +34,11 @@ from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.cli_options import (
     FILTER_PREFIX,
-    filter_parameters,
     filters_of,
     parameters,
     request_values,
     spelling,
+    with_filters,
 )
 from knowledge_store.surfaces.cli_show import SHOW
 from knowledge_store.surfaces.operations import OPERATIONS, Cli, Operation
@@ -517,20 +516,9 @@ def _eval(
             )
 
     def show(result: dict[str, Any]) -> None:
-        if compare is not None:
-            from knowledge_store.surfaces.cli_show import show_comparison
+        from knowledge_store.surfaces.cli_show import show_comparison, show_evaluation
 
-            show_comparison(out, result)
-            return
-        table = Table(title=f"{result['queries']} queries")
-        for col in ("list", "nDCG@10", "Recall@100", "MRR@10"):
-            table.add_column(col)
-        for name in ("lexical", "vector", "fused"):
-            m = result[name]
-            table.add_row(
-                name, f"{m['ndcg@10']:.4f}", f"{m['recall@100']:.4f}", f"{m['mrr@10']:.4f}"
-            )
-        out.print(table)
+        (show_evaluation if compare is None else show_comparison)(out, result)
 
     names = {
         f"filters.{n}": "--" + n.replace("_", "-")
@@ -540,18 +528,7 @@ def _eval(
     _run(as_json, action, show, {**names, **flags, "group_by": "--group-by"})
 
 
-def _with_filters(fn: Callable[..., None]) -> Callable[..., None]:
-    """``fn`` with the FILTERS options added to its signature (for typer)."""
-    signature = inspect.signature(fn, eval_str=True)
-    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    own = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
-    params = [*own, *filter_parameters()]
-    fn.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-    fn.__annotations__ = {p.name: p.annotation for p in params}
-    return fn
-
-
-app.command("eval", cls=_Command)(_with_filters(_eval))
+app.command("eval", cls=_Command)(with_filters(_eval))
 
 
 @app.command(cls=_Command)

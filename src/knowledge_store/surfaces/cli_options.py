@@ -41,6 +41,7 @@ __all__ = [
     "read_memberships",
     "request_values",
     "spelling",
+    "with_filters",
 ]
 
 #: Python names of the FILTERS options: ``filter_<request name>``.
@@ -251,3 +252,14 @@ def spelling(op: Operation, cli: Cli) -> dict[str, str]:
         else:
             out[name] = flag_of(name, cli)
     return out
+
+
+def with_filters(fn: Callable[..., None]) -> Callable[..., None]:
+    """``fn`` with the FILTERS options added to its signature (for typer)."""
+    signature = inspect.signature(fn, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    own = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
+    params = [*own, *filter_parameters()]
+    fn.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn

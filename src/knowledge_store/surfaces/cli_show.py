@@ -20,7 +20,14 @@ from knowledge_store.surfaces.cli_sources import show_sources, uids_line
 from knowledge_store.surfaces.shapes import NOTHING_MATCHES
 from knowledge_store.surfaces.terminal import safe, strip_controls
 
-__all__ = ["SHOW", "show_aggregate", "show_comparison", "show_search_explain", "show_sql"]
+__all__ = [
+    "SHOW",
+    "show_aggregate",
+    "show_comparison",
+    "show_evaluation",
+    "show_search_explain",
+    "show_sql",
+]
 
 #: How an answer reads: ``(console, answer, request)``.
 Show = Callable[[Console, Any, Any], None]
@@ -232,6 +239,17 @@ _MEASURE_LABELS = {"ndcg@10": "nDCG@10", "recall@100": "Recall@100", "mrr@10": "
 
 def _delta_cell(row: dict[str, float]) -> str:
     return f"{row['delta']:+.4f} [{row['low']:+.4f}, {row['high']:+.4f}]"
+
+
+def show_evaluation(out: Console, result: dict[str, Any]) -> None:
+    """``ks eval``: each list's nDCG@10, Recall@100 and MRR@10."""
+    table = Table(title=f"{result['queries']} queries")
+    for col in ("list", "nDCG@10", "Recall@100", "MRR@10"):
+        table.add_column(col)
+    for name in ("lexical", "vector", "fused"):
+        m = result[name]
+        table.add_row(name, f"{m['ndcg@10']:.4f}", f"{m['recall@100']:.4f}", f"{m['mrr@10']:.4f}")
+    out.print(table)
 
 
 def show_comparison(out: Console, result: dict[str, Any]) -> None:
