@@ -125,12 +125,35 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
 
 
 def test_an_empty_acl_is_visible_to_nobody(store: KnowledgeStore) -> None:
-    store.ingest_records(
-        [{"uid": "dark", "type": "page", "title": "Dark", "body": "Nobody reads this.", "acl": []}]
+    report = store.ingest_records(
+        [
+            {
+                "uid": "dark",
+                "type": "page",
+                "title": "Dark",
+                "body": "Nobody reads this.",
+                "acl": [],
+            },
+            {
+                "uid": "lit",
+                "type": "page",
+                "title": "Lit",
+                "body": "All read this.",
+                "acl": ["everyone"],
+            },
+        ]
     )
+    # allowed (an embargo), but said: an empty list is an easy slip for a default ACL
+    assert report.warnings == (
+        "1 entity has an empty ACL ([]), so no one can read it until a grant: dark",
+    )
+    again = store.ingest_records(
+        [{"uid": "lit", "type": "page", "title": "Lit", "body": "x", "acl": ["everyone"]}]
+    )
+    assert again.warnings == () and "warnings" not in again.to_dict()
     for who in ("everyone", "user:a", "group:admins"):
-        assert store.lexical("nobody reads", identity=who).hits == []
-        assert store.vector("nobody reads", identity=who).hits == []
+        assert "dark" not in {h.uid for h in store.lexical("nobody reads", identity=who).hits}
+        assert "dark" not in {h.uid for h in store.vector("nobody reads", identity=who).hits}
     assert not store.acl_explain("user:a", "dark").allowed
 
 

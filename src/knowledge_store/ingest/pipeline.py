@@ -169,7 +169,24 @@ def ingest_entities(
         for p in pending
     ]
     published = engine.publish(prepared, [], kind=kind, model=embedder.model_id, source=source)
-    return _report(published, len(entities), rejected, skipped)
+    report = _report(published, len(entities), rejected, skipped)
+    return report.model_copy(update={"warnings": _unreadable([e for e in changed if not e.acl])})
+
+
+#: How many uids a warning names.
+_NAMED = 5
+
+
+def _unreadable(entities: Sequence[Entity]) -> tuple[str, ...]:
+    """A warning when the batch wrote entities with an empty ACL (``"acl": []``): no one but an
+    admin can read them until a grant, which is easy to do by mistake and silent otherwise."""
+    if not entities:
+        return ()
+    uids = ", ".join(e.uid for e in entities[:_NAMED]) + (", …" if len(entities) > _NAMED else "")
+    return (
+        f"{len(entities)} entit{'y has' if len(entities) == 1 else 'ies have'} an empty ACL"
+        f" ([]), so no one can read {'it' if len(entities) == 1 else 'them'} until a grant: {uids}",
+    )
 
 
 def _report(

@@ -184,6 +184,8 @@ class IngestReport(Answer):
     skipped: list[SkippedPath] = Field(default_factory=list)
     #: What each crawled site did (``ingest.crawl.CrawlReport.to_dict()``), for ``--format web``.
     crawls: list[dict[str, Any]] = Field(default_factory=list, exclude_if=_empty)
+    #: What the batch did that its author may not have meant (records no one can read).
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class DeleteReport(Answer):
