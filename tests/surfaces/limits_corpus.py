@@ -133,13 +133,14 @@ def body_cases() -> Iterator[Case]:
         headers=ADMIN,
         declared_length=MAX_INGEST_BYTES + 1,
     )
-    # the admin ingest has its own, larger bound: 2 MiB is read (and found to be no JSON)
+    # the admin ingest has its own, larger bound: 2 MiB is read (and its one line found to be
+    # no JSON: a bad record, as a bad line of a file is)
     yield Case(
         "body-ingest-within",
         "POST",
         "/v1/admin/ingest",
-        400,
-        "invalid_request",
+        422,
+        "invalid_record",
         content=b"x" * (2 * MAX_REQUEST_BYTES),
         headers={**ADMIN, "Content-Type": "application/x-ndjson"},
     )
