@@ -1,0 +1,265 @@
+"""int8 against fp32: which side of the gap is the query's, which the documents'.
+
+Exact cosine over a store's chunks (code samples excluded, as both sets' READMEs
+ask), top-100 chunks folded to pages as the store's vector list is, for the four
+combinations documents int8|fp32 × queries int8|fp32 on each shared set; the
+fused list is the store's default fusion over that vector list and the store's
+own lexical list (graph stage included, ``eval_engines._fused``). Every row is
+compared paired with fp32 × fp32, and its vector list's agreement with fp32 ×
+fp32's is counted: overlap@10 (shared pages in the two top 10s / 10) — the
+fidelity measure with statistical power, where nDCG over 28 questions has none.
+
+Queries are embedded as the store embeds them, alone (``embed_query``); chunk
+vectors come from the content-hash cache (``evalsets.VectorCache``), as ingest
+embeds them (batched). A store built on int8 gives the chunk list, the lexical
+lists and the graph.
+
+    PYTHONPATH=src .venv/bin/python bench/eval_int8.py sides \\
+        --store sqlite-git-faq=/tmp/faq8 --store postgres-docs=/tmp/pgd8
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eval_engines import _fused
+from eval_pagelex import FILTERS
+from evalsets import CACHE, EvalSet, VectorCache, eval_sets
+
+from knowledge_store.model import compose_context
+from knowledge_store.retrieval.compare import paired_bootstrap, per_query
+from knowledge_store.retrieval.evaluation import collect
+from knowledge_store.retrieval.fusion import RankedList, fold_chunks
+from knowledge_store.store import KnowledgeStore
+
+Run = dict[str, dict[str, float]]
+REFERENCE = "onnx:fp32"
+DEPTH = 100  # chunks the store's vector list asks for (k × CHUNKS_PER_ENTITY)
+MEASURES = ("ndcg@10", "recall@100", "mrr@10")
+
+
+@dataclass
+class Chunks:
+    """A store's judged chunks (code samples left out): owner uid and the embedded text."""
+
+    uids: list[str]
+    texts: list[str]
+
+
+def store_chunks(store: Path) -> Chunks:
+    """Every chunk of a built store whose entity is not a code sample, as ingest embedded it."""
+    conn = sqlite3.connect(f"file:{store / 'catalog.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT e.uid, e.title, c.heading, c.text FROM chunks c JOIN entities e"
+            " ON e.id = c.entity WHERE e.type != 'codeSample' ORDER BY c.id"
+        ).fetchall()
+    finally:
+        conn.close()
+    return Chunks(
+        [r[0] for r in rows], [compose_context(r[1], json.loads(r[2]), r[3]) for r in rows]
+    )
+
+
+def query_vectors(texts: Sequence[str], name: str, embedder: Any, spec: str) -> np.ndarray:
+    """Each query embedded alone (``embed_query``), cached by the texts and the embedder's
+    ``cache_id`` (which names its model)."""
+    from knowledge_store.ingest.embedding import cache_id_of
+
+    digest = hashlib.sha256("\0".join([cache_id_of(embedder), *texts]).encode()).hexdigest()
+    path = CACHE / f"queries-{name}-{_short(spec)}-{digest[:16]}.npy"
+    if path.exists():
+        return np.asarray(np.load(path), dtype=np.float32)
+    out = np.stack([embedder.embed_query(t) for t in texts]).astype(np.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, out)
+    return out
+
+
+def vector_lists(
+    queries: Sequence[str], q: np.ndarray, docs: np.ndarray, uids: Sequence[str]
+) -> dict[str, RankedList]:
+    """Exact top-``DEPTH`` chunks per query, folded to pages (the store's vector list)."""
+    scores = q @ docs.T
+    top = np.argpartition(-scores, DEPTH, axis=1)[:, :DEPTH]
+    out = {}
+    for i, qid in enumerate(queries):
+        order = top[i][np.argsort(-scores[i, top[i]], kind="stable")]
+        folded = fold_chunks([(uids[j], int(j), float(scores[i, j])) for j in order])
+        out[qid] = RankedList("vector", [(u, s) for u, s, _ in folded])
+    return out
+
+
+def overlap(a: RankedList, b: RankedList, depth: int = 10) -> float:
+    """Pages two lists share in their top ``depth``, over the most either could share (a
+    list of top-100 chunks can fold to fewer than ``depth`` pages)."""
+    top_a = {u for u, _ in a.items[:depth]}
+    top_b = {u for u, _ in b.items[:depth]}
+    return len(top_a & top_b) / max(1, min(depth, max(len(top_a), len(top_b))))
+
+
+def _run(lists: Mapping[str, RankedList]) -> Run:
+    return {
+        q: {u: float(len(lst.items) - i) for i, (u, _) in enumerate(lst.items)}
+        for q, lst in lists.items()
+    }
+
+
+def lexical_lists(store: Path, queries: Sequence[tuple[str, str]]) -> Any:
+    """The store's lexical list per query, and its memoised graph stage."""
+    handle = KnowledgeStore.open(store)
+    return handle, collect(handle, queries, filters=FILTERS, retrievers=["lexical", "graph"])
+
+
+def sides(eval_set: EvalSet, store: Path, specs: Sequence[str]) -> None:
+    """Every combination docs × queries of ``specs`` on one set: figures, paired Δ against
+    fp32 × fp32, and each vector list's agreement with fp32 × fp32's."""
+    queries = eval_set.queries
+    qids = [q for q, _ in queries]
+    chunks = store_chunks(store)
+    specs = list(dict.fromkeys([*specs, REFERENCE]))
+    docs = {k: VectorCache(k).vectors(chunks.texts, label=k) for k in specs}
+    qvec = {
+        k: query_vectors([t for _, t in queries], eval_set.name, VectorCache(k).embedder, k)
+        for k in specs
+    }
+    handle, collected = lexical_lists(store, queries)
+    try:
+        combos = {
+            (d, q): vector_lists(qids, qvec[q], docs[d], chunks.uids) for d in specs for q in specs
+        }
+        reference = combos[(REFERENCE, REFERENCE)]
+        scored: dict[tuple[str, str], dict[str, dict[str, dict[str, float]]]] = {}
+        for key, vec in combos.items():
+            fused = _fused(
+                queries, collected.lists, {q: [v] for q, v in vec.items()}, collected.expand
+            )
+            scored[key] = {
+                "vector": per_query(eval_set.qrels, _run(vec)),
+                "fused": per_query(eval_set.qrels, fused),
+            }
+        print(f"\n## {eval_set.name} ({len(queries)} queries, {len(chunks.uids):,} chunks)\n")
+        print(
+            "| docs | queries | list | nDCG@10 | R@100 | MRR@10 | Δ nDCG@10 vs fp32 × fp32"
+            " | overlap@10 |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        base = scored[(REFERENCE, REFERENCE)]
+        for (d, q), lists in scored.items():
+            agree = np.mean([overlap(combos[(d, q)][i], reference[i]) for i in qids])
+            for lst in ("vector", "fused"):
+                means = [np.mean(list(lists[lst][m].values())) for m in MEASURES]
+                delta = paired_bootstrap(
+                    [lists[lst]["ndcg@10"][i] - base[lst]["ndcg@10"][i] for i in qids]
+                )
+                print(
+                    f"| {_short(d)} | {_short(q)} | {lst} | "
+                    + " | ".join(f"{m:.4f}" for m in means)
+                    + f" | {delta} | {agree:.3f} |"
+                )
+    finally:
+        handle.close()
+
+
+def _short(spec: str) -> str:
+    return spec.removeprefix("onnx:")
+
+
+def _cosines(got: np.ndarray, want: np.ndarray) -> str:
+    c = np.sum(got * want, axis=1)
+    return f"{c.mean():.5f} | {c.min():.4f} | {np.percentile(c, 1):.4f}"
+
+
+def fidelity(
+    stores: Mapping[str, Path], specs: Sequence[str], per_set: int, rounds: int, timed: int
+) -> None:
+    """Cosine to fp32 on ``per_set`` random chunks of each store and every question; speed.
+
+    Chunks are embedded as ingest embeds them (``embed``: length-sorted batches of 32),
+    queries as search does (``embed_query``, alone). Speed: the sample's chunks per second
+    through ``embed`` and the median ``embed_query`` of ``timed`` questions, every embedder
+    in turn, ``rounds`` times (the machine's drifting load hits all alike).
+    """
+    chunks: list[str] = []
+    questions: list[str] = []
+    for eval_set in eval_sets(list(stores)):
+        texts = store_chunks(stores[eval_set.name]).texts
+        chunks += random.Random(0).sample(texts, min(per_set, len(texts)))
+        questions += [t for _, t in eval_set.queries]
+    want_chunks = VectorCache(REFERENCE).vectors(chunks, label="fp32 sample")
+    embedders = {k: VectorCache(k).embedder for k in dict.fromkeys([*specs, REFERENCE])}
+    want_queries = query_vectors(questions, "fidelity", embedders[REFERENCE], REFERENCE)
+    print(f"\n{len(chunks)} chunks ({per_set} per set), {len(questions)} questions\n")
+    print("| embedder | chunks: mean cos | min | 1st pct | queries: mean cos | min | 1st pct |")
+    print("|---|---|---|---|---|---|---|")
+    for spec in specs:
+        embedder = embedders[spec]
+        got_chunks = np.asarray(embedder.embed(chunks), dtype=np.float32)
+        got_queries = np.stack([embedder.embed_query(t) for t in questions])
+        print(
+            f"| {_short(spec)} | {_cosines(got_chunks, want_chunks)}"
+            f" | {_cosines(got_queries, want_queries)} |"
+        )
+    rate: dict[str, list[float]] = {k: [] for k in embedders}
+    latency: dict[str, list[float]] = {k: [] for k in embedders}
+    for _ in range(rounds):
+        for spec, embedder in embedders.items():
+            started = time.perf_counter()
+            embedder.embed(chunks)
+            rate[spec].append(len(chunks) / (time.perf_counter() - started))
+            spent = []
+            for text in questions[:timed]:
+                started = time.perf_counter()
+                embedder.embed_query(text)
+                spent.append(time.perf_counter() - started)
+            latency[spec].append(statistics.median(spent) * 1000)
+    print(f"\nspeed, {rounds} rounds (load average {os.getloadavg()[0]:.1f} at the end)\n")
+    print("| embedder | chunks/s per round | median | one query p50 ms per round | median |")
+    print("|---|---|---|---|---|")
+    for spec in embedders:
+        print(
+            f"| {_short(spec)} | {' · '.join(f'{r:.1f}' for r in rate[spec])}"
+            f" | {statistics.median(rate[spec]):.1f}"
+            f" | {' · '.join(f'{v:.2f}' for v in latency[spec])}"
+            f" | {statistics.median(latency[spec]):.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("command", choices=["sides", "fidelity"])
+    parser.add_argument(
+        "--store", action="append", default=[], help="SET=PATH: a built store of the set"
+    )
+    parser.add_argument("--specs", default="onnx:int8-plain,onnx:int8", help="int8 embedders")
+    parser.add_argument("--per-set", type=int, default=500, help="fidelity: chunks per set")
+    parser.add_argument("--rounds", type=int, default=3, help="fidelity: speed rounds")
+    parser.add_argument("--timed", type=int, default=300, help="fidelity: queries timed")
+    args = parser.parse_args()
+    stores = {name: Path(path) for name, path in (s.split("=", 1) for s in args.store)}
+    specs = [s.strip() for s in args.specs.split(",") if s.strip()]
+    if args.command == "fidelity":
+        fidelity(stores, specs, args.per_set, args.rounds, args.timed)
+        return
+    for eval_set in eval_sets(list(stores)):
+        sides(eval_set, stores[eval_set.name], specs)
+
+
+if __name__ == "__main__":
+    main()
