@@ -186,6 +186,43 @@ def _cosines(got: np.ndarray, want: np.ndarray) -> str:
     return f"{c.mean():.5f} | {c.min():.4f} | {np.percentile(c, 1):.4f}"
 
 
+@dataclass
+class Sample:
+    """Random chunks of each set's store and every question, with their fp32 vectors."""
+
+    chunks: list[str]
+    questions: list[str]
+    want_chunks: np.ndarray
+    want_queries: np.ndarray
+
+    @classmethod
+    def of(cls, stores: Mapping[str, Path], per_set: int) -> Sample:
+        chunks: list[str] = []
+        questions: list[str] = []
+        for eval_set in eval_sets(list(stores)):
+            texts = store_chunks(stores[eval_set.name]).texts
+            chunks += random.Random(0).sample(texts, min(per_set, len(texts)))
+            questions += [t for _, t in eval_set.queries]
+        reference = VectorCache(REFERENCE)
+        want = query_vectors(questions, "fidelity", reference.embedder, REFERENCE)
+        return cls(chunks, questions, reference.vectors(chunks, label="fp32 sample"), want)
+
+    def header(self) -> None:
+        print(f"\n{len(self.chunks)} chunks, {len(self.questions)} questions\n")
+        print("| embedder | chunks: mean cos | min | 1st pct | queries: mean cos | min | 1st pct |")
+        print("|---|---|---|---|---|---|---|")
+
+    def row(self, name: str, embedder: Any) -> None:
+        """Chunks embedded as ingest embeds them (``embed``), questions as search does."""
+        got_chunks = np.asarray(embedder.embed(self.chunks), dtype=np.float32)
+        got_queries = np.stack([embedder.embed_query(t) for t in self.questions])
+        print(
+            f"| {name} | {_cosines(got_chunks, self.want_chunks)}"
+            f" | {_cosines(got_queries, self.want_queries)} |",
+            flush=True,
+        )
+
+
 def fidelity(
     stores: Mapping[str, Path], specs: Sequence[str], per_set: int, rounds: int, timed: int
 ) -> None:
@@ -196,26 +233,12 @@ def fidelity(
     through ``embed`` and the median ``embed_query`` of ``timed`` questions, every embedder
     in turn, ``rounds`` times (the machine's drifting load hits all alike).
     """
-    chunks: list[str] = []
-    questions: list[str] = []
-    for eval_set in eval_sets(list(stores)):
-        texts = store_chunks(stores[eval_set.name]).texts
-        chunks += random.Random(0).sample(texts, min(per_set, len(texts)))
-        questions += [t for _, t in eval_set.queries]
-    want_chunks = VectorCache(REFERENCE).vectors(chunks, label="fp32 sample")
+    sample = Sample.of(stores, per_set)
     embedders = {k: VectorCache(k).embedder for k in dict.fromkeys([*specs, REFERENCE])}
-    want_queries = query_vectors(questions, "fidelity", embedders[REFERENCE], REFERENCE)
-    print(f"\n{len(chunks)} chunks ({per_set} per set), {len(questions)} questions\n")
-    print("| embedder | chunks: mean cos | min | 1st pct | queries: mean cos | min | 1st pct |")
-    print("|---|---|---|---|---|---|---|")
+    sample.header()
     for spec in specs:
-        embedder = embedders[spec]
-        got_chunks = np.asarray(embedder.embed(chunks), dtype=np.float32)
-        got_queries = np.stack([embedder.embed_query(t) for t in questions])
-        print(
-            f"| {_short(spec)} | {_cosines(got_chunks, want_chunks)}"
-            f" | {_cosines(got_queries, want_queries)} |"
-        )
+        sample.row(_short(spec), embedders[spec])
+    chunks, questions = sample.chunks, sample.questions
     rate: dict[str, list[float]] = {k: [] for k in embedders}
     latency: dict[str, list[float]] = {k: [] for k in embedders}
     for _ in range(rounds):

@@ -33,7 +33,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CALIBRATION", "OUTLIER_FACTOR", "activation_peaks", "smooth_outliers"]
+__all__ = [
+    "CALIBRATION",
+    "OUTLIER_FACTOR",
+    "activation_peaks",
+    "smooth_outliers",
+    "weight_matmuls",
+]
 
 #: A channel whose peak exceeds this many times its tensor's median channel peak is scaled.
 #: Chosen on corpus chunks and questions against 1.0, 1.5, 3 and 5 (docs/embedding.md).
@@ -104,7 +110,7 @@ CALIBRATION: tuple[str, ...] = (
 )
 
 
-def _weight_matmuls(model: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+def weight_matmuls(model: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """The initializers by name, and the MatMuls with a constant weight by the tensor they read."""
     inits = {i.name: i for i in model.graph.initializer}
     readers: dict[str, list[Any]] = {}
@@ -124,7 +130,7 @@ def activation_peaks(model_path: Path, rows: Sequence[Sequence[int]]) -> dict[st
     import onnxruntime as ort
 
     model = onnx.load(str(model_path))
-    _, readers = _weight_matmuls(model)
+    _, readers = weight_matmuls(model)
     for name in readers:
         model.graph.output.append(
             onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
@@ -154,7 +160,7 @@ def smooth_outliers(
     from onnx import numpy_helper
 
     model = onnx.load(str(source))
-    inits, readers = _weight_matmuls(model)
+    inits, readers = weight_matmuls(model)
     scaled = 0
     for tensor, nodes in readers.items():
         peak = np.asarray(peaks[tensor], dtype=np.float64)
