@@ -1,21 +1,26 @@
-"""int8 against fp32: which side of the gap is the query's, which the documents'.
+"""int8 against fp32: which side of the gap is the query's, which the documents'; fidelity, speed.
 
-Exact cosine over a store's chunks (code samples excluded, as both sets' READMEs
-ask), top-100 chunks folded to pages as the store's vector list is, for the four
-combinations documents int8|fp32 × queries int8|fp32 on each shared set; the
-fused list is the store's default fusion over that vector list and the store's
-own lexical list (graph stage included, ``eval_engines._fused``). Every row is
-compared paired with fp32 × fp32, and its vector list's agreement with fp32 ×
-fp32's is counted: overlap@10 (shared pages in the two top 10s / 10) — the
-fidelity measure with statistical power, where nDCG over 28 questions has none.
+``sides``: exact cosine over a store's chunks (code samples excluded, as both
+sets' READMEs ask), top-100 chunks folded to pages as the store's vector list
+is, for every combination documents × queries of the embedders given and fp32,
+on each shared set; the fused list is the store's default fusion over that
+vector list and the store's own lexical list (graph stage included,
+``eval_engines._fused``). Every row is compared paired with fp32 × fp32, and
+its vector list's agreement with fp32 × fp32's is counted: overlap@10 (pages
+the two top 10s share) — the fidelity measure with statistical power, where
+nDCG over 28 questions has none. Queries are embedded as search embeds them,
+alone (``embed_query``); chunk vectors come from the content-hash cache
+(``evalsets.VectorCache``), as ingest embeds them (batched). A built store of
+the set gives the chunk list, the lexical lists and the graph.
 
-Queries are embedded as the store embeds them, alone (``embed_query``); chunk
-vectors come from the content-hash cache (``evalsets.VectorCache``), as ingest
-embeds them (batched). A store built on int8 gives the chunk list, the lexical
-lists and the graph.
+``fidelity``: cosine to fp32 on random chunks of each store and on every
+question, and the speed of each embedder (chunks per second through ``embed``,
+one ``embed_query``'s median), the embedders in turn, round after round.
 
     PYTHONPATH=src .venv/bin/python bench/eval_int8.py sides \\
         --store sqlite-git-faq=/tmp/faq8 --store postgres-docs=/tmp/pgd8
+    PYTHONPATH=src .venv/bin/python bench/eval_int8.py fidelity \\
+        --store sqlite-git-faq=/tmp/faq8 --store postgres-docs=/tmp/pgd8 --per-set 500
 """
 
 from __future__ import annotations
@@ -161,8 +166,11 @@ def sides(eval_set: EvalSet, store: Path, specs: Sequence[str]) -> None:
         )
         print("|---|---|---|---|---|---|---|---|")
         base = scored[(REFERENCE, REFERENCE)]
+        agreement = {
+            key: [overlap(vec[i], reference[i]) for i in qids] for key, vec in combos.items()
+        }
         for (d, q), lists in scored.items():
-            agree = np.mean([overlap(combos[(d, q)][i], reference[i]) for i in qids])
+            agree = np.mean(agreement[(d, q)])
             for lst in ("vector", "fused"):
                 means = [np.mean(list(lists[lst][m].values())) for m in MEASURES]
                 delta = paired_bootstrap(
@@ -172,6 +180,16 @@ def sides(eval_set: EvalSet, store: Path, specs: Sequence[str]) -> None:
                     f"| {_short(d)} | {_short(q)} | {lst} | "
                     + " | ".join(f"{m:.4f}" for m in means)
                     + f" | {delta} | {agree:.3f} |"
+                )
+        first = (specs[0], specs[0])
+        for spec in specs[1:]:
+            if spec != REFERENCE:
+                change = [
+                    a - b for a, b in zip(agreement[(spec, spec)], agreement[first], strict=True)
+                ]
+                print(
+                    f"\noverlap@10 with fp32 × fp32, {_short(spec)} × {_short(spec)} −"
+                    f" {_short(specs[0])} × {_short(specs[0])}: {paired_bootstrap(change)}"
                 )
     finally:
         handle.close()
