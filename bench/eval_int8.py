@@ -257,6 +257,23 @@ def fidelity(
     for spec in specs:
         sample.row(_short(spec), embedders[spec])
     chunks, questions = sample.chunks, sample.questions
+    # Dynamic int8 quantizes activations with one scale per pass: a text's vector depends a
+    # little on what it is batched with (a server's micro-batches). Questions in batches of 64
+    # (random order) against each alone:
+    order = random.Random(1).sample(range(len(questions)), len(questions))
+    print("\n| embedder | questions in batches of 64 vs alone: mean cos | min |")
+    print("|---|---|---|")
+    for spec in specs:
+        embedder = embedders[spec]
+        alone = np.stack([embedder.embed_query(questions[i]) for i in order])
+        batched = np.concatenate(
+            [
+                embedder.embed([questions[i] for i in order[j : j + 64]])
+                for j in range(0, len(order), 64)
+            ]
+        )
+        same = np.sum(alone * batched, axis=1)
+        print(f"| {_short(spec)} | {same.mean():.5f} | {same.min():.4f} |")
     rate: dict[str, list[float]] = {k: [] for k in embedders}
     latency: dict[str, list[float]] = {k: [] for k in embedders}
     for _ in range(rounds):
