@@ -159,7 +159,7 @@ def main() -> None:
     }
     for alpha in (0.5, 0.7):
         variants[f"SmoothQuant α {alpha}"] = _smoothed(f"SmoothQuant α {alpha}", peaks, alpha=alpha)
-    for factor in (1.0, 1.5, 2.0, 3.0, 5.0):
+    for factor in (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0):
         variants[f"outliers ×{factor:g}"] = _smoothed(f"outliers ×{factor:g}", peaks, factor=factor)
     sample = Sample.of(stores, args.per_set)
     sample.header()

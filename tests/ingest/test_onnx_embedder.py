@@ -152,6 +152,17 @@ def test_each_int8_model_is_a_vector_space_of_its_own(onnx):
     assert agreement(int8.embed(TOPIC), plain.embed(TOPIC)).min() < 0.9999
 
 
+def test_the_smoothed_models_name_stands_for_its_recipe():
+    from knowledge_store.ingest.embedders import smoothing
+
+    # Calibration texts and factor make the smoothed model: a change of either makes other
+    # vectors, which must not share a model_id, cache tag or file with this model's.
+    assert smoothing.recipe() == (
+        "a1abe498335c61cfafb3465bab53ef5dc558681c3303c1ca0458edc541d0f0d8"
+    ), "the smoothing recipe changed: name the new model (MODEL_IDS, _CACHE_TAGS, _FILES)"
+    assert MODEL_IDS["int8"].endswith("@int8-smoothed")
+
+
 def test_smoothing_is_exact_in_fp32_and_brings_int8_closer_to_it(onnx, tmp_path):
     from knowledge_store.ingest.embedders.smoothing import (
         CALIBRATION,

@@ -37,13 +37,15 @@ __all__ = [
     "CALIBRATION",
     "OUTLIER_FACTOR",
     "activation_peaks",
+    "recipe",
     "smooth_outliers",
     "weight_matmuls",
 ]
 
 #: A channel whose peak exceeds this many times its tensor's median channel peak is scaled.
-#: Chosen on corpus chunks and questions against 1.0, 1.5, 3 and 5 (docs/embedding.md).
-OUTLIER_FACTOR = 2.0
+#: Chosen by fidelity to fp32 on corpus chunks and questions among 1 to 5
+#: (``bench/int8_variants.py``, docs/embedding.md).
+OUTLIER_FACTOR = 2.5
 
 CALIBRATION: tuple[str, ...] = (
     "How do I undo the last commit without losing my changes?",
@@ -108,6 +110,18 @@ CALIBRATION: tuple[str, ...] = (
     "| option | default | meaning |\n|---|---|---|\n| timeout | 30 | seconds to wait |\n"
     "| retries | 3 | attempts before giving up |\n| verbose | false | print every request |",
 )
+
+
+def recipe() -> str:
+    """A digest of what the smoothed model is made from: the calibration texts and the factor.
+
+    The smoothed model's ``model_id`` (``…@int8-smoothed``), cache tag and file name stand
+    for this recipe; a test pins the digest, so that a change of either comes with a new
+    name for the model — its vectors must never mix with the old ones in a store or a cache.
+    """
+    import hashlib
+
+    return hashlib.sha256("\0".join([*CALIBRATION, repr(OUTLIER_FACTOR)]).encode()).hexdigest()
 
 
 def weight_matmuls(model: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
