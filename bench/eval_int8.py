@@ -274,6 +274,13 @@ def fidelity(
         )
         same = np.sum(alone * batched, axis=1)
         print(f"| {_short(spec)} | {same.mean():.5f} | {same.min():.4f} |")
+    # Is it the batching that costs ingest's chunks fidelity? Each chunk alone, to fp32:
+    print("\n| embedder | chunks one at a time: mean cos to fp32 | min | 1st pct |")
+    print("|---|---|---|---|")
+    for spec in specs:
+        embedder = embedders[spec]
+        one = np.concatenate([embedder.embed([text]) for text in chunks])
+        print(f"| {_short(spec)} | {_cosines(one, sample.want_chunks)} |")
     rate: dict[str, list[float]] = {k: [] for k in embedders}
     latency: dict[str, list[float]] = {k: [] for k in embedders}
     for _ in range(rounds):
