@@ -204,6 +204,17 @@ def _cosines(got: np.ndarray, want: np.ndarray) -> str:
     return f"{c.mean():.5f} | {c.min():.4f} | {np.percentile(c, 1):.4f}"
 
 
+def sample_texts(stores: Mapping[str, Path], per_set: int) -> tuple[list[str], list[str]]:
+    """``per_set`` random chunks of each set's store (always the same ones) and every question."""
+    chunks: list[str] = []
+    questions: list[str] = []
+    for eval_set in eval_sets(list(stores)):
+        texts = store_chunks(stores[eval_set.name]).texts
+        chunks += random.Random(0).sample(texts, min(per_set, len(texts)))
+        questions += [t for _, t in eval_set.queries]
+    return chunks, questions
+
+
 @dataclass
 class Sample:
     """Random chunks of each set's store and every question, with their fp32 vectors."""
@@ -215,12 +226,7 @@ class Sample:
 
     @classmethod
     def of(cls, stores: Mapping[str, Path], per_set: int) -> Sample:
-        chunks: list[str] = []
-        questions: list[str] = []
-        for eval_set in eval_sets(list(stores)):
-            texts = store_chunks(stores[eval_set.name]).texts
-            chunks += random.Random(0).sample(texts, min(per_set, len(texts)))
-            questions += [t for _, t in eval_set.queries]
+        chunks, questions = sample_texts(stores, per_set)
         reference = VectorCache(REFERENCE)
         want = query_vectors(questions, "fidelity", reference.embedder, REFERENCE)
         return cls(chunks, questions, reference.vectors(chunks, label="fp32 sample"), want)
@@ -281,26 +287,46 @@ def fidelity(
         embedder = embedders[spec]
         one = np.concatenate([embedder.embed([text]) for text in chunks])
         print(f"| {_short(spec)} | {_cosines(one, sample.want_chunks)} |")
-    rate: dict[str, list[float]] = {k: [] for k in embedders}
+    if rounds > 0:
+        speed(embedders, chunks, questions[:timed], rounds)
+
+
+def speed(
+    embedders: Mapping[str, Any], chunks: Sequence[str], questions: Sequence[str], rounds: int
+) -> None:
+    """Chunks per second through ``embed`` (wall and CPU: the process's CPU seconds, which a
+    busy machine's other work does not inflate) and one ``embed_query``'s median, every
+    embedder in turn, ``rounds`` times."""
+    wall: dict[str, list[float]] = {k: [] for k in embedders}
+    cpu: dict[str, list[float]] = {k: [] for k in embedders}
     latency: dict[str, list[float]] = {k: [] for k in embedders}
+    for embedder in embedders.values():  # sessions made, caches warm
+        embedder.embed(list(chunks[:64]))
+        embedder.embed_query(questions[0])
     for _ in range(rounds):
         for spec, embedder in embedders.items():
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.process_time()
             embedder.embed(chunks)
-            rate[spec].append(len(chunks) / (time.perf_counter() - started))
+            wall[spec].append(len(chunks) / (time.perf_counter() - started))
+            cpu[spec].append(len(chunks) / (time.process_time() - used))
             spent = []
-            for text in questions[:timed]:
+            for text in questions:
                 started = time.perf_counter()
                 embedder.embed_query(text)
                 spent.append(time.perf_counter() - started)
             latency[spec].append(statistics.median(spent) * 1000)
     print(f"\nspeed, {rounds} rounds (load average {os.getloadavg()[0]:.1f} at the end)\n")
-    print("| embedder | chunks/s per round | median | one query p50 ms per round | median |")
-    print("|---|---|---|---|---|")
+    print(
+        "| embedder | chunks/s per round | median | chunks per CPU-second | median"
+        " | one query p50 ms per round | median |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for spec in embedders:
         print(
-            f"| {_short(spec)} | {' · '.join(f'{r:.1f}' for r in rate[spec])}"
-            f" | {statistics.median(rate[spec]):.1f}"
+            f"| {_short(spec)} | {' · '.join(f'{r:.1f}' for r in wall[spec])}"
+            f" | {statistics.median(wall[spec]):.1f}"
+            f" | {' · '.join(f'{r:.1f}' for r in cpu[spec])}"
+            f" | {statistics.median(cpu[spec]):.1f}"
             f" | {' · '.join(f'{v:.2f}' for v in latency[spec])}"
             f" | {statistics.median(latency[spec]):.2f} |"
         )
@@ -308,19 +334,24 @@ def fidelity(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("command", choices=["sides", "fidelity"])
+    parser.add_argument("command", choices=["sides", "fidelity", "speed"])
     parser.add_argument(
         "--store", action="append", default=[], help="SET=PATH: a built store of the set"
     )
     parser.add_argument("--specs", default="onnx:int8-plain,onnx:int8", help="int8 embedders")
     parser.add_argument("--per-set", type=int, default=500, help="fidelity: chunks per set")
-    parser.add_argument("--rounds", type=int, default=3, help="fidelity: speed rounds")
-    parser.add_argument("--timed", type=int, default=300, help="fidelity: queries timed")
+    parser.add_argument("--rounds", type=int, default=3, help="speed rounds (0: none)")
+    parser.add_argument("--timed", type=int, default=300, help="speed: queries timed")
     args = parser.parse_args()
     stores = {name: Path(path) for name, path in (s.split("=", 1) for s in args.store)}
     specs = [s.strip() for s in args.specs.split(",") if s.strip()]
     if args.command == "fidelity":
         fidelity(stores, specs, args.per_set, args.rounds, args.timed)
+        return
+    if args.command == "speed":
+        chunks, questions = sample_texts(stores, args.per_set)
+        embedders = {k: VectorCache(k).embedder for k in dict.fromkeys([*specs, REFERENCE])}
+        speed(embedders, chunks, questions[: args.timed], args.rounds)
         return
     for eval_set in eval_sets(list(stores)):
         sides(eval_set, stores[eval_set.name], specs)

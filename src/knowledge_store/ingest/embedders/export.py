@@ -16,7 +16,7 @@ stores built before smoothing). Both quantize the MatMul weights per output
 channel, in 7 bits: ``reduce_range`` keeps the u8×s8 products clear of the
 16-bit saturation of CPUs without VNNI, so every x86 CPU computes the same
 vectors; per-channel scales took the mean cosine to fp32 from 0.95 to 0.993,
-smoothing to 0.996 (docs/embedding.md). Each is written to a temporary file and
+smoothing to 0.997 (docs/embedding.md). Each is written to a temporary file and
 renamed into place, under a file lock, so concurrent first uses neither
 corrupt it nor export twice. Nothing is downloaded.
 

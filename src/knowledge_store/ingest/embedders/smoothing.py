@@ -17,9 +17,9 @@ It is SmoothQuant's migration (Xiao et al. 2023) restricted to the outlier
 channels, with ``α = 1`` for them: a full per-channel migration (every channel,
 ``α`` 0.3–0.7) widened the weights' ranges more than it narrowed the
 activations' and lost fidelity. Measured on 600 corpus chunks and 1,528
-questions (``bench/eval_int8.py``, docs/embedding.md): mean cosine to fp32
-0.9932 → 0.9961 on chunks, 0.9920 → 0.9973 on queries; the ``Mul`` nodes cost
-about nothing.
+questions (``bench/int8_variants.py``, docs/embedding.md): mean cosine to fp32
+0.9932 → 0.9968 on chunks, 0.9920 → 0.9976 on questions; the ``Mul`` nodes
+cost about nothing.
 
 The calibration texts are fixed here (questions, prose, code, tables; none from
 an eval set), so an export is reproducible: the same weights give the same file.
