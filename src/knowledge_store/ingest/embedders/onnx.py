@@ -1,4 +1,4 @@
-"""``onnx:fp32`` / ``onnx:int8``: the bundled all-MiniLM-L6-v2 on ONNX Runtime (the default).
+"""``onnx:fp32`` / ``onnx:int8`` / ``onnx:int8-plain``: the bundled all-MiniLM-L6-v2 on ONNX Runtime.
 
 The same weights as ``st:sentence-transformers/all-MiniLM-L6-v2``, exported
 once to ONNX (:mod:`.export`); tokenized by the Rust ``tokenizers`` library from
