@@ -8,8 +8,9 @@ and for the stores (:func:`build_store` seeds a store's cache from it).
 
 Vectors are keyed by the *embedder spec* too: the key is
 ``embedding_key(cache_id, text)`` with the embedder's ``cache_id`` (PyTorch:
-``sentence-transformers/all-MiniLM-L6-v2``; ONNX: ``…|onnx-int8`` /
-``…|onnx-fp32``), so vectors of different runtimes never mix, and a store built
+``sentence-transformers/all-MiniLM-L6-v2``; ONNX: ``…|onnx-int8-smoothed``,
+``…|onnx-int8`` for the plain int8 model, ``…|onnx-fp32``), so vectors of different
+runtimes and models never mix, and a store built
 on that embedder finds the same keys in its own embedding cache. The default
 spec is the store's default (``onnx:int8``); ``st:sentence-transformers/all-MiniLM-L6-v2``
 reads the PyTorch vectors of phase 1 (equal to ONNX fp32 to cosine 0.9999).

@@ -17,10 +17,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from knowledge_store.errors import StoreError
 from knowledge_store.ingest.embedders import export
+from knowledge_store.ingest.embedders.core import normalise
 from knowledge_store.ingest.embedders.onnx import MODEL_IDS, OnnxEmbedder, _providers
 from knowledge_store.ingest.embedding import (
     DEFAULT_MODEL_ID,
@@ -134,13 +136,65 @@ def test_a_model_error_stops_the_tokenizer_thread(monkeypatch):
     assert not [t for t in threading.enumerate() if t.name == "ks-tokenize"]
 
 
-def test_int8_is_a_vector_space_of_its_own(onnx):
+def test_each_int8_model_is_a_vector_space_of_its_own(onnx):
     int8 = open_embedder("onnx:int8")
-    assert isinstance(int8, OnnxEmbedder)
-    assert int8.model_id == MODEL_IDS["int8"] == f"{DEFAULT_MODEL_ID}@int8"
-    assert spec_of(int8) == "onnx:int8" and cache_id_of(int8) != cache_id_of(onnx)
+    plain = open_embedder("onnx:int8-plain")
+    assert isinstance(int8, OnnxEmbedder) and isinstance(plain, OnnxEmbedder)
+    assert int8.model_id == MODEL_IDS["int8"] == f"{DEFAULT_MODEL_ID}@int8-smoothed"
+    # The model of the stores built before smoothing keeps their model_id and cache keys.
+    assert plain.model_id == MODEL_IDS["int8-plain"] == f"{DEFAULT_MODEL_ID}@int8"
+    assert cache_id_of(plain) == f"{DEFAULT_MODEL_ID}|onnx-int8"
+    assert spec_of(int8) == "onnx:int8" and spec_of(plain) == "onnx:int8-plain"
+    assert len({cache_id_of(e) for e in (onnx, int8, plain)}) == 3
+    assert export.model_file("int8") != export.model_file("int8-plain")
     near = agreement(int8.embed(TOPIC), onnx.embed(TOPIC))
     assert near.min() > 0.8  # close, but not the same vectors
+    assert agreement(int8.embed(TOPIC), plain.embed(TOPIC)).min() < 0.9999
+
+
+def test_the_smoothed_models_name_stands_for_its_recipe():
+    from knowledge_store.ingest.embedders import smoothing
+
+    # Calibration texts and factor make the smoothed model: a change of either makes other
+    # vectors, which must not share a model_id, cache tag or file with this model's.
+    assert smoothing.recipe() == (
+        "a1abe498335c61cfafb3465bab53ef5dc558681c3303c1ca0458edc541d0f0d8"
+    ), "the smoothing recipe changed: name the new model (MODEL_IDS, _CACHE_TAGS, _FILES)"
+    assert MODEL_IDS["int8"].endswith("@int8-smoothed")
+
+
+def test_smoothing_is_exact_in_fp32_and_brings_int8_closer_to_it(onnx, tmp_path):
+    from knowledge_store.ingest.embedders.smoothing import (
+        CALIBRATION,
+        activation_peaks,
+        smooth_outliers,
+    )
+
+    fp32_file = export.ensure_model("fp32")
+    tokens = onnx._loaded(parallel=False)[1]
+    peaks = activation_peaks(fp32_file, [tokens.encode(t) for t in CALIBRATION])
+    assert len(peaks) == 6 * 4  # the tensors the weight MatMuls read: 4 a layer
+    smoothed = tmp_path / "smoothed.onnx"
+    assert smooth_outliers(fp32_file, smoothed, peaks) > 0
+
+    session = ort.InferenceSession(str(smoothed), providers=["CPUExecutionProvider"])
+    texts = [*TOPIC, LONG[:900]]
+    ids, mask = tokens.pad([tokens.encode(t) for t in texts])
+    rewritten = normalise(onnx._run(session, ids, mask))
+    assert agreement(rewritten, onnx.embed(texts)).min() > 0.99999  # the same function
+    # What it is for: the int8 model quantized after smoothing is nearer fp32 than before.
+    questions = [
+        "How do I make lookups on a column faster?",
+        "why are writes slower after adding an index",
+        "what does a partial index store",
+    ]
+    want = np.concatenate([onnx.embed(TOPIC), np.stack([onnx.embed_query(q) for q in questions])])
+    closeness = {}
+    for spec in ("onnx:int8", "onnx:int8-plain"):
+        e = open_embedder(spec)
+        got = np.concatenate([e.embed(TOPIC), np.stack([e.embed_query(q) for q in questions])])
+        closeness[spec] = float(agreement(got, want).mean())
+    assert 1 - closeness["onnx:int8"] < 0.8 * (1 - closeness["onnx:int8-plain"])
 
 
 def test_providers_prefer_a_gpu_and_fall_back_to_the_cpu():

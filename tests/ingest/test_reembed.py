@@ -121,6 +121,33 @@ def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monke
             )
 
 
+def test_a_store_on_the_plain_int8_model_keeps_it_until_it_is_re_embedded(tmp_path):
+    # Stores built before int8 was smoothed record "…@int8": they are read and extended on
+    # the plain model, never mixed with the smoothed model's vectors, and re-embed onto it.
+    plain = open_embedder("onnx:int8-plain")
+    with KnowledgeStore.open(tmp_path / "s", embedder=plain) as store:
+        store.ingest_records(ESTATE[:3])
+        with store.engine.catalog.write() as conn:  # the spec those stores recorded
+            store.engine.catalog.set_meta("embedder", "onnx:int8", conn)
+        before = store.vector("the autovacuum daemon", k=1).hits[0]
+    assert store.engine.model() == (f"{DEFAULT_MODEL_ID}@int8", 384)
+    with KnowledgeStore.open(tmp_path / "s") as store:
+        assert store.embedder is plain
+        assert store.vector("the autovacuum daemon", k=1).hits[0] == before
+        store.ingest_records(ESTATE[3:])
+        assert store.stats().entities == 5
+    with (
+        KnowledgeStore.open(tmp_path / "s", embedder="onnx:int8") as smoothed,
+        pytest.raises(ModelMismatch, match="ks rebuild --reembed --embedder onnx:int8"),
+    ):
+        smoothed.search("vacuum")
+    with KnowledgeStore.open(tmp_path / "s") as store:
+        store.reembed("onnx:int8")
+        assert store.engine.model() == (MODEL_IDS["int8"], 384)
+        assert store.embedder is open_embedder("onnx:int8")
+        assert store.vector("the autovacuum daemon", k=1).hits[0].uid == before.uid
+
+
 def test_reembed_is_one_publish_and_every_vector_is_the_new_models(tmp_path, fp32):
     with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE)

@@ -8,7 +8,10 @@ spec                                   embedder
 =====================================  ==========================================================
 ``None`` / ``"default"``               :data:`DEFAULT_SPEC`
 ``"onnx:fp32"``                        the bundled all-MiniLM-L6-v2 on ONNX Runtime (offline)
-``"onnx:int8"``                        the same, dynamically quantized to int8
+``"onnx:int8"``                        the same, dynamically quantized to int8 after
+                                       its activation outliers are smoothed into the weights
+``"onnx:int8-plain"``                  the int8 model before smoothing (``…@int8``: the
+                                       stores built on it keep it until re-embedded)
 ``"st:NAME_OR_PATH"``                  any sentence-transformers model on PyTorch;
                                        ``st:sentence-transformers/all-MiniLM-L6-v2`` is the
                                        bundled one
@@ -18,8 +21,8 @@ spec                                   embedder
 
 ``model_id`` names a vector space: two embedders with the same ``model_id``
 give interchangeable vectors. ONNX fp32 and PyTorch agree to cosine ≥ 0.9999
-on every chunk of the PostgreSQL manual, so they share one; int8 has its own
-(``…@int8``). A store opened without an embedder uses the fastest one for the
+on every chunk of the PostgreSQL manual, so they share one; each int8 model has
+its own (``…@int8-smoothed``, ``…@int8`` for the plain one). A store opened without an embedder uses the fastest one for the
 ``model_id`` it records (:func:`embedder_for`), so a store built on PyTorch
 is searched on ONNX with no re-embedding.
 
@@ -80,6 +83,7 @@ EMBEDDER_SPECS: tuple[str, ...] = (
     "default",
     "onnx:fp32",
     "onnx:int8",
+    "onnx:int8-plain",
     "st:NAME_OR_PATH",
     "openai:BASE_URL#MODEL",
     "hash:DIMENSION",

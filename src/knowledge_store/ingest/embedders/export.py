@@ -8,11 +8,15 @@
 the process that embeds never imports torch. Files land in the cache folder
 given (``EmbedderSettings.onnx_cache``: ``ks`` passes ``$KS_ONNX_CACHE``, else
 ``$XDG_CACHE_HOME/knowledge-store/onnx``), else ``~/.cache/knowledge-store/onnx``, under ``<weights sha256>-<recipe>/``:
-``model.onnx`` (fp32) and ``model-int8.onnx`` (dynamic int8, made from the
-fp32 file by onnxruntime's quantizer: the MatMul weights, per output channel,
-in 7 bits — ``reduce_range`` keeps the u8×s8 products clear of the 16-bit
-saturation of CPUs without VNNI, so every x86 CPU computes the same vectors;
-per-channel scales took the mean cosine to fp32 from 0.95 to 0.99). Each is written to a temporary file and
+``model.onnx`` (fp32), ``model-int8-smoothed.onnx`` (``int8``: dynamic int8,
+made by onnxruntime's quantizer from the fp32 file after its activation
+outliers were moved into the weights, :mod:`.smoothing`) and ``model-int8.onnx``
+(``int8-plain``: the same quantizer on the fp32 file as it is — the model of
+stores built before smoothing). Both quantize the MatMul weights per output
+channel, in 7 bits: ``reduce_range`` keeps the u8×s8 products clear of the
+16-bit saturation of CPUs without VNNI, so every x86 CPU computes the same
+vectors; per-channel scales took the mean cosine to fp32 from 0.95 to 0.993,
+smoothing to 0.997 (docs/embedding.md). Each is written to a temporary file and
 renamed into place, under a file lock, so concurrent first uses neither
 corrupt it nor export twice. Nothing is downloaded.
 
@@ -43,10 +47,15 @@ from knowledge_store.ingest.embedders.st import bundled_model_path
 
 __all__ = ["QUANTIZATIONS", "RECIPE", "cache_root", "ensure_model", "model_file"]
 
-#: Bumped whenever the export or the quantization changes what the files hold.
+#: Bumped whenever the export or a quantization changes what a file holds (a new way of
+#: quantizing gets a file, and a ``model_id``, of its own instead: ``int8`` and ``int8-plain``).
 RECIPE = "ts17-q2"
-QUANTIZATIONS = ("fp32", "int8")
-_FILES = {"fp32": "model.onnx", "int8": "model-int8.onnx"}
+QUANTIZATIONS = ("fp32", "int8", "int8-plain")
+_FILES = {
+    "fp32": "model.onnx",
+    "int8": "model-int8-smoothed.onnx",
+    "int8-plain": "model-int8.onnx",
+}
 _EXPORT_TIMEOUT_S = 1800
 _PROBE = (
     "How do I create an index on a table column?",
@@ -226,14 +235,28 @@ def _check(path: Path, ids: Any, mask: Any, expected: Any) -> None:
         )
 
 
-def _quantize_int8(fp32: Path, dest: Path) -> None:
+def _quantize_int8(fp32: Path, dest: Path, model_dir: Path, *, smoothed: bool) -> None:
+    """Dynamic int8 of ``fp32``'s MatMul weights; ``smoothed``: of the graph :mod:`.smoothing`
+    rewrites first (its activation outliers moved into the weights)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".model-int8.", suffix=".onnx.tmp")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=".onnx.tmp")
     os.close(fd)
+    source = Path(f"{tmp}.fp32")
     try:
+        if smoothed:
+            from knowledge_store.ingest.embedders.onnx import Tokens
+            from knowledge_store.ingest.embedders.smoothing import (
+                CALIBRATION,
+                activation_peaks,
+                smooth_outliers,
+            )
+
+            tokens = Tokens.from_model_dir(model_dir)
+            peaks = activation_peaks(fp32, [tokens.encode(t) for t in CALIBRATION])
+            smooth_outliers(fp32, source, peaks)
         quantize_dynamic(
-            str(fp32),
+            str(source if smoothed else fp32),
             tmp,
             op_types_to_quantize=["MatMul"],
             per_channel=True,
@@ -244,6 +267,7 @@ def _quantize_int8(fp32: Path, dest: Path) -> None:
         os.replace(tmp, dest)
     finally:
         Path(tmp).unlink(missing_ok=True)
+        source.unlink(missing_ok=True)
 
 
 def export(quantization: str, model_dir: Path | None = None, cache: Path | None = None) -> Path:
@@ -254,16 +278,12 @@ def export(quantization: str, model_dir: Path | None = None, cache: Path | None 
     with _locked(path.parent):
         if not fp32.is_file():
             _export_fp32(source, fp32)
-        if quantization == "int8" and not path.is_file():
-            _quantize_int8(fp32, path)
+        if quantization != "fp32" and not path.is_file():
+            _quantize_int8(fp32, path, source, smoothed=quantization == "int8")
         about = path.parent / "export.json"
-        if not about.is_file():
-            _write_atomically(
-                about,
-                json.dumps(
-                    {"source": str(source), "recipe": RECIPE, "files": _FILES}, indent=2
-                ).encode(),
-            )
+        wanted = json.dumps({"source": str(source), "recipe": RECIPE, "files": _FILES}, indent=2)
+        if not about.is_file() or about.read_text(encoding="utf-8") != wanted:
+            _write_atomically(about, wanted.encode())
     return path
 
 

@@ -1,4 +1,4 @@
-"""``onnx:fp32`` / ``onnx:int8``: the bundled all-MiniLM-L6-v2 on ONNX Runtime (the default).
+"""``onnx:fp32`` / ``onnx:int8`` / ``onnx:int8-plain``: the bundled all-MiniLM-L6-v2 on ONNX Runtime.
 
 The same weights as ``st:sentence-transformers/all-MiniLM-L6-v2``, exported
 once to ONNX (:mod:`.export`); tokenized by the Rust ``tokenizers`` library from
@@ -13,7 +13,9 @@ sentence-transformers does, and the text gets the normalised mean of its
 windows. fp32 vectors agree with PyTorch's to cosine ≥ 0.9999 (measured by
 bench/bench_embedding.py), so an fp32 ONNX embedder has the same ``model_id``
 and reads and writes PyTorch-built stores. int8 (onnxruntime's dynamic
-quantization) gives different vectors: its ``model_id`` ends in ``@int8``.
+quantization) gives different vectors, so each int8 model has a ``model_id`` of
+its own: ``int8`` (outliers smoothed first, :mod:`.smoothing`) ends in
+``@int8-smoothed``; ``int8-plain``, the model of the stores built before, in ``@int8``.
 
 ``embed`` sorts pieces by token count and pads each batch only to its own
 longest; a thread tokenizes the next slice of texts while the model runs on
@@ -56,8 +58,17 @@ __all__ = ["MODEL_IDS", "OnnxEmbedder", "Tokens", "mean_pool"]
 
 Ids = npt.NDArray[np.int64]
 
-#: ``model_id`` by quantization: fp32 gives PyTorch's vectors, int8 its own.
-MODEL_IDS = {"fp32": DEFAULT_MODEL_ID, "int8": f"{DEFAULT_MODEL_ID}@int8"}
+#: ``model_id`` by quantization: fp32 gives PyTorch's vectors, each int8 model its own.
+#: ``int8-plain`` (no smoothing) keeps ``@int8``: the stores built on it before
+#: ``int8`` was smoothed are read and extended as they are (``embedder_for``).
+MODEL_IDS = {
+    "fp32": DEFAULT_MODEL_ID,
+    "int8": f"{DEFAULT_MODEL_ID}@int8-smoothed",
+    "int8-plain": f"{DEFAULT_MODEL_ID}@int8",
+}
+#: What the embedding cache keys each one's vectors on (``…|onnx-int8`` stays the plain
+#: model's, which made the vectors cached under it).
+_CACHE_TAGS = {"fp32": "onnx-fp32", "int8": "onnx-int8-smoothed", "int8-plain": "onnx-int8"}
 
 
 def mean_pool(hidden: npt.NDArray[np.float32], mask: Ids) -> Vectors:
@@ -201,7 +212,7 @@ class OnnxEmbedder:
     @property
     def cache_id(self) -> str:
         """The embedding cache keeps each runtime's vectors apart (they differ slightly)."""
-        return f"{DEFAULT_MODEL_ID}|onnx-{self.quantization}"
+        return f"{DEFAULT_MODEL_ID}|{_CACHE_TAGS[self.quantization]}"
 
     @property
     def dimension(self) -> int:
