@@ -57,7 +57,7 @@ from knowledge_store.retrieval import docs_tools, knowledge
 from knowledge_store.retrieval import search as planner
 from knowledge_store.retrieval.retrievers import Retriever
 
-__all__ = ["StoreReader", "TypesSeen", "request_of"]
+__all__ = ["StoreReader", "TypesSeen", "request_of", "vector_request"]
 
 R = TypeVar("R", bound=Request)
 Noted = TypeVar("Noted", ChunkHits, SearchAnswer, SqlHits, AggregateAnswer)
@@ -71,6 +71,20 @@ def request_of(model: type[R], given: object, **fields: Any) -> R:
     if isinstance(given, model):
         return given
     return model.parse({k: v for k, v in fields.items() if v is not None})
+
+
+def vector_request(
+    query: str | np.ndarray | VectorRequest, *, k: int, filters: Any, explain: bool
+) -> VectorRequest:
+    """The vector request of a text, a query vector, or the request itself."""
+    if isinstance(query, np.ndarray):
+        return VectorRequest.parse(
+            vector=np.asarray(query, dtype=np.float32).reshape(-1).tolist(),
+            k=k,
+            explain=explain,
+            **({} if filters is None else {"filters": filters}),
+        )
+    return request_of(VectorRequest, query, query=query, k=k, filters=filters, explain=explain)
 
 
 def _ms(seconds: float) -> float:
@@ -230,17 +244,7 @@ class StoreReader:
         explain: bool = False,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text, a vector, or the request."""
-        if isinstance(query, np.ndarray):
-            request = VectorRequest.parse(
-                vector=np.asarray(query, dtype=np.float32).reshape(-1).tolist(),
-                k=k,
-                explain=explain,
-                **({} if filters is None else {"filters": filters}),
-            )
-        else:
-            request = request_of(
-                VectorRequest, query, query=query, k=k, filters=filters, explain=explain
-            )
+        request = vector_request(query, k=k, filters=filters, explain=explain)
         started = time.perf_counter()
         if request.vector is not None:
             vec = np.asarray(request.vector, dtype=np.float32)
