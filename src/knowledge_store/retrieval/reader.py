@@ -78,11 +78,8 @@ def vector_request(
 ) -> VectorRequest:
     """The vector request of a text, a query vector, or the request itself."""
     if isinstance(query, np.ndarray):
-        return VectorRequest.parse(
-            vector=np.asarray(query, dtype=np.float32).reshape(-1).tolist(),
-            k=k,
-            explain=explain,
-            **({} if filters is None else {"filters": filters}),
+        return VectorRequest.of_array(
+            query, k=k, explain=explain, **({} if filters is None else {"filters": filters})
         )
     return request_of(VectorRequest, query, query=query, k=k, filters=filters, explain=explain)
 
@@ -246,9 +243,8 @@ class StoreReader:
         """Dense nearest chunks by meaning; ``query`` is a text, a vector, or the request."""
         request = vector_request(query, k=k, filters=filters, explain=explain)
         started = time.perf_counter()
-        if request.vector is not None:
-            vec = np.asarray(request.vector, dtype=np.float32)
-        else:
+        vec = request.query_vector()
+        if vec is None:
             vec = self.embed(request.query)
         t_embed = time.perf_counter()
         ranked = self.engine.vector(vec, request.k, request.filters.value, hydrate=True)

@@ -151,6 +151,14 @@ T = TypeVar("T")
 H = TypeVar("H")
 
 
+def _chunk_id(searcher: tantivy.Searcher, address: Any) -> int:
+    """The stored chunk id of a document (every chunk document has the fast field too)."""
+    value = searcher.doc(address).get_first("chunk_id")
+    if value is None:
+        raise ValueError("a document without chunk_id")
+    return int(value)
+
+
 def _translate(action: str, call: Callable[[], T]) -> T:
     try:
         return call()
@@ -533,16 +541,13 @@ class LexicalIndex:
         """
 
         def run(searcher: tantivy.Searcher, hits: list[Any]) -> list[tuple[int, float]]:
-            ids = searcher.fast_field_values("chunk_id", [a for _, a in hits])
-            out = []
-            for (score, address), chunk_id in zip(hits, ids, strict=True):
-                if chunk_id is None:
-                    chunk_id = searcher.doc(address).get_first("chunk_id")
-                if chunk_id is None:
-                    raise ValueError("a document without chunk_id")
-                out.append((int(chunk_id), float(score)))
-            out.sort(key=lambda hit: (-hit[1], hit[0]))
-            return out
+            values = searcher.fast_field_values("chunk_id", [a for _, a in hits])
+            # best first, ties by id: tuples compared in C (a key function is a call a hit)
+            ranked = sorted(
+                (-float(score), _chunk_id(searcher, address) if value is None else int(value))
+                for (score, address), value in zip(hits, values, strict=True)
+            )
+            return [(chunk_id, -score) for score, chunk_id in ranked]
 
         return self._searched(text, k, principals, filters, pinned, run)
 

@@ -63,6 +63,10 @@ _POST_FILTER_SHARE = 0.5
 _POST_FILTER_MARGIN = 1.5
 
 
+def _failure(action: str, exc: sqlite3.Error) -> StoreError:
+    return StoreError(f"{action} failed: {exc}")
+
+
 def _read_only(action: int, table: str | None, *_: Any) -> int:
     """Let a query_graph statement read, and nothing else.
 
@@ -112,15 +116,17 @@ class EmbeddedReader(SqlReader):
 
     def _run(self, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
         self._counted(sql)
-        with self._failing("reading the catalog"):
+        try:  # as _failing, without a context manager's cost on every statement
             return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _failure("reading the catalog", exc) from exc
 
     @contextmanager
     def _failing(self, action: str) -> Iterator[None]:
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError(f"{action} failed: {exc}") from exc
+            raise _failure(action, exc) from exc
 
     def _acl(self) -> dict[str, Any]:
         return SQLITE.held_params(self._held)
