@@ -183,23 +183,27 @@ class EmbeddedReader(SqlReader):
         kept = list(found[:k]) if passed is None else [h for h in found if h[0] in passed][:k]
         ids = [c for c, _ in kept]
         records: dict[int, ChunkRecord] | None = None
+        owners: Mapping[int, str] = {}
         if hydrate:
             records = self.chunks(ids)
-            uids = {c: r.uid for c, r in records.items()}
-        elif uids is None:
-            uids = self._owners(ids)
-            if len(uids) < len(ids):  # the map is not read yet, or misses a deleted chunk
-                uids = {**uids, **self._uids([c for c in ids if c not in uids])}
+        elif uids is not None:
+            owners = uids
+        else:
+            owners = self._owners(ids)
+            if len(owners) < len(ids):  # the map is not read yet, or misses a deleted chunk
+                owners = {**owners, **self._uids([c for c in ids if c not in owners])}
             if vector is not None:
                 details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
-        if len(uids) < len(kept):
-            kept = [(c, s) for c, s in kept if c in uids]
+        named: Mapping[int, object] = records if records is not None else owners
+        if len(named) < len(ids):
+            kept = [(c, s) for c, s in kept if c in named]
+            ids = [c for c, _ in kept]
         details["index_hits"] = len(found)
         details["dropped_by_final_check"] = dropped
         details.setdefault("ms", {})["final_check"] = ms(time.perf_counter() - started)
         return RankedChunks(
-            [c for c, _ in kept],
-            [uids[c] for c, _ in kept],
+            ids,
+            [records[c].uid for c in ids] if records is not None else [owners[c] for c in ids],
             [s for _, s in kept],
             vector,
             details,
