@@ -25,6 +25,7 @@ from knowledge_store.graphquery.check import checked_query
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import (
     AggregateAnswer,
+    ChunkHit,
     ChunkHits,
     Content,
     Filters,
@@ -185,24 +186,25 @@ class StoreReader:
         return answer.model_copy(update={"warnings": (*answer.warnings, *notes)})
 
     # -- primitives ---------------------------------------------------------------------------
-    def _chunk_hits(self, ranked: RankedChunks) -> list[dict[str, Any]]:
-        """The hits as plain data: the answer validates them in one call (pydantic's core
-        takes ~1.8 µs a hit that way, 3 µs through each model's constructor and 4.7 µs
-        through ``model_construct``)."""
+    def _chunk_hits(self, ranked: RankedChunks) -> list[ChunkHit]:
+        """The hits, from the records the engine read from its catalog: checked data of the
+        exact types, assigned rather than validated again (``Answer.of_checked``)."""
         records = ranked.records if ranked.records is not None else self.engine.chunks(ranked.ids)
-        hits: list[dict[str, Any]] = []
-        for chunk_id, score in zip(ranked.ids, ranked.scores, strict=True):
-            c = records.get(chunk_id)
-            if c is None:
-                continue
-            hits.append(
+        found = [
+            (c, score)
+            for c, score in zip(map(records.get, ranked.ids), ranked.scores, strict=True)
+            if c is not None
+        ]
+        hit = ChunkHit.of_checked
+        return [
+            hit(
                 {
                     "uid": c.uid,
                     "chunk_id": c.public_id,
                     "title": c.title,
                     "type": c.type,
                     "score": score,
-                    "rank": len(hits) + 1,
+                    "rank": rank,
                     "text": c.text,
                     "heading": c.heading,
                     "start": c.start,
@@ -210,7 +212,8 @@ class StoreReader:
                     "href": c.href,
                 }
             )
-        return hits
+            for rank, (c, score) in enumerate(found, 1)
+        ]
 
     def lexical(
         self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False
