@@ -53,6 +53,8 @@ def test_checked_hits_are_what_validation_makes_of_them(pages: KnowledgeStore) -
         pages.lexical("kiwi vacuum daemon", k=10),
         pages.vector("kiwi vacuum daemon", k=10),
         pages.vector(np.ones(dimension, np.float32), k=10),
+        pages.lexical("kiwi vacuum", k=10, explain=True),
+        pages.vector("kiwi vacuum", k=10, explain=True),
     ]
     for answer in answers:
         assert len(answer.hits) >= 3
@@ -72,3 +74,10 @@ def test_a_checked_hit_is_frozen_like_a_validated_one(pages: KnowledgeStore) -> 
     hit = pages.lexical("kiwi vacuum", k=1).hits[0]
     with pytest.raises(ValueError, match="frozen"):
         hit.score = 0.0  # type: ignore[misc]
+
+
+def test_an_answer_without_hits_keeps_its_warning(pages: KnowledgeStore) -> None:
+    answer = pages.lexical("the and of", k=5)
+    assert not answer.hits and answer.warnings
+    assert _validated(answer) == answer
+    assert answer.to_dict()["warnings"] == list(answer.warnings)

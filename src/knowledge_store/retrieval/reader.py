@@ -34,6 +34,7 @@ from knowledge_store.model import (
     QueryAnswer,
     SearchAnswer,
     SqlHits,
+    VectorInfo,
     near_misses,
 )
 from knowledge_store.model.queries import unsearched_words
@@ -231,9 +232,7 @@ class StoreReader:
             details = self._explained(ranked.details, started, t_rank)
         dropped = None if hits else unsearched_words(request.query)
         warnings = () if dropped is None else (_unsearched(dropped),)
-        return ChunkHits(
-            content_root=self.content_root, hits=hits, explain=details, warnings=warnings
-        )
+        return self._answer(hits, None, details, warnings)
 
     def vector(
         self,
@@ -257,8 +256,24 @@ class StoreReader:
         if request.explain:
             details = self._explained(ranked.details, t_embed, t_rank)
             details["ms"]["embed"] = _ms(t_embed - started)
-        return ChunkHits(
-            content_root=self.content_root, hits=hits, vector=ranked.vector, explain=details
+        return self._answer(hits, ranked.vector, details)
+
+    def _answer(
+        self,
+        hits: list[ChunkHit],
+        vector: VectorInfo | None,
+        details: dict[str, Any] | None,
+        warnings: tuple[str, ...] = (),
+    ) -> ChunkHits:
+        """A primitive's answer, of checked parts (its hits are; the rest is the reader's)."""
+        return ChunkHits.of_checked(
+            {
+                "content_root": self.content_root,
+                "hits": hits,
+                "vector": vector,
+                "explain": details,
+                "warnings": warnings,
+            }
         )
 
     def _explained(
