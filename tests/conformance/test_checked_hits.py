@@ -81,3 +81,12 @@ def test_an_answer_without_hits_keeps_its_warning(pages: KnowledgeStore) -> None
     assert not answer.hits and answer.warnings
     assert _validated(answer) == answer
     assert answer.to_dict()["warnings"] == list(answer.warnings)
+
+
+def test_a_note_added_to_a_checked_answer_is_in_its_copy_only(pages: KnowledgeStore) -> None:
+    """A type no readable entity has gets a note: the answer is copied with it (the copy's
+    fields set grows; the answer it was copied from is left as it was)."""
+    answer = pages.vector("kiwi vacuum", k=5, filters={"type": ["pagee"]})
+    assert not answer.hits and any("pagee" in w for w in answer.warnings)
+    assert "warnings" in answer.model_fields_set
+    assert _validated(answer) == answer

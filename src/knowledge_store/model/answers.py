@@ -90,7 +90,7 @@ class Answer(BaseModel):
         A test validates what a caller builds this way and compares."""
         answer = cls.__new__(cls)
         _assign(answer, "__dict__", values)
-        _assign(answer, "__pydantic_fields_set__", _all_fields(cls))
+        _assign(answer, "__pydantic_fields_set__", set(_all_fields(cls)))  # its own: copies add
         _assign(answer, "__pydantic_extra__", None)
         _assign(answer, "__pydantic_private__", None)
         return answer
