@@ -75,17 +75,35 @@ class NoAclReader(EmbeddedReader):
         )
         return {int(r[0]): str(r[1]) for r in rows}
 
-    def lexical(self, text: str, k: int, filters: Any) -> Any:
-        found = self._engine.lexical_index.search(
+    def lexical(self, text: str, k: int, filters: Any, *, hydrate: bool = False) -> Any:
+        found = self._engine.lexical_index.search_ids(
             text, k + 10, principals=None, filters=filters, pinned=self._lexical
         )
-        return self._ranked([(c, s) for c, _, s in found], k, filters, {})
+        return self._checked_ranked(found, k, filters, hydrate)
 
-    def vector(self, vector: Any, k: int, filters: Any) -> Any:
+    def vector(self, vector: Any, k: int, filters: Any, *, hydrate: bool = False) -> Any:
         assert self._dense is not None
         ids, scores, info = self._dense.search(vector, k + 10, allowed=None)
-        found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
-        return self._ranked(found, k, filters, {}, info)
+        found = list(zip(ids.tolist(), scores.tolist(), strict=True))
+        return self._checked_ranked(found, k, filters, hydrate, info)
+
+    def _checked_ranked(
+        self, found: list[tuple[int, float]], k: int, filters: Any, hydrate: bool, info: Any = None
+    ) -> Any:
+        started = time.perf_counter()
+        checked = self._checked([c for c, _ in found], filters)
+        dropped = sum(1 for c, _ in found if c not in checked)
+        return self._ranked(
+            found,
+            checked,
+            k,
+            {},
+            started,
+            hydrate=hydrate,
+            dropped=dropped,
+            uids=checked,
+            vector=info,
+        )
 
 
 @contextmanager

@@ -79,16 +79,16 @@ def test_a_hit_the_caller_may_not_read_never_survives(
         ]
     assert hidden
     index = engine.lexical_index
-    honest = index.search
+    honest = index.search_ids
 
-    def leaky(text: str, k: int, **kwargs: Any) -> list[tuple[int, str, float]]:
-        return [(cid, uid, 99.0) for cid, uid in hidden] + honest(text, k, **kwargs)
+    def leaky(text: str, k: int, **kwargs: Any) -> list[tuple[int, float]]:
+        return [(cid, 99.0) for cid, _ in hidden] + honest(text, k, **kwargs)
 
     engine.views.reset()
     if held_selection:
         with engine.reader(Identity("everyone")) as r:
             r.vector(np.ones(engine.dense.dimension, np.float32), 5, Filters())  # type: ignore[union-attr]
-    monkeypatch.setattr(index, "search", leaky)
+    monkeypatch.setattr(index, "search_ids", leaky)
     ranked, details = _lexical(estate, "everyone", "overview", Filters())
     assert details["final_check"] == ("visible set" if held_selection else "catalog")
     assert ranked.ids and not set(ranked.uids) & graph_estate.UNREADABLE_BY_EVERYONE

@@ -370,8 +370,12 @@ else:
     )
 
 
+_NO_FILTERS = FilterSpec()
+
+
 def _filters_default() -> FilterSpec:
-    return FilterSpec()
+    """No filters: one instance shared by every request (frozen, so nothing can change it)."""
+    return _NO_FILTERS
 
 
 Filtering = Annotated[FilterSpec, Field(default_factory=_filters_default)]

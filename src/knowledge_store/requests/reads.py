@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Self
 
+import numpy as np
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from knowledge_store.errors import InvalidRequest
@@ -147,6 +148,8 @@ class VectorRequest(Request):
     k: int = Field(10, ge=1, le=MAX_K, description="how many chunks")
     filters: Filtering
     explain: bool = Field(False, description="include how the answer was computed")
+    #: The array a request made by :meth:`of_array` holds, with the list it was checked as.
+    _array: tuple[list[float] | None, np.ndarray] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _one_query(self) -> Self:
@@ -160,6 +163,25 @@ class VectorRequest(Request):
                 field="query",
             )
         return self
+
+    @classmethod
+    def of_array(cls, vector: np.ndarray, **fields: Any) -> VectorRequest:
+        """The request of a query vector given as an array: validated as its list of numbers,
+        and the array kept, so the engine searches with it rather than one rebuilt from the
+        list (384 numbers there and back cost a vector primitive at top-10 about 5%)."""
+        array = np.array(vector, dtype=np.float32).reshape(-1)  # a copy: the caller's may change
+        request = cls.parse(vector=array.tolist(), **fields)
+        request._array = (request.vector, array)
+        return request
+
+    def query_vector(self) -> np.ndarray | None:
+        """The query vector as float32; None for a text query."""
+        if self.vector is None:
+            return None
+        kept = self._array
+        if kept is not None and kept[0] is self.vector:  # not a copy with another vector
+            return kept[1]
+        return np.asarray(self.vector, dtype=np.float32)
 
 
 class GraphRequest(Request):

@@ -64,7 +64,7 @@ from knowledge_store.retrieval.docs_tools import (
     XrefResolution,
 )
 from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
-from knowledge_store.retrieval.reader import StoreReader, TypesSeen
+from knowledge_store.retrieval.reader import StoreReader, TypesSeen, request_of, vector_request
 from knowledge_store.retrieval.retrievers import Retriever
 from knowledge_store.store.admin import Administration
 
@@ -229,9 +229,11 @@ class KnowledgeStore(Administration):
         explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
+        request = request_of(
+            LexicalRequest, text, query=text, k=k, filters=filters, explain=explain
+        )
         with self.reader(identity) as r:
-            answer = r.lexical(text, k=k, filters=filters, explain=explain)
-            return r.noted(answer, _filters_of(text, filters))
+            return r.noted(r.lexical(request), request.filters.value)
 
     def vector(
         self,
@@ -243,9 +245,9 @@ class KnowledgeStore(Administration):
         explain: bool = False,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
+        request = vector_request(query, k=k, filters=filters, explain=explain)
         with self.reader(identity) as r:
-            answer = r.vector(query, k=k, filters=filters, explain=explain)
-            return r.noted(answer, _filters_of(query, filters))
+            return r.noted(r.vector(request), request.filters.value)
 
     def search(
         self,
@@ -260,17 +262,18 @@ class KnowledgeStore(Administration):
         retrievers: Sequence[str | Retriever] | None = None,
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        request = request_of(
+            SearchRequest,
+            text,
+            query=text,
+            k=k,
+            filters=filters,
+            mode=mode,
+            weights=weights,
+            explain=explain,
+        )
         with self.reader(identity) as r:
-            answer = r.search(
-                text,
-                k=k,
-                filters=filters,
-                mode=mode,
-                weights=weights,
-                explain=explain,
-                retrievers=retrievers,
-            )
-            return r.noted(answer, _filters_of(text, filters))
+            return r.noted(r.search(request, retrievers=retrievers), request.filters.value)
 
     def sql(
         self,

@@ -148,6 +148,15 @@ class LexicalDoc:
 
 
 T = TypeVar("T")
+H = TypeVar("H")
+
+
+def _chunk_id(searcher: tantivy.Searcher, address: Any) -> int:
+    """The stored chunk id of a document (every chunk document has the fast field too)."""
+    value = searcher.doc(address).get_first("chunk_id")
+    if value is None:
+        raise ValueError("a document without chunk_id")
+    return int(value)
 
 
 def _translate(action: str, call: Callable[[], T]) -> T:
@@ -514,6 +523,34 @@ class LexicalIndex:
                 )
         return clauses
 
+    def search_ids(
+        self,
+        text: str,
+        k: int,
+        *,
+        principals: Collection[str] | None,
+        filters: Filters,
+        pinned: Pinned | None = None,
+    ) -> list[tuple[int, float]]:
+        """``(chunk_id, bm25 score)`` of the best ``k`` chunks, best first (ties by id).
+
+        ``principals`` are those the caller holds (None: no ACL restriction;
+        empty: nothing). Filters restrict inside the query. The ids come from the
+        ``chunk_id`` fast field: no stored document is read (the reader names the
+        entities of the hits it keeps, after its final check).
+        """
+
+        def run(searcher: tantivy.Searcher, hits: list[Any]) -> list[tuple[int, float]]:
+            values = searcher.fast_field_values("chunk_id", [a for _, a in hits])
+            # best first, ties by id: tuples compared in C (a key function is a call a hit)
+            ranked = sorted(
+                (-float(score), _chunk_id(searcher, address) if value is None else int(value))
+                for (score, address), value in zip(hits, values, strict=True)
+            )
+            return [(chunk_id, -score) for score, chunk_id in ranked]
+
+        return self._searched(text, k, principals, filters, pinned, run)
+
     def search(
         self,
         text: str,
@@ -522,16 +559,33 @@ class LexicalIndex:
         principals: Collection[str] | None,
         filters: Filters,
         pinned: Pinned | None = None,
-        owners: Callable[[list[int]], Mapping[int, str]] | None = None,
     ) -> list[tuple[int, str, float]]:
-        """``(chunk_id, uid, bm25 score)`` of the best ``k`` chunks, best first.
+        """:meth:`search_ids` with each hit's uid, read from its stored document (for
+        tools and tests; a reader names uids from the catalog's snapshot)."""
 
-        ``principals`` are those the caller holds (None: no ACL restriction;
-        empty: nothing). Filters restrict inside the query. ``owners`` names the
-        uids of chunk ids it knows (the engine's in-memory map): the hits' ids
-        come from the ``chunk_id`` fast field, and only the others' stored
-        documents are read.
-        """
+        def run(searcher: tantivy.Searcher, hits: list[Any]) -> list[tuple[int, str, float]]:
+            out = []
+            for score, address in hits:
+                doc = searcher.doc(address)
+                chunk_id, uid = doc.get_first("chunk_id"), doc.get_first("uid")
+                if chunk_id is None or uid is None:
+                    raise ValueError("a document without chunk_id or uid")
+                out.append((int(chunk_id), str(uid), float(score)))
+            out.sort(key=lambda hit: (-hit[2], hit[0]))
+            return out
+
+        return self._searched(text, k, principals, filters, pinned, run)
+
+    def _searched(
+        self,
+        text: str,
+        k: int,
+        principals: Collection[str] | None,
+        filters: Filters,
+        pinned: Pinned | None,
+        read: Callable[[tantivy.Searcher, list[Any]], list[H]],
+    ) -> list[H]:
+        """``read(searcher, hits)`` of Tantivy's ``(score, address)`` hits of the query."""
         if k <= 0 or (principals is not None and len(principals) == 0):
             return []
         text_query = self._text_query(text)
@@ -540,28 +594,13 @@ class LexicalIndex:
         clauses = [(tantivy.Occur.Must, text_query), *self._filter_clauses(principals, filters)]
         query = tantivy.Query.boolean_query(clauses) if len(clauses) > 1 else text_query
 
-        def run() -> list[tuple[int, str, float]]:
+        def run() -> list[H]:
             searcher = (pinned or self.pin()).searcher
             limit = min(k, searcher.num_docs)  # Tantivy sizes its top-k heap by the limit
             if limit <= 0:
                 return []
             hits = searcher.search(query, limit=limit, count=False).hits
-            named: Mapping[int, str] = {}
-            ids: list[Any] = [None] * len(hits)
-            if owners is not None and hits:
-                ids = searcher.fast_field_values("chunk_id", [a for _, a in hits])
-                named = owners([int(i) for i in ids if i is not None])
-            out = []
-            for (score, address), chunk_id in zip(hits, ids, strict=True):
-                uid = None if chunk_id is None else named.get(int(chunk_id))
-                if uid is None:
-                    doc = searcher.doc(address)
-                    chunk_id, uid = doc.get_first("chunk_id"), doc.get_first("uid")
-                if chunk_id is None or uid is None:
-                    raise ValueError("a document without chunk_id or uid")
-                out.append((int(chunk_id), str(uid), float(score)))
-            out.sort(key=lambda hit: (-hit[2], hit[0]))
-            return out
+            return read(searcher, hits) if hits else []
 
         return _translate("searching", run)
 

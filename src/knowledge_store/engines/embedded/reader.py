@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,10 @@ _EVERYTHING = Filters()
 #: its pruning: 2.5× the plain query at 100k and 1M chunks); and the over-fetch margin.
 _POST_FILTER_SHARE = 0.5
 _POST_FILTER_MARGIN = 1.5
+
+
+def _failure(action: str, exc: sqlite3.Error) -> StoreError:
+    return StoreError(f"{action} failed: {exc}")
 
 
 def _read_only(action: int, table: str | None, *_: Any) -> int:
@@ -112,15 +116,17 @@ class EmbeddedReader(SqlReader):
 
     def _run(self, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
         self._counted(sql)
-        with self._failing("reading the catalog"):
+        try:  # as _failing, without a context manager's cost on every statement
             return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _failure("reading the catalog", exc) from exc
 
     @contextmanager
     def _failing(self, action: str) -> Iterator[None]:
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError(f"{action} failed: {exc}") from exc
+            raise _failure(action, exc) from exc
 
     def _acl(self) -> dict[str, Any]:
         return SQLITE.held_params(self._held)
@@ -145,44 +151,59 @@ class EmbeddedReader(SqlReader):
         return {int(r[0]): str(r[1]) for r in self._run(*statements.chunk_uids(SQLITE, ids))}
 
     @staticmethod
-    def _members(ids: Sequence[int], selection: np.ndarray | None) -> list[bool]:
-        """Whether each id is in ``selection`` (sorted visible chunk ids; None: every chunk)."""
+    def _passing(ids: Sequence[int], selection: np.ndarray | None) -> Collection[int] | None:
+        """Those of ``ids`` in ``selection`` (sorted visible chunk ids); None: every one
+        passes (``selection`` None: the snapshot hides nothing)."""
         if selection is None:
-            return [True] * len(ids)
+            return None
+        if not len(selection) or not ids:
+            return frozenset()
         wanted = np.asarray(ids, dtype=np.int64)
-        at = np.minimum(np.searchsorted(selection, wanted), max(len(selection) - 1, 0))
-        return (selection[at] == wanted).tolist() if len(selection) else [False] * len(ids)
+        at = np.minimum(np.searchsorted(selection, wanted), len(selection) - 1)
+        return frozenset(wanted[selection[at] == wanted].tolist())
 
     def _ranked(
         self,
         found: Sequence[tuple[int, float]],
-        visible: Mapping[int, str],
+        passed: Collection[int] | None,
         k: int,
         details: dict[str, Any],
         started: float,
         *,
-        hydrate: bool = False,
-        records: Mapping[int, ChunkRecord] | None = None,
-        dropped: int | None = None,
+        hydrate: bool,
+        dropped: int,
+        uids: Mapping[int, str] | None = None,
         vector: VectorInfo | None = None,
     ) -> RankedChunks:
-        """The first ``k`` of ``found`` that passed the final check (``visible``: id → uid),
-        with their records when ``hydrate`` (one statement; nothing is loaded otherwise) or
-        when the caller read them already. ``dropped``: how many the check dropped, when
-        ``visible`` does not tell (it holds only the first ``k``)."""
-        kept = [(c, s) for c, s in found if c in visible][:k]
-        if records is None and hydrate:
-            records = self.chunks([c for c, _ in kept])
-        if records is not None:
-            kept = [(c, s) for c, s in kept if c in records]
+        """The first ``k`` of ``found`` that passed the final check (``passed``, None: all;
+        ``dropped`` of the fetched hits did not), each named by its entity's uid — late, for those
+        ``k`` only: from their records when ``hydrate`` (one statement, which reads the
+        text with it), else from ``uids`` (the catalog's probe named them), else from the
+        engine's in-memory map of owners (a statement for any it misses)."""
+        kept = list(found[:k]) if passed is None else [h for h in found if h[0] in passed][:k]
+        ids = [c for c, _ in kept]
+        records: dict[int, ChunkRecord] | None = None
+        owners: Mapping[int, str] = {}
+        if hydrate:
+            records = self.chunks(ids)
+        elif uids is not None:
+            owners = uids
+        else:
+            owners = self._owners(ids)
+            if len(owners) < len(ids):  # the map is not read yet, or misses a deleted chunk
+                owners = {**owners, **self._uids([c for c in ids if c not in owners])}
+            if vector is not None:
+                details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
+        named: Mapping[int, object] = records if records is not None else owners
+        if len(named) < len(ids):
+            kept = [(c, s) for c, s in kept if c in named]
+            ids = [c for c, _ in kept]
         details["index_hits"] = len(found)
-        details["dropped_by_final_check"] = (
-            sum(1 for c, _ in found if c not in visible) if dropped is None else dropped
-        )
+        details["dropped_by_final_check"] = dropped
         details.setdefault("ms", {})["final_check"] = ms(time.perf_counter() - started)
         return RankedChunks(
-            [c for c, _ in kept],
-            [visible[c] for c, _ in kept],
+            ids,
+            [records[c].uid for c in ids] if records is not None else [owners[c] for c in ids],
             [s for _, s in kept],
             vector,
             details,
@@ -215,7 +236,7 @@ class EmbeddedReader(SqlReader):
         views = self._engine.views
         hides = views.hides_any(self, filters)
         known, selection = views.known_visible(self, filters)
-        found: list[tuple[int, str, float]] | None = None
+        found: list[tuple[int, float]] | None = None
         way = "none" if not hides else "query"
         cut = 0  # hits the post-filter dropped (outside the selection)
         if hides and known and selection is not None:
@@ -228,52 +249,45 @@ class EmbeddedReader(SqlReader):
         details: dict[str, Any] = {"ms": {"index": ms(time.perf_counter() - started)}}
         details["acl_clause"] = way
         checked = time.perf_counter()
+        ids = [c for c, _ in found]
+        probed: dict[int, str] | None = None
+        passed: Collection[int] | None
         if known:
-            ids = [c for c, _, _ in found]
-            visible = {
-                c: uid
-                for (c, uid, _), ok in zip(found, self._members(ids, selection), strict=True)
-                if ok
-            }
+            passed = self._passing(ids, selection)
         else:
-            visible = self._probed([c for c, _, _ in found], filters)
+            passed = probed = self._probed(ids, filters)
         details["final_check"] = "visible set" if known else "catalog"
-        ranked = [(c, s) for c, _, s in found]
-        dropped = cut + sum(1 for c, _ in ranked if c not in visible)
-        return self._ranked(ranked, visible, k, details, checked, hydrate=hydrate, dropped=dropped)
+        dropped = cut + (0 if passed is None else sum(1 for c in ids if c not in passed))
+        return self._ranked(
+            found, passed, k, details, checked, hydrate=hydrate, dropped=dropped, uids=probed
+        )
 
     def _lexical_search(
         self, text: str, limit: int, filters: Filters | None
-    ) -> list[tuple[int, str, float]]:
+    ) -> list[tuple[int, float]]:
         """BM25's best ``limit``; with the principals and ``filters`` as clauses, or none."""
-        return self._engine.lexical_index.search(
+        return self._engine.lexical_index.search_ids(
             text,
             limit,
             principals=None if filters is None else self._held,
             filters=_EVERYTHING if filters is None else filters,
             pinned=self._lexical,
-            owners=self._owners,
         )
 
     def _post_filtered(
         self, text: str, k: int, selection: np.ndarray, share: float
-    ) -> tuple[list[tuple[int, str, float]] | None, int]:
+    ) -> tuple[list[tuple[int, float]] | None, int]:
         """The plain ranking's hits in ``selection`` — at least ``k`` of them, all that pass
         above the last score fetched — or None when the fetch cannot tell; and how many
         hits it dropped."""
         limit = int((k + _SLACK) / share * _POST_FILTER_MARGIN) + _SLACK
         found = self._lexical_search(text, limit, None)
-        passing = [
-            hit
-            for hit, ok in zip(
-                found, self._members([c for c, _, _ in found], selection), strict=True
-            )
-            if ok
-        ]
+        inside = self._passing([c for c, _ in found], selection)
+        passing = found if inside is None else [hit for hit in found if hit[0] in inside]
         cut = len(found) - len(passing)
         if len(found) < limit:  # every match was fetched
             return passing, cut
-        if len(passing) < k or passing[k - 1][2] <= found[-1][2]:
+        if len(passing) < k or passing[k - 1][1] <= found[-1][1]:
             return None, 0
         return passing, cut
 
@@ -306,21 +320,13 @@ class EmbeddedReader(SqlReader):
             "final_check": "visible set",
         }
         checked = time.perf_counter()
-        found = list(zip((int(i) for i in ids), (float(s) for s in scores), strict=True))
-        hits = [c for c, _ in found]
-        members = [c for c, ok in zip(hits, self._members(hits, allowed), strict=True) if ok]
-        if hydrate:  # the records carry the uids: no statement for them alone
-            records = self.chunks(members[:k])
-            visible = {c: r.uid for c, r in records.items()}
-            dropped = len(found) - len(members)
-            return self._ranked(
-                found, visible, k, details, checked, records=records, dropped=dropped, vector=info
-            )
-        uids = self._owners(members)
-        if len(uids) < len(members):  # the map is not read yet, or misses a deleted chunk
-            uids.update(self._uids([c for c in members if c not in uids]))
-        details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
-        return self._ranked(found, uids, k, details, checked, vector=info)
+        hits: list[int] = ids.tolist()
+        found = list(zip(hits, scores.tolist(), strict=True))
+        passed = self._passing(hits, allowed)
+        dropped = 0 if passed is None else sum(1 for c in hits if c not in passed)
+        return self._ranked(
+            found, passed, k, details, checked, hydrate=hydrate, dropped=dropped, vector=info
+        )
 
     def any_entity_hidden(self, filters: Filters) -> bool:
         """Whether some entity is unreadable to this reader or fails ``filters``."""
