@@ -10,6 +10,7 @@ embedding cache, refused when the store moves on meanwhile.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,24 @@ def test_a_legacy_store_that_says_default_is_read_on_onnx(tmp_path, fp32):
         assert store.embedder is open_embedder("onnx:fp32")
 
 
+def _vacuumed(store: KnowledgeStore) -> bool:
+    """Whether ``chunks`` was vacuumed (the statistics reach other sessions within ~1 s)."""
+    for _ in range(50):
+        row = (
+            store.engine.db.conn()
+            .execute(
+                "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'chunks'"
+                " AND schemaname = %s",
+                (store.engine.db.schema,),
+            )
+            .fetchone()
+        )
+        if row and row[0]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monkeypatch):
     with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE)
@@ -112,6 +131,8 @@ def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monke
         assert hit.uid == fp32_hit.uid
         assert hit.score != pytest.approx(fp32_hit.score, abs=1e-6)  # new vectors
         assert store.search("vacuum", k=3).results
+        if store.engine.name == "postgres":  # the old vectors' row versions are vacuumed away
+            assert _vacuumed(store)
     monkeypatch.delenv("KS_EMBEDDER")
     with open_store(location) as store:  # the store now says int8
         assert store.embedder is open_embedder("onnx:int8")

@@ -358,7 +358,12 @@ class PostgresEngine:
         meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self.db.write() as conn, translate("re-embedding"):
             result = writes.replace_embeddings(conn, ids, vectors, meta, base_root=base_root)
-        self._after_write(len(ids))
+        with translate("vacuuming after the re-embedding"):
+            # Every vector was replaced: the old row versions stay in pgvector's HNSW graph,
+            # where a search still walks them (and spends ef on them) until a vacuum removes
+            # them. Measured on postgres-docs: vector nDCG@10 0.7288 → 0.7349 and R@100
+            # 0.9564 → 0.9673 once vacuumed (docs/embedding.md).
+            self.db.conn().execute("VACUUM ANALYZE chunks")
         return result.root
 
     def content_root(self) -> str:
