@@ -169,8 +169,8 @@ def ingest_entities(
         for p in pending
     ]
     published = engine.publish(prepared, [], kind=kind, model=embedder.model_id, source=source)
-    report = _report(published, len(entities), rejected, skipped)
-    return report.model_copy(update={"warnings": _unreadable([e for e in changed if not e.acl])})
+    unreadable = _unreadable([e for e in changed if not e.acl])
+    return _report(published, len(entities), rejected, skipped, unreadable)
 
 
 #: How many uids a warning names.
@@ -194,6 +194,7 @@ def _report(
     entities: int,
     rejected: Sequence[Rejection],
     skipped: Sequence[Skipped],
+    warnings: tuple[str, ...] = (),
 ) -> IngestReport:
     # The counts are the publish's own (planned in its transaction), not a guess from before it.
     return IngestReport(
@@ -205,4 +206,5 @@ def _report(
         deleted_uids=list(published.deleted_uids[:DELETED_UIDS_SHOWN]),
         rejected=list(rejected),
         skipped=_skipped(skipped),
+        warnings=warnings,
     )

@@ -59,7 +59,14 @@ from knowledge_store.retrieval import docs_tools, knowledge
 from knowledge_store.retrieval import search as planner
 from knowledge_store.retrieval.retrievers import Retriever
 
-__all__ = ["StoreReader", "TypesSeen", "request_of", "vector_request"]
+__all__ = [
+    "StoreReader",
+    "TypesSeen",
+    "lexical_request",
+    "request_of",
+    "search_request",
+    "vector_request",
+]
 
 R = TypeVar("R", bound=Request)
 Noted = TypeVar("Noted", ChunkHits, SearchAnswer, SqlHits, AggregateAnswer)
@@ -73,6 +80,35 @@ def request_of(model: type[R], given: object, **fields: Any) -> R:
     if isinstance(given, model):
         return given
     return model.parse({k: v for k, v in fields.items() if v is not None})
+
+
+def lexical_request(
+    text: str | LexicalRequest, *, k: int, filters: Any, explain: bool
+) -> LexicalRequest:
+    """The lexical request of a text, or the request itself."""
+    return request_of(LexicalRequest, text, query=text, k=k, filters=filters, explain=explain)
+
+
+def search_request(
+    text: str | SearchRequest | None,
+    *,
+    k: int,
+    filters: Any,
+    mode: str | None,
+    weights: Mapping[str, float] | None,
+    explain: bool,
+) -> SearchRequest:
+    """The fused-search request of a text (None: a pure filter request), or the request."""
+    return request_of(
+        SearchRequest,
+        text,
+        query=text,
+        k=k,
+        filters=filters,
+        mode=mode,
+        weights=weights,
+        explain=explain,
+    )
 
 
 def vector_request(
@@ -220,9 +256,7 @@ class StoreReader:
         self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = request_of(
-            LexicalRequest, text, query=text, k=k, filters=filters, explain=explain
-        )
+        request = lexical_request(text, k=k, filters=filters, explain=explain)
         started = time.perf_counter()
         ranked = self.engine.lexical(request.query, request.k, request.filters.value, hydrate=True)
         t_rank = time.perf_counter()
@@ -375,15 +409,8 @@ class StoreReader:
 
         ``evidence``: chunks hydrated per result (0 for a caller that reads the entities).
         """
-        request = request_of(
-            SearchRequest,
-            text,
-            query=text,
-            k=k,
-            filters=filters,
-            mode=mode,
-            weights=weights,
-            explain=explain,
+        request = search_request(
+            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain
         )
         plan = planner.plan(
             request.query,

@@ -64,7 +64,13 @@ from knowledge_store.retrieval.docs_tools import (
     XrefResolution,
 )
 from knowledge_store.retrieval.knowledge import CodeSamples, Knowledge
-from knowledge_store.retrieval.reader import StoreReader, TypesSeen, request_of, vector_request
+from knowledge_store.retrieval.reader import (
+    StoreReader,
+    TypesSeen,
+    lexical_request,
+    search_request,
+    vector_request,
+)
 from knowledge_store.retrieval.retrievers import Retriever
 from knowledge_store.store.admin import Administration
 
@@ -229,9 +235,7 @@ class KnowledgeStore(Administration):
         explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = request_of(
-            LexicalRequest, text, query=text, k=k, filters=filters, explain=explain
-        )
+        request = lexical_request(text, k=k, filters=filters, explain=explain)
         with self.reader(identity) as r:
             return r.noted(r.lexical(request), request.filters.value)
 
@@ -262,15 +266,8 @@ class KnowledgeStore(Administration):
         retrievers: Sequence[str | Retriever] | None = None,
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
-        request = request_of(
-            SearchRequest,
-            text,
-            query=text,
-            k=k,
-            filters=filters,
-            mode=mode,
-            weights=weights,
-            explain=explain,
+        request = search_request(
+            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain
         )
         with self.reader(identity) as r:
             return r.noted(r.search(request, retrievers=retrievers), request.filters.value)
