@@ -65,12 +65,14 @@ def test_the_cli_and_servers_map_the_variables_onto_settings(tmp_path: Path) -> 
         "KS_ONNX_CACHE": str(tmp_path / "onnx"),
         "KS_EMBEDDINGS_API_KEY": "sekret",
         "KS_EMBED_WINDOW_MS": "4",
+        "KS_GRAPH_TIME_LIMIT_MS": "2000",
     }
     assert environment.identity(None, env).principal == "user:sam"
     assert environment.identity("user:x", env).principal == "user:x"
     assert environment.embedder_spec(env) == "hash:64"
     engine = environment.engine_settings(env)
     assert (engine.lexical_ranker, engine.keep_server) == ("ts_rank_cd", True)
+    assert engine.graph_time_limit_s == 2.0
     embedder = environment.embedder_settings(env)
     assert (embedder.device, embedder.threads, embedder.api_key) == ("cpu", 3, "sekret")
     assert embedder.onnx_cache == tmp_path / "onnx"
@@ -82,6 +84,7 @@ def test_unset_variables_give_the_library_defaults(tmp_path: Path) -> None:
     assert environment.embedder_spec({}) is None
     engine = environment.engine_settings({"KS_PG_KEEP_RUNNING": "0"})
     assert (engine.lexical_ranker, engine.keep_server) == (None, False)
+    assert engine.graph_time_limit_s == 0.25
     embedder = environment.embedder_settings({})
     assert (embedder.device, embedder.threads, embedder.onnx_cache) == ("auto", None, None)
     assert environment.embedder_settings({"XDG_CACHE_HOME": str(tmp_path)}).onnx_cache == (
@@ -101,6 +104,12 @@ def test_a_bad_device_names_the_variable() -> None:
 def test_a_bad_thread_count_names_the_variable_instead_of_being_ignored(value: str) -> None:
     with pytest.raises(InvalidRequest, match=f"KS_ONNX_THREADS={value!r} is not a whole number"):
         environment.embedder_settings({"KS_ONNX_THREADS": value})
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_a_bad_graph_time_limit_names_the_variable(value: str) -> None:
+    with pytest.raises(InvalidRequest, match=f"KS_GRAPH_TIME_LIMIT_MS={value!r} is not a whole"):
+        environment.engine_settings({"KS_GRAPH_TIME_LIMIT_MS": value})
 
 
 @pytest.mark.parametrize("value", ["soon", "-5", "nan", "inf"])

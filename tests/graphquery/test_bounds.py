@@ -6,10 +6,12 @@ import time
 
 import pytest
 
+from knowledge_store.engines.base import EngineSettings
 from knowledge_store.errors import (
     BoundExceeded,
     InvalidRequest,
     KnowledgeStoreError,
+    QueryTimeout,
     UnknownField,
     UnknownLabel,
 )
@@ -17,6 +19,7 @@ from knowledge_store.graphquery import parse, parse_lenient
 from knowledge_store.graphquery.validator import NODE_PROPERTIES
 from knowledge_store.model import LABELS
 from knowledge_store.store import KnowledgeStore
+from tests import graph_estate
 
 # -- read-only ------------------------------------------------------------------------------------
 
@@ -313,7 +316,28 @@ def test_strict_mode_raises_the_first_problem_only(estate: KnowledgeStore) -> No
     assert "errors" not in caught.value.details
 
 
-# -- time: guards removed after the query ------------------------------------------------------------------------
+# -- time: the bound is the engine's setting; guards removed after the query -------------------------------------
+
+
+def test_the_time_bound_is_a_setting_of_the_engine(estate: KnowledgeStore) -> None:
+    # EngineSettings.graph_time_limit_s (``KS_GRAPH_TIME_LIMIT_MS`` for ks and the servers)
+    assert estate.engine.graph_time_limit_s == graph_estate.TIME_LIMIT_S  # type: ignore[attr-defined]
+    heavy = "MATCH (a), (b), (c), (d) RETURN count(*)"  # 27⁴ rows to count
+    assert estate.query_graph(heavy, {}).rows == [[27**4]]
+    tight = KnowledgeStore.open(
+        estate.engine.path,  # type: ignore[attr-defined]
+        create=False,
+        engine_settings=EngineSettings(graph_time_limit_s=0.001),
+    )
+    try:
+        with pytest.raises(QueryTimeout) as caught:
+            tight.query_graph(heavy, {})
+        assert "ran past the 1 ms bound and was cancelled" in caught.value.message
+        assert caught.value.details["limit_ms"] == 1
+    finally:
+        tight.close()
+    with pytest.raises(InvalidRequest, match="positive number of seconds"):
+        EngineSettings(graph_time_limit_s=0)
 
 
 @pytest.mark.embedded_only(reason="the guard is SQLite's progress handler and authorizer")

@@ -13,6 +13,7 @@ answer returns (``chunks``, ``entities``), once, late.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -24,8 +25,10 @@ import numpy.typing as npt
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.engines.sql.traversal import Traversal
+from knowledge_store.errors import InvalidRequest
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
+    QUERY_GRAPH_TIME_LIMIT_S,
     AclExplanation,
     AggregateAnswer,
     AggregateSpec,
@@ -72,11 +75,21 @@ class EngineSettings:
     ``lexical_ranker``: PostgreSQL's BM25 ranker (``bm25``, ``ts_rank_cd``,
     ``pg_search``, ``pg_textsearch``; None: the best the server has);
     ``keep_server``: ``pg:DIR`` leaves its local server running after exit.
-    The embedded engine has no setting.
+    ``graph_time_limit_s``: query_graph's wall-clock bound (both engines; DESIGN §5's
+    ~250 ms by default), past which a statement is cancelled with ``timeout``.
     """
 
     lexical_ranker: str | None = None
     keep_server: bool = False
+    graph_time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.graph_time_limit_s) and self.graph_time_limit_s > 0):
+            raise InvalidRequest(
+                f"the query_graph time limit must be a positive number of seconds,"
+                f" not {self.graph_time_limit_s!r}",
+                field="graph_time_limit_s",
+            )
 
 
 @dataclass(frozen=True)

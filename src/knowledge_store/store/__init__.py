@@ -119,10 +119,11 @@ def open_engine(
             create=create,
             keep_server=chosen.keep_server,
             lexical_ranker=chosen.lexical_ranker,
+            graph_time_limit_s=chosen.graph_time_limit_s,
         )
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
 
-    return EmbeddedEngine(Path(text), create=create)
+    return EmbeddedEngine(Path(text), create=create, graph_time_limit_s=chosen.graph_time_limit_s)
 
 
 class KnowledgeStore(Administration):

@@ -14,6 +14,7 @@ variable                    parameter
 ``KS_EMBEDDER``             the embedder spec a store is opened with
 ``KS_PG_LEXICAL``           ``EngineSettings.lexical_ranker`` (PostgreSQL)
 ``KS_PG_KEEP_RUNNING``      ``EngineSettings.keep_server`` (``pg:DIR``; ``1`` = keep)
+``KS_GRAPH_TIME_LIMIT_MS``  ``EngineSettings.graph_time_limit_s`` (query_graph; default 250)
 ``KS_ONNX_DEVICE``          ``EmbedderSettings.device`` (``auto``, ``cpu``, ``gpu``)
 ``KS_ONNX_THREADS``         ``EmbedderSettings.threads``
 ``KS_ONNX_CACHE``           ``EmbedderSettings.onnx_cache`` (else ``$XDG_CACHE_HOME/knowledge-store/onnx``)
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import Identity
+from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S, Identity
 
 if TYPE_CHECKING:  # imported when used: ``ks --help`` stays quick
     from knowledge_store.engines.base import EngineSettings
@@ -69,9 +70,11 @@ def engine_settings(env: Mapping[str, str] | None = None) -> EngineSettings:
     from knowledge_store.engines.base import EngineSettings
 
     values = _environ(env)
+    graph_ms = _positive_int(values, "KS_GRAPH_TIME_LIMIT_MS")
     return EngineSettings(
         lexical_ranker=values.get("KS_PG_LEXICAL") or None,
         keep_server=values.get("KS_PG_KEEP_RUNNING", "") not in ("", "0"),
+        graph_time_limit_s=QUERY_GRAPH_TIME_LIMIT_S if graph_ms is None else graph_ms / 1000,
     )
 
 

@@ -66,7 +66,13 @@ from knowledge_store.engines.sql.sources import (
     write_crawl_pages,
 )
 from knowledge_store.errors import ModelMismatch, StoreError
-from knowledge_store.model import Entity, Identity, SourceSummary, StoreStats
+from knowledge_store.model import (
+    QUERY_GRAPH_TIME_LIMIT_S,
+    Entity,
+    Identity,
+    SourceSummary,
+    StoreStats,
+)
 
 __all__ = ["EmbeddedEngine"]
 
@@ -94,12 +100,20 @@ class EmbeddedEngine:
 
     name = "embedded"
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        create: bool = True,
+        graph_time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S,
+    ) -> None:
         """Open the store in ``path``; ``create=False``: only one that exists (else NotFound).
+        ``graph_time_limit_s``: query_graph's wall-clock bound (EngineSettings).
 
         A leading ``~`` is the home directory, as for ``pg:~/DIR`` (a shell leaves it
         alone in ``--store=~/kb`` and in ``$KS_STORE``: it made a directory named ``~``)."""
         self.path = Path(os.path.expanduser(path))
+        self.graph_time_limit_s = graph_time_limit_s
         check_store_directory(self.path, str(path))
         if not create and not (self.path / "catalog.sqlite").is_file():
             raise no_store(str(path))

@@ -34,7 +34,6 @@ from knowledge_store.errors import InvalidRequest, ModelMismatch, QueryTimeout, 
 from knowledge_store.graphquery.compiler import compile_query
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
-    QUERY_GRAPH_TIME_LIMIT_S,
     Filters,
     Identity,
     QueryAnswer,
@@ -348,11 +347,14 @@ class EmbeddedReader(SqlReader):
         query: Query,
         params: Mapping[str, Any],
         *,
-        time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S,
+        time_limit_s: float | None = None,
     ) -> QueryAnswer:
-        """One compiled statement, read-only (an authorizer), cancelled past the time bound."""
+        """One compiled statement, read-only (an authorizer), cancelled past the time bound
+        (``time_limit_s``, else the engine's)."""
         compiled = compile_query(query, params, self._held, dialect=SQLITE)
         self._counted(compiled.sql)
+        if time_limit_s is None:
+            time_limit_s = self._engine.graph_time_limit_s
         started = time.perf_counter()
         deadline = started + time_limit_s
 

@@ -64,6 +64,7 @@ from knowledge_store.errors import (
 )
 from knowledge_store.model import (
     EVERYONE,
+    QUERY_GRAPH_TIME_LIMIT_S,
     AclExplanation,
     Entity,
     Filters,
@@ -125,8 +126,11 @@ class PostgresEngine:
         lexical_ranker: str | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
         create: bool = True,
+        graph_time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S,
     ) -> None:
         self.url = url
+        #: query_graph's wall-clock bound, ``statement_timeout`` (EngineSettings).
+        self.graph_time_limit_s = graph_time_limit_s
         #: How to open this store again (``ks --store``); ``open`` sets what it was given.
         self.path = url if schema == DEFAULT_SCHEMA else _with_schema(url, schema)
         self.db = Database(url, schema)

@@ -31,7 +31,6 @@ from knowledge_store.engines.sql.reader import SqlReader, ms
 from knowledge_store.errors import ModelMismatch, QueryTimeout, StoreError
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
-    QUERY_GRAPH_TIME_LIMIT_S,
     Filters,
     Identity,
     QueryAnswer,
@@ -146,11 +145,14 @@ class PostgresReader(SqlReader):
         query: Query,
         params: Mapping[str, Any],
         *,
-        time_limit_s: float = QUERY_GRAPH_TIME_LIMIT_S,
+        time_limit_s: float | None = None,
     ) -> QueryAnswer:
-        """One compiled statement under ``statement_timeout`` (in a savepoint), read-only."""
+        """One compiled statement under ``statement_timeout`` (in a savepoint), read-only
+        (``time_limit_s``, else the engine's bound)."""
         compiled = prepare_query_graph(query, params, self.held)
-        limit_ms = statement_timeout_ms(time_limit_s)
+        limit_ms = statement_timeout_ms(
+            self._engine.graph_time_limit_s if time_limit_s is None else time_limit_s
+        )
         self._counted(compiled.sql)
         started = time.perf_counter()
         conn = self._conn
