@@ -121,6 +121,41 @@ def test_a_store_path_that_is_a_file_says_so(
     assert file.read_text() == "mine"  # nothing written
 
 
+@pytest.mark.parametrize("prefix", ["", "pg:"], ids=["embedded", "pg-dir"])
+def test_a_new_store_is_not_written_among_other_files(tmp_path: Path, prefix: str) -> None:
+    # a mistyped --store naming a project folder got a catalog, a lexical index and a dense
+    # index written among the folder's own files
+    folder = tmp_path / "project"
+    (folder / "src").mkdir(parents=True)
+    for name in ("README.md", "notes.txt", "setup.py"):
+        (folder / name).write_text("mine")
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(InvalidRequest) as info:
+        KnowledgeStore.open(f"{prefix}{folder}")
+    assert info.value.message == (
+        f"{prefix}{folder} is not a store, and it is not empty (it holds 'README.md',"
+        " 'notes.txt', 'setup.py' and 1 more): a new store needs a directory of its own;"
+        " name a new or empty directory, or an existing store"
+    )
+    assert info.value.exit_status == 2
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing written
+    # an empty directory, and a store's own directory, open as before
+    (tmp_path / "empty").mkdir()
+    KnowledgeStore.open(f"{prefix}{tmp_path / 'empty'}").close()
+    KnowledgeStore.open(f"{prefix}{tmp_path / 'empty'}", create=False).close()
+
+
+def test_a_first_open_that_was_killed_is_opened_again(tmp_path: Path) -> None:
+    # what a store creates before its catalog (a start killed early) is the store's own
+    where = tmp_path / "s"
+    (where / "lexical").mkdir(parents=True)
+    (where / "write.lock").touch()
+    (where / "dense.hnsw.tmp4242").touch()
+    KnowledgeStore.open(where).close()
+    assert (where / "catalog.sqlite").is_file()
+    KnowledgeStore.open(where, create=False).close()
+
+
 def test_a_store_path_under_the_home_directory_is_expanded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "acl_change",
     "acl_parent",
     "check_prepared",
+    "check_own_directory",
     "check_store_directory",
     "check_vectors",
     "content_answer",
@@ -152,6 +153,29 @@ def check_store_directory(path: Path, location: str) -> None:
                 " a directory of its own",
                 store=location,
             )
+
+
+def check_own_directory(path: Path, location: str, own: Callable[[str], bool]) -> None:
+    """A new store at ``location`` (directory ``path``) goes into a directory of its own: a
+    directory that holds anything but the store's files (``own(name)``) is refused, so that
+    a mistyped ``--store`` (a project folder, the home directory) does not get a catalog
+    and index files written among what is there. A directory that does not exist, is
+    empty, or holds only what a store creates (a start that was killed) is fine."""
+    try:
+        foreign = sorted(entry.name for entry in path.iterdir() if not own(entry.name))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot read the store directory {path}: {exc}") from exc
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise InvalidRequest(
+            f"{location} is not a store, and it is not empty (it holds {shown}{more}): a new"
+            " store needs a directory of its own; name a new or empty directory, or an"
+            " existing store",
+            store=location,
+        )
 
 
 def no_store(location: str) -> NotFound:

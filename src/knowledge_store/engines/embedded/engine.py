@@ -50,6 +50,7 @@ from knowledge_store.engines.embedded.views import View, Views, rebuilding
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
     check_prepared,
+    check_own_directory,
     check_store_directory,
     check_vectors,
     deletion,
@@ -79,6 +80,14 @@ __all__ = ["EmbeddedEngine"]
 log = logging.getLogger(__name__)
 
 _DENSE_FILE = "dense.hnsw"
+#: What a store directory holds (and a killed first open may have left).
+_STORE_FILES = frozenset({"catalog.sqlite", "lexical", "write.lock", _DENSE_FILE})
+
+
+def _is_store_file(name: str) -> bool:
+    """``catalog.sqlite`` and its ``-wal`` / ``-shm`` / ``-journal``, the dense index and the
+    temp files of a killed save, the lexical index, the write lock."""
+    return name.split("-")[0].split(".tmp")[0] in _STORE_FILES
 _REBUILD_BATCH = 2000
 #: Why a failed publish rebuilds the lexical index (it had taken that publish's changes).
 _UNDONE = "a publish that failed after the index took its changes"
@@ -115,8 +124,10 @@ class EmbeddedEngine:
         self.path = Path(os.path.expanduser(path))
         self.graph_time_limit_s = graph_time_limit_s
         check_store_directory(self.path, str(path))
-        if not create and not (self.path / "catalog.sqlite").is_file():
-            raise no_store(str(path))
+        if not (self.path / "catalog.sqlite").is_file():
+            if not create:
+                raise no_store(str(path))
+            check_own_directory(self.path, str(path), _is_store_file)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -43,6 +43,7 @@ from knowledge_store.engines.shared import (
     acl_change,
     acl_parent,
     check_prepared,
+    check_own_directory,
     check_store_directory,
     check_vectors,
     deletion,
@@ -170,9 +171,12 @@ class PostgresEngine:
             directory = text[3:]
             if not directory:
                 raise InvalidRequest("pg: needs a directory, e.g. pg:./.ks-pg", store=text)
-            check_store_directory(Path(directory).expanduser(), text)
-            if not create and not (Path(directory).expanduser() / "pgdata").is_dir():
-                raise no_store(text)
+            root = Path(directory).expanduser()
+            check_store_directory(root, text)
+            if not (root / "pgdata").is_dir():
+                if not create:
+                    raise no_store(text)
+                check_own_directory(root, text, lambda name: name == "pgdata")
             try:
                 engine = cls(
                     local_server_url(directory, keep_running=keep_server), create=create, **kwargs
