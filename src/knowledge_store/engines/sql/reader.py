@@ -171,7 +171,7 @@ class SqlReader:
         if not chunk_ids:
             return [], []
         rows = {r[0]: r for r in self._cards(chunk_ids)}
-        public = self._engine.chunk_ids
+        public = self._engine.chunk_ids.__call__  # bound: no instance-call lookup a hit (-1%)
         heading = _heading_from_text if self.json_as_text else tuple
         hit = ChunkHit.of_checked
         kept: list[int] = []
