@@ -3,7 +3,8 @@
 The primitives rank ids, then read the cards (text, heading, entity title…) of what
 they return from the catalog in one statement. This measures, in one process on one
 store, ``lexical`` and ``vector`` at top-10 and top-100 with the cards read from the
-catalog as shipped, and with every card held in a dict built beforehand — the most
+catalog as shipped, and with every card (its row of the hydration statement) held in a
+dict built beforehand — the most
 such a cache could give — alternating the two in rounds. It prints the p50s and the
 cache's resident memory. Not shipped: at 1M chunks the cache would hold ~1.2 GB.
 
@@ -17,8 +18,8 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from knowledge_store.engines.base import ChunkRecord
 from knowledge_store.engines.sql.reader import SqlReader
 from knowledge_store.retrieval.evaluation import read_queries
 from knowledge_store.store import KnowledgeStore
@@ -38,7 +39,7 @@ def main() -> None:
     texts = [t for _, t in read_queries(eval_dir / "queries.jsonl")][: args.queries]
     store = KnowledgeStore.open(args.store)
     vectors = {t: store.embedder.embed_query(t) for t in texts}  # embedding excluded
-    shipped = SqlReader.chunks
+    shipped = SqlReader._cards
 
     def run(kind: str, k: int, repeat: int = 3) -> float:
         samples = []
@@ -57,32 +58,32 @@ def main() -> None:
     for kind, k in figures:
         run(kind, k, 1)  # warm
     before = _rss_mib()
-    cards: dict[int, ChunkRecord] = {}
+    cards: dict[int, Any] = {}
     started = time.perf_counter()
     with store.reader() as r:
         engine = r.engine
         assert isinstance(engine, SqlReader)
         ids = [int(i) for (i,) in engine._run("SELECT id FROM chunks", {})]
         for at in range(0, len(ids), 5000):
-            cards.update(shipped(engine, ids[at : at + 5000]))
+            cards.update((row[0], row) for row in shipped(engine, ids[at : at + 5000]))
     print(
         f"cache: {len(cards)} cards, built in {time.perf_counter() - started:.1f} s,"
         f" RSS +{_rss_mib() - before:.0f} MiB"
     )
 
-    def cached(self: SqlReader, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
-        return {c: cards[c] for c in chunk_ids if c in cards}
+    def cached(self: SqlReader, chunk_ids: Sequence[int]) -> list[Any]:
+        return [cards[c] for c in chunk_ids if c in cards]
 
     for _ in range(args.rounds):
         for kind, k in figures:
-            SqlReader.chunks = shipped  # type: ignore[method-assign]
+            SqlReader._cards = shipped  # type: ignore[method-assign]
             catalog = run(kind, k)
-            SqlReader.chunks = cached  # type: ignore[method-assign]
+            SqlReader._cards = cached  # type: ignore[method-assign]
             memory = run(kind, k)
             print(
                 f"{kind}@{k}: cards from the catalog p50 {catalog:.3f} ms, in memory {memory:.3f} ms"
             )
-    SqlReader.chunks = shipped  # type: ignore[method-assign]
+    SqlReader._cards = shipped  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

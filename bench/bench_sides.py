@@ -12,9 +12,13 @@ excluded (the embedder answers from vectors computed before timing), ``lexical``
 and ``vector`` at each ``--k`` (same query vectors on every side), RSS after
 opening and the peak (RssFile, the mapped dense index, apart). ``--raw`` adds raw
 tantivy (which reads each hit's stored text) and raw faiss HNSW (ids only) built
-from the same chunks (bench_primitives.py), and ``raw+text`` for the vector rows:
-raw faiss plus one plain SQLite statement for the hits' uid and text, the least
-an answer with text costs. The load average is printed with the
+from the same chunks (bench_primitives.py), and two more for the vector rows:
+``raw+text``, raw faiss plus one plain SQLite statement for the hits' uid and
+text, the least an answer with text costs; and ``raw+answer``, raw faiss plus one
+plain statement for every field the store's vector answer carries (its hydration
+columns, the same join), as plain rows: what hand-written glue around faiss must
+at least do to give the same answer. Neither applies an ACL (the store applies
+the caller's before ranking, under one snapshot). The load average is printed with the
 figures: the machine is shared. ``--repeat N`` keeps each query's best of N runs
 (pre-emption by other work inflates single samples), and each query's process
 CPU time is reported too (what the call costs, whatever else runs). ``--opens N``
@@ -81,7 +85,8 @@ class Worker:
             docs, ids, matrix = _chunks(store)
             self.lexical_fn = raw_tantivy(docs)
             self.vector_fn = raw_faiss(matrix)
-            self.vector_text_fn = raw_text(store, ids, self.vector_fn)
+            self.vector_text_fn = raw_text(store, ids, self.vector_fn, _TEXT_COLUMNS)
+            self.vector_answer_fn = raw_text(store, ids, self.vector_fn, _ANSWER_COLUMNS)
             self.info["build_s"] = time.perf_counter() - started
             return
         from knowledge_store.model import Filters
@@ -126,6 +131,8 @@ class Worker:
                 return self.lexical_fn(self.texts[i], k)
             if kind == "vector_text":
                 return self.vector_text_fn(self.vectors[i], k)
+            if kind == "vector_answer":
+                return self.vector_answer_fn(self.vectors[i], k)
             return self.vector_fn(self.vectors[i], k)
         if kind == "lexical":
             return self.store.lexical(self.texts[i], k=k)
@@ -153,15 +160,27 @@ class Worker:
         return samples
 
 
-def raw_text(store: Path, ids: Any, search: Any) -> Any:
-    """Raw faiss plus the least an answer with text needs: one plain SQLite statement for
-    the hits' chunk id, entity uid and text (raw tantivy reads the same from its stored
-    documents). The floor under the store's vector primitive, which returns text."""
+#: What ``raw+text`` reads of each hit: the least an answer with text needs (raw tantivy
+#: reads the same from its stored documents).
+_TEXT_COLUMNS = "c.id, e.uid, c.text"
+#: What ``raw+answer`` reads: every field of the store's vector answer, as the store's own
+#: hydration statement reads it (``CHUNK_COLUMNS`` as of issue 12, spelled out: the floor
+#: stays the same whatever the store's own statement becomes).
+_ANSWER_COLUMNS = (
+    'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end", c.ordinal'
+)
+
+
+def raw_text(store: Path, ids: Any, search: Any, columns: str) -> Any:
+    """Raw faiss plus one plain SQLite statement reading ``columns`` of the hits (chunks
+    ``c`` joined to their entities ``e``), returned as plain rows. No ACL, no snapshot
+    held across the two, nothing built but the rows: the floor under the store's vector
+    primitive (``raw+text``: its text; ``raw+answer``: every field its answer carries)."""
     import sqlite3
 
     conn = sqlite3.connect(store / "catalog.sqlite", check_same_thread=False)
     statement = (
-        "SELECT c.id, e.uid, c.text FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
+        f"SELECT {columns} FROM chunks AS c JOIN entities AS e ON e.id = c.entity"
         " WHERE c.id IN (SELECT value FROM json_each(?))"
     )
 
@@ -319,9 +338,9 @@ def main() -> None:
     for k in args.k or [10, 100]:
         for kind in ("lexical", "vector"):
             figures[f"{kind}@{k}"] = interleave(everyone, kind, k, n, args)
-        if raw:  # raw faiss + the hits' text: what any answer with text must at least do
-            text = interleave([raw], "vector_text", k, n, args)
-            figures[f"vector@{k}"]["raw+text"] = text["raw"]
+        if raw:  # raw faiss + the hits' text, + every field of the answer (plain rows)
+            for base, kind in (("raw+text", "vector_text"), ("raw+answer", "vector_answer")):
+                figures[f"vector@{k}"][base] = interleave([raw], kind, k, n, args)["raw"]
     for kind in ("search", "search_docs"):
         figures[f"{kind}@10"] = interleave(sides, kind, 10, n, args)
     figures["memory"] = {s.name: s.ask(op="memory") for s in everyone}
@@ -345,6 +364,11 @@ def report(figures: dict[str, Any], names: list[str]) -> None:
     _table(figures, names, "cpu_", with_load=False)
 
 
+#: What each side is divided by: raw tantivy / faiss, and (vector rows) raw faiss with the
+#: hits' text, or with every field of the answer.
+_BASES = ("raw", "raw+text", "raw+answer")
+
+
 def _table(figures: dict[str, Any], names: list[str], prefix: str, *, with_load: bool) -> None:
     """One row per timed figure: each side's ``{prefix}p50`` / ``{prefix}p95``, and ÷ raw."""
     p50, p95 = f"{prefix}p50", f"{prefix}p95"
@@ -355,13 +379,14 @@ def _table(figures: dict[str, Any], names: list[str], prefix: str, *, with_load:
             f"{row[n][p50]:14.2f}{row[n][p95]:14.2f}" if n in row else f"{'':>28}" for n in names
         )
         ratios = ""
-        for base in ("raw", "raw+text"):
+        for base in _BASES:
             if base in row:
                 ratios += "  " + " ".join(
                     f"{n}/{base} {row[n][p50] / row[base][p50]:.1f}x" for n in names if n != "raw"
                 )
-        if "raw+text" in row:
-            ratios += f"  (raw+text p50 {row['raw+text'][p50]:.2f} p95 {row['raw+text'][p95]:.2f})"
+        for base in _BASES[1:]:
+            if base in row:
+                ratios += f"  ({base} p50 {row[base][p50]:.2f} p95 {row[base][p95]:.2f})"
         load = f"  load {row['load1']:.1f}" if with_load else ""
         print(f"{key:<16}{cells}{ratios}{load}")
 

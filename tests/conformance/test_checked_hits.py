@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from knowledge_store.model import ChunkHit, ChunkHits
+from knowledge_store.model import ChunkHit, ChunkHits, Filters
 from knowledge_store.store import KnowledgeStore
 
 BODY = (
@@ -90,3 +90,33 @@ def test_a_note_added_to_a_checked_answer_is_in_its_copy_only(pages: KnowledgeSt
     assert not answer.hits and any("pagee" in w for w in answer.warnings)
     assert "warnings" in answer.model_fields_set
     assert _validated(answer) == answer
+
+
+def test_hits_are_ranked_from_one_in_the_order_given_leaving_out_gone_chunks(
+    pages: KnowledgeStore,
+) -> None:
+    """``Reader.chunk_hits`` (what a primitive's answer is made of): the hits of ranked
+    chunk ids in that order, ranked 1…, each with its own score; an id whose chunk is not
+    in the snapshot has no hit and is not counted in the ranks."""
+    with pages.reader() as r:
+        ranked = r.engine.lexical("kiwi vacuum", 10, Filters())
+        assert len(ranked.ids) >= 3
+        first, second, third = ranked.ids[:3]
+        gone = max(ranked.ids) + 10_000
+        ids, hits = r.engine.chunk_hits([third, gone, first, second], [0.9, 0.8, 0.7, 0.6])
+        records = r.engine.chunks([first, second, third])
+    assert ids == [third, first, second]
+    assert [h.rank for h in hits] == [1, 2, 3]
+    assert [h.score for h in hits] == [0.9, 0.7, 0.6]
+    for chunk_id, hit in zip(ids, hits, strict=True):
+        record = records[chunk_id]
+        assert (hit.uid, hit.chunk_id, hit.title, hit.text, hit.heading, hit.href) == (
+            record.uid,
+            record.public_id,
+            record.title,
+            record.text,
+            record.heading,
+            record.href,
+        )
+        assert (hit.type, hit.start, hit.end) == (record.type, record.start, record.end)
+        assert ChunkHit.model_validate(dict(hit.__dict__)) == hit

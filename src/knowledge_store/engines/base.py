@@ -33,6 +33,7 @@ from knowledge_store.model import (
     AggregateAnswer,
     AggregateSpec,
     Chunk,
+    ChunkHit,
     Content,
     Entity,
     Filters,
@@ -145,9 +146,9 @@ class RankedChunks:
     scores: list[float]
     vector: VectorInfo | None = None
     details: Mapping[str, Any] = field(default_factory=dict)  # for --explain
-    #: The chunks hydrated, when the primitive was asked to (``hydrate=True``) and could
-    #: read them with its final check; None: hydrate with :meth:`Reader.chunks`.
-    records: Mapping[int, ChunkRecord] | None = None
+    #: The answer's hits, when the primitive was asked to hydrate (``hydrate=True``) and made
+    #: them with its final check; None: :meth:`Reader.chunk_hits` makes them.
+    hits: list[ChunkHit] | None = None
 
 
 class ChunkRecord(NamedTuple):
@@ -202,6 +203,13 @@ class Reader(Protocol):
         self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
     ) -> RankedChunks: ...
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
+    def chunk_hits(
+        self, chunk_ids: Sequence[int], scores: Sequence[float]
+    ) -> tuple[list[int], list[ChunkHit]]:
+        """A primitive's hits of ranked ``chunk_ids`` and ``scores`` (rank 1…), and the ids
+        of those it made (a chunk gone has none)."""
+        ...
+
     def entities(
         self, uids: Sequence[str], filters: Filters | None = None
     ) -> dict[str, EntityCard]:

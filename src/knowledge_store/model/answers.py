@@ -88,15 +88,22 @@ class Answer(BaseModel):
         validated again (what ``model_construct`` does, without its per-field Python loop:
         half the cost of a top-100 primitive's hits). ``values`` becomes the model's own.
         A test validates what a caller builds this way and compares."""
-        answer = cls.__new__(cls)
-        _assign(answer, "__dict__", values)
-        _assign(answer, "__pydantic_fields_set__", set(_all_fields(cls)))  # its own: copies add
-        _assign(answer, "__pydantic_extra__", None)
-        _assign(answer, "__pydantic_private__", None)
+        answer = _new(cls)
+        _set_dict(answer, values)
+        _set_fields_set(answer, set(_all_fields(cls)))  # its own: copies add
+        _set_extra(answer, None)
+        _set_private(answer, None)
         return answer
 
 
-_assign = object.__setattr__  # past the frozen model's own __setattr__, as pydantic does
+# The four slots of every pydantic model, set through their own descriptors — past the frozen
+# model's ``__setattr__``, as pydantic does, without ``object.__setattr__``'s lookup of the
+# name on each call (vector@100 at 100k chunks: 5.31M → 5.03M instructions a call).
+_new = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 @functools.cache

@@ -224,33 +224,10 @@ class StoreReader:
 
     # -- primitives ---------------------------------------------------------------------------
     def _chunk_hits(self, ranked: RankedChunks) -> list[ChunkHit]:
-        """The hits, from the records the engine read from its catalog: checked data of the
-        exact types, assigned rather than validated again (``Answer.of_checked``)."""
-        records = ranked.records if ranked.records is not None else self.engine.chunks(ranked.ids)
-        found = [
-            (c, score)
-            for c, score in zip(map(records.get, ranked.ids), ranked.scores, strict=True)
-            if c is not None
-        ]
-        hit = ChunkHit.of_checked
-        return [
-            hit(
-                {
-                    "uid": c.uid,
-                    "chunk_id": c.public_id,
-                    "title": c.title,
-                    "type": c.type,
-                    "score": score,
-                    "rank": rank,
-                    "text": c.text,
-                    "heading": c.heading,
-                    "start": c.start,
-                    "end": c.end,
-                    "href": c.href,
-                }
-            )
-            for rank, (c, score) in enumerate(found, 1)
-        ]
+        """The hits: made by the primitive with its final check, else by the reader."""
+        if ranked.hits is not None:
+            return ranked.hits
+        return self.engine.chunk_hits(ranked.ids, ranked.scores)[1]
 
     def lexical(
         self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False

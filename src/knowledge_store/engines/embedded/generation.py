@@ -15,6 +15,7 @@ it are still in them, so a pinned answer is exact for its watermark.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections import OrderedDict
@@ -139,7 +140,7 @@ class Generation:
         n = self.live_count
         if k <= 0 or n == 0:
             strategy: Strategy = "hnsw" if allowed is None else "exact"
-            return _empty(VectorInfo(strategy=strategy, scanned=0, exhaustive=True))
+            return _empty(_info(strategy, 0, exhaustive=True))
         k = min(k, n)  # faiss allocates k results per query
         owner = self.owner
         with owner.lock:
@@ -207,9 +208,11 @@ class Generation:
         Rows appended after this generation are outside the bitmap: the bitmap is
         padded with zeros to the index's current size, so they never match.
         """
-        params = faiss.SearchParametersHNSW()
-        params.efSearch = max(ef, k)
-        if bitmap is not None:
+        if bitmap is None:
+            params = _plain_params(max(ef, k))
+        else:
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(ef, k)
             need = (int(self.index.ntotal) + 7) // 8
             if len(bitmap) < need:
                 bitmap = np.concatenate([bitmap, np.zeros(need - len(bitmap), dtype=np.uint8)])
@@ -224,20 +227,20 @@ class Generation:
         del bitmap  # kept alive until the search returned
         keep = (found[0] >= 0) & (found[0] < self.rows)
         ids = self.row_ids[found[0][keep]]
-        info = VectorInfo(strategy=strategy, scanned=scanned, exhaustive=False)
+        info = _info(strategy, scanned, exhaustive=False)
         return ids, scores[0][keep].astype(np.float32), info
 
     def _exact(
         self, q: FloatArray, k: int, rows: IdArray
     ) -> tuple[IdArray, FloatArray, VectorInfo]:
         if len(rows) == 0:
-            return _empty(VectorInfo(strategy="exact", scanned=0, exhaustive=True))
+            return _empty(_info("exact", 0, exhaustive=True))
         scores = inner_products(self.index, q, rows)
         top = min(k, len(rows))
         best = np.argpartition(-scores, top - 1)[:top] if top < len(rows) else np.arange(top)
         ids = self.row_ids[rows[best]]
         order = np.lexsort((ids, -scores[best]))
-        info = VectorInfo(strategy="exact", scanned=len(rows), exhaustive=True)
+        info = _info("exact", len(rows), exhaustive=True)
         return ids[order], scores[best][order], info
 
 
@@ -266,6 +269,23 @@ def inner_products(index: Any, q: FloatArray, rows: IdArray) -> FloatArray:
     finally:
         faiss.omp_set_num_threads(threads)
     return scores
+
+
+def _info(strategy: Strategy, scanned: int, *, exhaustive: bool) -> VectorInfo:
+    """How a search went, of values of the exact types (assigned, not validated again)."""
+    return VectorInfo.of_checked(
+        {"strategy": strategy, "scanned": scanned, "exhaustive": exhaustive}
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_params(ef: int) -> Any:
+    """HNSW search parameters with no selector, one object per ``ef``: made once (a new SWIG
+    object and its setter cost ~1% of a vector@10 answer), never changed after, and only
+    read by faiss — so searches may share it."""
+    params = faiss.SearchParametersHNSW()
+    params.efSearch = ef
+    return params
 
 
 def _empty(info: VectorInfo) -> tuple[IdArray, FloatArray, VectorInfo]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from knowledge_store.engines.base import ChunkRecord, RankedChunks, Vector
+from knowledge_store.engines.base import RankedChunks, Vector
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.reader import SqlReader, ms
@@ -34,6 +34,7 @@ from knowledge_store.errors import InvalidRequest, ModelMismatch, QueryTimeout, 
 from knowledge_store.graphquery.compiler import compile_query
 from knowledge_store.graphquery.nodes import Query
 from knowledge_store.model import (
+    ChunkHit,
     Filters,
     Identity,
     QueryAnswer,
@@ -176,38 +177,35 @@ class EmbeddedReader(SqlReader):
     ) -> RankedChunks:
         """The first ``k`` of ``found`` that passed the final check (``passed``, None: all;
         ``dropped`` of the fetched hits did not), each named by its entity's uid — late, for those
-        ``k`` only: from their records when ``hydrate`` (one statement, which reads the
-        text with it), else from ``uids`` (the catalog's probe named them), else from the
+        ``k`` only: from their hits when ``hydrate`` (one statement, which reads the
+        text with it: :meth:`chunk_hits`), else from ``uids`` (the catalog's probe named them), else from the
         engine's in-memory map of owners (a statement for any it misses)."""
         kept = list(found[:k]) if passed is None else [h for h in found if h[0] in passed][:k]
         ids = [c for c, _ in kept]
-        records: dict[int, ChunkRecord] | None = None
-        owners: Mapping[int, str] = {}
+        scores = [s for _, s in kept]
+        hits: list[ChunkHit] | None = None
+        named: list[str]
         if hydrate:
-            records = self.chunks(ids)
-        elif uids is not None:
-            owners = uids
+            ids, hits = self.chunk_hits(ids, scores)
+            named = [h.uid for h in hits]
+            if len(ids) < len(kept):
+                scores = [h.score for h in hits]
         else:
-            owners = self._owners(ids)
-            if len(owners) < len(ids):  # the map is not read yet, or misses a deleted chunk
-                owners = {**owners, **self._uids([c for c in ids if c not in owners])}
-            if vector is not None:
-                details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
-        named: Mapping[int, object] = records if records is not None else owners
-        if len(named) < len(ids):
-            kept = [(c, s) for c, s in kept if c in named]
-            ids = [c for c, _ in kept]
+            owners = uids
+            if owners is None:
+                owners = self._owners(ids)
+                if len(owners) < len(ids):  # the map is not read yet, or misses a deleted chunk
+                    owners = {**owners, **self._uids([c for c in ids if c not in owners])}
+                if vector is not None:
+                    details["owners"] = "memory" if self._engine.owners.loaded else "catalog"
+            if len(owners) < len(ids):
+                scores = [s for c, s in kept if c in owners]
+                ids = [c for c in ids if c in owners]
+            named = [owners[c] for c in ids]
         details["index_hits"] = len(found)
         details["dropped_by_final_check"] = dropped
         details.setdefault("ms", {})["final_check"] = ms(time.perf_counter() - started)
-        return RankedChunks(
-            ids,
-            [records[c].uid for c in ids] if records is not None else [owners[c] for c in ids],
-            [s for _, s in kept],
-            vector,
-            details,
-            records,
-        )
+        return RankedChunks(ids, named, scores, vector, details, hits)
 
     def lexical(
         self, text: str, k: int, filters: Filters, *, hydrate: bool = False
@@ -302,7 +300,7 @@ class EmbeddedReader(SqlReader):
         dense = self._dense
         if dense is None or len(dense) == 0:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
-            return RankedChunks([], [], [], empty, {"ms": {}}, {} if hydrate else None)
+            return RankedChunks([], [], [], empty, {"ms": {}}, [] if hydrate else None)
         if vector.shape[-1] != dense.owner.dimension:
             model = self._engine.model()
             raise ModelMismatch(
