@@ -49,8 +49,8 @@ from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.views import View, Views, rebuilding
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
-    check_prepared,
     check_own_directory,
+    check_prepared,
     check_store_directory,
     check_vectors,
     deletion,
@@ -88,6 +88,8 @@ def _is_store_file(name: str) -> bool:
     """``catalog.sqlite`` and its ``-wal`` / ``-shm`` / ``-journal``, the dense index and the
     temp files of a killed save, the lexical index, the write lock."""
     return name.split("-")[0].split(".tmp")[0] in _STORE_FILES
+
+
 _REBUILD_BATCH = 2000
 #: Why a failed publish rebuilds the lexical index (it had taken that publish's changes).
 _UNDONE = "a publish that failed after the index took its changes"
