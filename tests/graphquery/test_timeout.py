@@ -43,9 +43,16 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEngine]:
     engine.close()
 
 
-def _run(engine: EmbeddedEngine, text: str, params: dict[str, Any]) -> Any:
+def _run(
+    engine: EmbeddedEngine, text: str, params: dict[str, Any], time_limit_s: float | None = None
+) -> Any:
     with engine.reader(Identity()) as r:
-        return r.query_graph(checked_query(text, params), params)
+        return r.query_graph(checked_query(text, params), params, time_limit_s=time_limit_s)
+
+
+#: For the queries that must finish: the bound is wall-clock time, and a loaded machine can
+#: pause a few-millisecond statement past 250 ms.
+AMPLE_S = 30.0
 
 
 def test_an_expensive_query_is_cancelled_at_the_bound(dense: EmbeddedEngine) -> None:
@@ -69,15 +76,11 @@ def test_the_store_answers_normally_after_a_timeout(dense: EmbeddedEngine) -> No
         _run(dense, "MATCH (a)-[:xref*1..4]->(b) RETURN count(*)", {})
     assert not dense.catalog._conn().in_transaction
     text = "MATCH (a {uid: $uid})-[:xref]->(b) RETURN count(b)"
-    answer = _run(dense, text, {"uid": "n:1"})
+    answer = _run(dense, text, {"uid": "n:1"}, AMPLE_S)
     assert 0 < answer.rows[0][0] <= DEGREE
 
 
 def test_an_anchored_deep_query_on_the_dense_graph_finishes(dense: EmbeddedEngine) -> None:
     text = "MATCH (a {uid: $uid})-[:xref*1..2]->(b) RETURN count(b) AS n"
-    answer = _run(
-        dense,
-        text,
-        {"uid": "n:7"},
-    )
+    answer = _run(dense, text, {"uid": "n:7"}, AMPLE_S)
     assert answer.rows[0][0] > DEGREE
