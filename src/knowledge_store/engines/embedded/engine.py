@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -80,14 +81,16 @@ __all__ = ["EmbeddedEngine"]
 log = logging.getLogger(__name__)
 
 _DENSE_FILE = "dense.hnsw"
-#: What a store directory holds (and a killed first open may have left).
-_STORE_FILES = frozenset({"catalog.sqlite", "lexical", "write.lock", _DENSE_FILE})
+#: What a store directory holds (and a killed first open may have left): the catalog and its
+#: ``-wal`` / ``-shm`` / ``-journal``, the lexical index, the write lock, the dense index and
+#: the temp files of a killed save (``dense.hnsw.tmp<pid>``).
+_STORE_FILE = re.compile(
+    r"catalog\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
+)
 
 
 def _is_store_file(name: str) -> bool:
-    """``catalog.sqlite`` and its ``-wal`` / ``-shm`` / ``-journal``, the dense index and the
-    temp files of a killed save, the lexical index, the write lock."""
-    return name.split("-")[0].split(".tmp")[0] in _STORE_FILES
+    return _STORE_FILE.fullmatch(name) is not None
 
 
 _REBUILD_BATCH = 2000
