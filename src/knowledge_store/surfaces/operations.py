@@ -227,8 +227,9 @@ _QUERY_GRAPH = (
     " Node labels are entity types; properties: uid, type, title, source, status, href,"
     f" created_at, updated_at; relationships: {', '.join(LABELS)}, variable length *1..4 at"
     " most. Every value must be a $parameter passed in params (no literals). LIMIT defaults"
-    " to 100 (capped at 1000, with a warning), ~250 ms time bound. Returns columns, rows and"
-    " truncated (and warnings, when the LIMIT was capped). Errors say"
+    " to 100 (capped at 1000, with a warning); a time bound, 250 ms unless the server sets"
+    " another. Returns columns, rows and truncated (and warnings, when the LIMIT was"
+    " capped). Errors say"
     " what to change. Example: MATCH (p {uid: $uid})<-[:partOf]-(c) RETURN c.uid, c.title"
     " ORDER BY c.title with params {uid: '…'}."
 )
