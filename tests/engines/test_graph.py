@@ -57,7 +57,24 @@ def test_the_json_shape(estate: KnowledgeStore) -> None:
     shape = estate.graph(["page:start"]).to_dict()
     assert set(shape) == {"content_root", "hits", "capped"}
     assert set(shape["hits"][0]) == {"uid", "title", "type", "rank", "hops", "paths", "path"}
-    assert set(shape["hits"][0]["path"][0]) == {"uid", "label"}
+    assert set(shape["hits"][0]["path"][0]) == {"uid", "label", "direction"}
+    assert shape["hits"][0]["path"][0]["direction"] is None  # the start: no edge reached it
+
+
+def test_each_path_step_says_which_way_its_edge_points(estate: KnowledgeStore) -> None:
+    """``direction``: ``out`` when the previous entity is the edge's source, ``in`` when it is
+    its target — a walk in both directions tells a dependency from a dependent (issue 25)."""
+    into = estate.graph(["page:target"], depth=2, direction="both", labels=["xref"])
+    steps = {h.uid: [(s.uid, s.label, s.direction) for s in h.path] for h in into.hits}
+    # page:m2 -xref-> page:target: walked from the target, the edge points back
+    assert steps["page:m2"] == [("page:target", None, None), ("page:m2", "xref", "in")]
+    out = estate.graph(["page:start"], depth=1, direction="both", labels=["xref"])
+    assert {s.direction for h in out.hits for s in h.path[1:]} == {"out"}
+    for hit in estate.graph(["page:m1"], depth=2, direction="both").hits:
+        for before, step in zip(hit.path, hit.path[1:], strict=False):
+            src, dst = (before.uid, step.uid) if step.direction == "out" else (step.uid, before.uid)
+            labels = {e.label for e in estate.content(src).edges.out if e.uid == dst}
+            assert step.label in labels, (hit.uid, before.uid, step)
 
 
 def test_direction(estate: KnowledgeStore) -> None:

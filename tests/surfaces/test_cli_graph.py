@@ -42,9 +42,9 @@ def test_graph_json(store: Path) -> None:
     assert set(answer) == {"content_root", "hits", "capped"}
     assert [h["uid"] for h in answer["hits"]] == ["page:m3", "page:m2", "page:m1", "page:target"]
     assert answer["hits"][3]["path"] == [
-        {"uid": "page:start", "label": None},
-        {"uid": "page:m2", "label": "xref"},
-        {"uid": "page:target", "label": "xref"},
+        {"uid": "page:start", "label": None, "direction": None},
+        {"uid": "page:m2", "label": "xref", "direction": "out"},
+        {"uid": "page:target", "label": "xref", "direction": "out"},
     ]
     assert set(answer["hits"][0]) == {"uid", "title", "type", "rank", "hops", "paths", "path"}
 
@@ -54,6 +54,16 @@ def test_graph_identity_and_table(store: Path) -> None:
     assert code == 0 and "page:beyond" in {h["uid"] for h in answer["hits"]}
     code, text = ks(store, "graph", "page:start", "page:blob")
     assert code == 0 and "page:m3" in text and "sample:upload" in text
+
+
+def test_the_table_draws_each_edge_the_way_it_points(store: Path) -> None:
+    """``a -xref-> b`` walked from ``b`` is ``b <-xref- a``, never an arrowless ``-xref-``."""
+    code, text = ks(store, "graph", "page:target", "--direction", "in", "--label", "xref")
+    assert code == 0
+    assert "page:target <-xref- page:m2" in " ".join(text.split())
+    code, text = ks(store, "graph", "page:start", "--direction", "out", "--label", "xref")
+    assert code == 0 and "page:start -xref-> page:m1" in " ".join(text.split())
+    assert " -xref- " not in text
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ __all__ = [
     "SourcesAnswer",
     "SqlHit",
     "SqlHits",
+    "StepDirection",
     "StoreStats",
     "Strategy",
     "VectorInfo",
@@ -261,11 +262,18 @@ class SourcesAnswer(Answer):
     sources: list[SourceSummary]
 
 
+#: How a path step followed its edge: ``out`` from the edge's source (the previous entity
+#: ``-label->`` this one), ``in`` from its target (this one ``-label->`` the previous one).
+StepDirection = Literal["out", "in"]
+
+
 class PathStep(Answer):
-    """One step of a graph path: the entity reached and the label that reached it."""
+    """One step of a graph path: the entity reached, the label of the edge that reached it
+    and that edge's direction from the previous entity (both None for the start entity)."""
 
     uid: str
-    label: str | None  # None for the start entity
+    label: str | None
+    direction: StepDirection | None
 
 
 class GraphHit(Answer):

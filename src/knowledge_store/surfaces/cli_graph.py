@@ -37,9 +37,15 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _path(steps: Sequence[Any]) -> str:
+    """``a -dependsOn-> b <-partOf- c``: each edge drawn the way it points."""
     parts: list[str] = []
     for step in steps:
-        parts.append(f" -{step.label}- {step.uid}" if step.label else step.uid)
+        if step.label is None:
+            parts.append(step.uid)
+        elif step.direction == "in":
+            parts.append(f" <-{step.label}- {step.uid}")
+        else:
+            parts.append(f" -{step.label}-> {step.uid}")
     return "".join(parts)
 
 

@@ -218,8 +218,9 @@ _GRAPH = (
     " page is part of, what it links to (xref), what supersedes it, its code samples"
     f" (implementedBy), prerequisites (dependsOn). Labels: {', '.join(LABELS)}. Returns the"
     " linked entities ranked by hop distance, then number of distinct paths, then recency,"
-    " each with its hop count and one path (uids and labels). Use it to explore around a"
-    " result, not to search by words."
+    " each with its hop count and one path (uids, labels, and each edge's direction from the"
+    " step before: out = previous -label-> this, in = this -label-> previous). Use it to"
+    " explore around a result, not to search by words."
 )
 _QUERY_GRAPH = (
     "Run a bounded, read-only openCypher query over the entity graph when search, graph and"
@@ -419,7 +420,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "Neighbours of an entity (get_related)",
         "List the entities linked to one entity (by uid): what it is part of, its parts, its"
         " cross-references, prerequisites, successors, code samples. Ranked by hop distance,"
-        " then number of paths; each with hops and one path of uids and labels. Use it to"
+        " then number of paths; each with hops and one path of uids, labels and directions"
+        " (out: the step before links to it; in: it links to the step before). Use it to"
         " explore around a search result." + _UNREADABLE,
         rest=(Rest("POST", "/related"),),
         graphql="related",

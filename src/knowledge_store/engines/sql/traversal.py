@@ -8,7 +8,8 @@ fan-out cap (the first :data:`~knowledge_store.model.FANOUT_CAP` edges to
 entities not yet reached, in the order of the frontier's ranking, then the
 target's recency, uid, orientation and label; ``capped`` says when more
 were found), hop distance, the number of distinct shortest paths and one
-path per entity (the first edge in that order).
+path per entity (the first edge in that order), each step with its edge's direction
+from the step before (``out`` or ``in``).
 
 Ranking: hop distance, then number of distinct shortest paths (more first),
 then recency (``updated_at`` newest first), then uid.
@@ -26,12 +27,17 @@ from typing import Any, NamedTuple
 
 from knowledge_store.engines.sql.dialect import SqlDialect
 from knowledge_store.graphquery.steps import step_joins
-from knowledge_store.model import GraphHit, GraphHits, GraphQuery, PathStep
+from knowledge_store.model import GraphHit, GraphHits, GraphQuery, PathStep, StepDirection
 
 __all__ = ["Reached", "Traversal", "graph_hits", "traverse"]
 
-#: One step of a path as plain data: ``(uid, label)``, label None for the start.
-PathPart = tuple[str, str | None]
+#: One step of a path as plain data: ``(uid, label, direction)``: the edge's label and its
+#: direction from the previous entity (``out``: previous ``-label->`` uid; ``in``: uid
+#: ``-label->`` previous); both None for the start.
+PathPart = tuple[str, str | None, StepDirection | None]
+
+#: A hop row's orientation (``Step.orientation``: 0 from the edge's source) → its direction.
+_DIRECTION: tuple[StepDirection, StepDirection] = ("out", "in")
 
 
 class Reached(NamedTuple):
@@ -123,7 +129,7 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
         ).fetchall()
     ]
     paths: dict[str, int] = {uid: 1 for uid in visible_starts}
-    path_of: dict[str, tuple[PathPart, ...]] = {uid: ((uid, None),) for uid in visible_starts}
+    path_of: dict[str, tuple[PathPart, ...]] = {uid: ((uid, None, None),) for uid in visible_starts}
     reached: list[Reached] = []
     frontier = list(visible_starts)
     capped = False
@@ -145,10 +151,10 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
             rows = _in_edge_order(rows)
         # uid → [paths, path, position, title, type, href, updated]
         layer: dict[str, list[Any]] = {}
-        for _pos, src, label, position, uid, title, typ, href, updated, _o in rows:
+        for _pos, src, label, position, uid, title, typ, href, updated, o in rows:
             found = layer.get(uid)
             if found is None:
-                path = (*path_of[src], (uid, label))
+                path = (*path_of[src], (uid, label, _DIRECTION[int(o)]))
                 layer[uid] = [paths[src], path, position, title, typ, href, updated]
             else:
                 found[0] += paths[src]
@@ -177,7 +183,10 @@ def graph_hits(walk: Traversal, k: int, root: str) -> GraphHits:
             rank=rank,
             hops=r.hops,
             paths=r.paths,
-            path=tuple(PathStep(uid=uid, label=label) for uid, label in r.path),
+            path=tuple(
+                PathStep(uid=uid, label=label, direction=direction)
+                for uid, label, direction in r.path
+            ),
             href=r.href,
             updated_at=r.updated_at,
         )
