@@ -326,6 +326,19 @@ CASES: tuple[BadCase, ...] = (
         "a long date", _line(created_at="2024-01-01" + " " * 100 + "x"), "created_at", "ISO 8601"
     ),
     BadCase("a date that is a number", _line(created_at=20240101), "created_at", "ISO 8601"),
+    # -- derived records (issue 25): one sharing another's ACL says so with a partOf edge ----------
+    BadCase(
+        "acl_from without its partOf edge",
+        _line(attributes={"acl_from": "page:x"}),
+        "attributes.acl_from",
+        "partOf",
+    ),
+    BadCase(
+        "acl_from that is not a uid",
+        _line(attributes={"acl_from": ["page:x"]}),
+        "attributes.acl_from",
+        "names a uid",
+    ),
     # -- shapes --------------------------------------------------------------------------------
     BadCase("not an object", _raw("[1, 2, 3]"), None, "JSON object"),
     BadCase("malformed JSON", _raw('{"uid": "bad:1",'), None, "malformed JSON"),

@@ -24,6 +24,7 @@ PINNED: dict[str, tuple[str, int, int]] = {
     "BatchRejected": ("invalid_record", 422, 2),
     "InvalidRequest": ("invalid_request", 400, 2),
     "MassDeleteRefused": ("invalid_request", 400, 2),
+    "SourceTakeoverRefused": ("invalid_request", 400, 2),
     "UnknownField": ("unknown_field", 400, 2),
     "UnknownLabel": ("unknown_label", 400, 2),
     "BoundExceeded": ("bound_exceeded", 400, 2),

@@ -7,7 +7,8 @@
     │   ├── InvalidRecord               invalid_record  422
     │   │   └── BatchRejected           invalid_record  422   (an ingest batch, every bad record)
     │   ├── InvalidRequest              invalid_request 400
-    │   │   └── MassDeleteRefused       invalid_request 400   (a sync would delete too much)
+    │   │   ├── MassDeleteRefused       invalid_request 400   (a sync would delete too much)
+    │   │   └── SourceTakeoverRefused   invalid_request 400   (a batch would take another source's uids)
     │   ├── UnknownField                unknown_field   400
     │   ├── UnknownLabel                unknown_label   400
     │   ├── BoundExceeded               bound_exceeded  400
@@ -43,6 +44,7 @@ __all__ = [
     "NotFound",
     "QueryTimeout",
     "Rejection",
+    "SourceTakeoverRefused",
     "StoreError",
     "UnknownField",
     "UnknownLabel",
@@ -155,6 +157,10 @@ class InvalidRequest(InputError):
 
 class MassDeleteRefused(InvalidRequest):
     """A sync would delete more of its source than the guard allows; nothing was published."""
+
+
+class SourceTakeoverRefused(InvalidRequest):
+    """A batch would overwrite entities another source holds; nothing was published."""
 
 
 class UnknownField(InputError):

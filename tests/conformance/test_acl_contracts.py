@@ -9,7 +9,9 @@ settings; only the store factory differs.
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import pytest
 from hypothesis import settings
 
 from knowledge_store.model import Filters
@@ -93,6 +95,13 @@ PostgresAclMachine.TestCase.settings = settings(
     max_examples=int(os.environ.get("KS_ACL_EXAMPLES", "6")),
 )
 test_acl_state_machine_postgres = PostgresAclMachine.TestCase
+
+
+@pytest.mark.parametrize("steps", test_acl.ORPHAN_SEQUENCES)
+def test_re_ingested_pages_leave_no_orphaned_sample_postgres(
+    steps: list[tuple[str, tuple[Any, ...]]],
+) -> None:
+    test_acl.run_sequence(PostgresAclMachine(), steps)
 
 
 def test_a_grant_or_revoke_that_changes_nothing_says_so(estate_store: KnowledgeStore) -> None:

@@ -16,7 +16,8 @@ from tests.conformance.sync_support import by_source, docs, open_at, where, writ
 
 __all__ = ["docs", "where"]  # fixtures
 
-PAGE_B = ["b", "b#code-1"]
+#: A folder ingested under the new source "docs" gets uids "docs:PATH" (docs/sources.md).
+PAGE_B = ["docs:b", "docs:b#code-1"]
 
 
 def seen_anywhere(store: KnowledgeStore, uids: list[str], *, text: str = "beavers") -> set[str]:
@@ -57,8 +58,8 @@ def test_a_sync_deletes_what_the_folder_no_longer_holds_in_one_publish(
         assert seen_anywhere(store, PAGE_B) == set()
         assert by_source(store) == [("docs", 6)]
         # Edges to the deleted page dangle: stored, invisible, and alive again with it.
-        assert store.content("a").to_dict()["edges"]["out"] == [] or all(
-            e["uid"] not in PAGE_B for e in store.content("a").to_dict()["edges"]["out"]
+        assert store.content("docs:a").to_dict()["edges"]["out"] == [] or all(
+            e["uid"] not in PAGE_B for e in store.content("docs:a").to_dict()["edges"]["out"]
         )
         write_pages(docs, ["b"])
         back = store.ingest([docs], source="docs", acl=["everyone"], sync=True)
@@ -82,7 +83,7 @@ def test_a_sync_touches_only_its_own_source(where: str, docs: Path, tmp_path: Pa
         store.ingest([other], source="other", acl=["everyone"], sync=True)
         (docs / "c.md").unlink()
         report = store.ingest([docs], source="docs", acl=["everyone"], sync=True)
-        assert report.deleted_uids == ["c", "c#code-1"]
+        assert report.deleted_uids == ["docs:c", "docs:c#code-1"]
         assert dict(by_source(store)) == {"docs": 6, "other": 4}
 
 
@@ -126,9 +127,10 @@ def test_a_rejected_page_keeps_its_stored_version(where: str, docs: Path) -> Non
         store.ingest([docs], source="docs", acl=["everyone"], sync=True)
         (docs / "c.md").write_bytes(b"# Page c\n\nnot UTF-8 \xff\n")
         report = store.ingest([docs], source="docs", acl=["everyone"], sync=True, skip_invalid=True)
-        assert [r.uid for r in report.rejected] == ["c"]
+        assert [r.uid for r in report.rejected] == ["docs:c"]
         assert report.deleted == 0
-        assert seen_anywhere(store, ["c", "c#code-1"]) == {"c", "c#code-1"}
+        kept = ["docs:c", "docs:c#code-1"]
+        assert seen_anywhere(store, kept) == set(kept)
 
 
 def test_records_sync_into_a_source(where: str) -> None:
@@ -196,9 +198,9 @@ def test_delete_source_removes_everything_of_it_in_one_publish(
         store.ingest([docs], source="docs", acl=["everyone"], sync=True)
         store.ingest([other], source="other", acl=["everyone"], sync=True)
         result = store.delete_source("docs")
-        assert result.deleted == 8 and "a#code-1" in result.deleted_uids
+        assert result.deleted == 8 and "docs:a#code-1" in result.deleted_uids
         assert [v.source for v in store.sources()] == ["other"]
-        assert seen_anywhere(store, ["a", "b", "c", "d"]) == set()
+        assert seen_anywhere(store, [f"docs:{name}" for name in "abcd"]) == set()
         assert by_source(store) == [("other", 2)]
         with pytest.raises(NotFound):
             store.delete_source("docs")
@@ -244,8 +246,8 @@ def test_readers_never_see_half_a_sync(where: str, tmp_path: Path) -> None:
 
 def test_an_existing_store_gets_the_sources_table(engine_kind: str, where: str, docs: Path) -> None:
     """A store made before the sources table existed: the table appears on open."""
-    with open_at(where) as store:
-        store.ingest([docs], source="docs", acl=["everyone"])
+    with open_at(where) as store:  # then, a folder's uids were its paths
+        store.ingest([docs], source="docs", acl=["everyone"], uid_prefix="")
     if engine_kind == "embedded":
         with sqlite3.connect(Path(where) / "catalog.sqlite") as conn:
             conn.execute("DROP TABLE sources")

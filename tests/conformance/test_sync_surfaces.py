@@ -97,10 +97,10 @@ def test_cli_sync_sources_and_delete_source(where: str, docs: Path) -> None:
     code, refused = _ks(where, *ingest)
     assert code == 2 and refused["error"]["details"]["deleting"] == 6
     code, allowed = _ks(where, *ingest, "--allow-mass-delete")
-    assert code == 0 and allowed["deleted"] == 6 and "a#code-1" in allowed["deleted_uids"]
+    assert code == 0 and allowed["deleted"] == 6 and "docs:a#code-1" in allowed["deleted_uids"]
     code, listed = _ks(where, "sources")
     assert code == 0 and [r["entities"] for r in listed["sources"]] == [2]
-    code, both = _ks(where, "delete", "d", "--source", "docs")
+    code, both = _ks(where, "delete", "docs:d", "--source", "docs")
     assert code == 2 and "not both" in both["error"]["message"]
     code, gone = _ks(where, "delete", "--source", "docs")
     assert (code, gone["deleted"]) == (0, 2)

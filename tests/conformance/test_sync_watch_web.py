@@ -79,11 +79,13 @@ def test_watch_syncs_a_save_storm_as_one_publish_and_survives_a_bad_file(
         (docs / "b.md").write_text("# Page b\n\nbeavers rebuilt\n", encoding="utf-8")
         (docs / "c.md").unlink()
         bad = synced.get(timeout=120)
-        assert [r.uid for r in bad.rejected] == ["a"]  # rejected; its stored version stays
+        # rejected; its stored version stays (the source's uids: "docs:PATH", docs/sources.md)
+        assert [r.uid for r in bad.rejected] == ["docs:a"]
         # b, and d: its link to a resolves only against pages read this time.
-        assert bad.updated == 2 and bad.deleted_uids == ["b#code-1", "c", "c#code-1"]
-        assert {h.uid for h in store.lexical("rebuilt").hits} == {"b"}
-        assert "a" in {h.uid for h in store.lexical("beavers", k=100).hits}
+        assert bad.updated == 2
+        assert bad.deleted_uids == ["docs:b#code-1", "docs:c", "docs:c#code-1"]
+        assert {h.uid for h in store.lexical("rebuilt").hits} == {"docs:b"}
+        assert "docs:a" in {h.uid for h in store.lexical("beavers", k=100).hits}
 
         for path in (docs / "storm").iterdir():  # 400 of 405: refused, and the watch goes on
             path.unlink()
@@ -119,7 +121,7 @@ def test_the_cli_watch_prints_one_line_per_publish_and_ends_on_ctrl_c(
         assert json.loads(proc.stdout.readline())["added"] == 8
         (docs / "d.md").unlink()
         line = json.loads(proc.stdout.readline())
-        assert (line["deleted"], line["deleted_uids"]) == (2, ["d", "d#code-1"])
+        assert (line["deleted"], line["deleted_uids"]) == (2, ["docs:d", "docs:d#code-1"])
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)

@@ -51,6 +51,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "records.md"
     NAMES,
     ATTRIBUTES,
     HREF_BYTES,
+    ACL_FROM_EDGE,
     JSON_TEXT,
 ) = RULES_BEYOND_SCHEMA
 
@@ -414,6 +415,14 @@ BAD: list[tuple[str, object, str | None]] = [
         ATTRIBUTES,
     ),
     ("attributes over 64 KiB", good(attributes={"blob": "x" * 65_536}), ATTRIBUTES),
+    # issue 25: a record that shares another's ACL is derived from it, by a partOf edge
+    ("acl_from without its partOf edge", good(attributes={"acl_from": "page:a"}), ACL_FROM_EDGE),
+    (
+        "acl_from with a partOf edge elsewhere",
+        good(attributes={"acl_from": "page:a"}, edges=[{"label": "partOf", "to": "page:b"}]),
+        ACL_FROM_EDGE,
+    ),
+    ("acl_from as a number", good(attributes={"acl_from": 7}), ACL_FROM_EDGE),
 ]
 
 

@@ -372,6 +372,58 @@ def list_cases() -> Iterator[Case]:
     )
 
 
+def _record(uid: str, **more: Any) -> dict[str, Any]:
+    return {"uid": uid, "type": "page", "title": "T", "body": "b", "acl": ["everyone"], **more}
+
+
+def ownership_cases() -> Iterator[Case]:
+    """Issue 25: a batch that would take over another source's entity (the estate's
+    ``unit:vacuum`` is source ``docs``), and derived records that could keep an ACL their
+    parent does not have — refused on every ingest route, nothing published."""
+    takeover = _record("unit:vacuum", source="elsewhere", title="Taken over")
+    yield Case(
+        "owner-rest-ingest-takeover",
+        "POST",
+        "/v1/admin/ingest",
+        400,
+        "invalid_request",
+        content=json.dumps(takeover).encode() + b"\n",
+        headers=ADMIN,
+    )
+    yield Case(
+        "owner-tool-ingest-takeover",
+        "POST",
+        "/v1/tools/ingest_records",
+        400,
+        "invalid_request",
+        json={"records": [_record("unit:vacuum", title="Taken over")], "source": "elsewhere"},
+        headers=ADMIN,
+    )
+    orphan = _record(
+        "nowhere#code-1",
+        attributes={"acl_from": "nowhere"},
+        edges=[{"label": "partOf", "to": "nowhere"}],
+    )
+    yield Case(
+        "owner-tool-derived-without-parent",
+        "POST",
+        "/v1/tools/ingest_records",
+        400,
+        "invalid_request",
+        json={"records": [orphan]},
+        headers=ADMIN,
+    )
+    yield Case(
+        "owner-tool-derived-without-edge",
+        "POST",
+        "/v1/tools/ingest_records",
+        422,
+        "invalid_record",
+        json={"records": [_record("unit:vacuum#code-9", attributes={"acl_from": "unit:vacuum"})]},
+        headers=ADMIN,
+    )
+
+
 def encoded(case: Case) -> tuple[bytes, list[tuple[str, str]]]:
     """The body and headers the case sends (Content-Length as the case says: true, a lie, none)."""
     body = case.content if case.content is not None else b""
@@ -396,7 +448,7 @@ def target(case: Case) -> str:
 
 def cases() -> list[Case]:
     """Every case of the corpus, ids unique."""
-    found = [*body_cases(), *graphql_cases(), *list_cases()]
+    found = [*body_cases(), *graphql_cases(), *list_cases(), *ownership_cases()]
     ids = [case.id for case in found]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return found

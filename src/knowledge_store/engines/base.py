@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.engines.sql.traversal import Traversal
@@ -249,12 +250,17 @@ class Writer(Protocol):
         kind: str,
         model: str | None = None,
         source: SourceSync | None = None,
+        scope: BatchScope | None = None,
     ) -> Published:
         """One publish; with ``model``, refused (ModelMismatch) unless the store records it.
 
         With ``source``, the source's catalog row is written in the same transaction
         (even when nothing changed), and a sync also deletes the source's entities
         the batch does not hold (``engines.sql.sources.plan_sync`` feeding the planner).
+        Every publish is settled first (``engines.sql.batch.settle_batch``): no entity of
+        another source is taken over unless ``scope.allow_move``, and derived entities
+        follow their parent (orphans deleted, the parent's ACL) — ``scope.holds`` names
+        what the batch holds unchanged.
         """
         ...
 
@@ -268,6 +274,11 @@ class Writer(Protocol):
 
     def crawl_pages(self, source: str) -> dict[str, str]:
         """The crawl state remembered for ``source``: url → PageState as JSON."""
+        ...
+
+    def source_uid_prefix(self, name: str) -> str | None:
+        """The uid prefix of source ``name``'s folder pages (``engines.sql.sources.read_uid_prefix``):
+        recorded, ``""`` for a source known without one, None for a new source."""
         ...
 
     def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from knowledge_store.engines.base import PreparedEntity, Published, Vector, Writer
+from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
@@ -115,12 +116,16 @@ def ingest_entities(
     skip_invalid: bool = False,
     progress: bool = False,
     source: SourceSync | None = None,
+    allow_move: bool = False,
 ) -> IngestReport:
     """Publish ``entities`` as one batch (see module docstring); ``skipped`` is reported as is.
 
     With ``source``, the publish writes the source's row, and a sync deletes what
     the source holds beyond ``source.present`` — in the same publish, even when no
-    entity of the batch changed.
+    entity of the batch changed. An entity another source holds is refused
+    (``SourceTakeoverRefused``) unless ``allow_move``; a page written again takes its
+    derived entities (its code samples) to exactly those of the batch, with its ACL
+    (``engines.sql.batch``).
     """
     if rejected and not skip_invalid:
         raise BatchRejected(list(rejected))
@@ -128,10 +133,11 @@ def ingest_entities(
     changed = [e for e in entities if existing.get(e.uid) != e.content_hash]
     unchanged = len(entities) - len(changed)
     kind = "sync" if source is not None and source.sync else "ingest"
+    scope = BatchScope(holds=frozenset(e.uid for e in entities), allow_move=allow_move)
     if source is not None:
         source = dataclasses.replace(source, unchanged_before=unchanged)
         if not changed:
-            published = engine.publish([], [], kind=kind, source=source)
+            published = engine.publish([], [], kind=kind, source=source, scope=scope)
             return _report(published, len(entities), rejected, skipped)
     if not changed:
         return IngestReport(
@@ -168,7 +174,9 @@ def ingest_entities(
         )
         for p in pending
     ]
-    published = engine.publish(prepared, [], kind=kind, model=embedder.model_id, source=source)
+    published = engine.publish(
+        prepared, [], kind=kind, model=embedder.model_id, source=source, scope=scope
+    )
     unreadable = _unreadable([e for e in changed if not e.acl])
     return _report(published, len(entities), rejected, skipped, unreadable)
 

@@ -67,6 +67,8 @@ RULES_BEYOND_SCHEMA: tuple[str, ...] = (
     "attributes take at most 65,536 bytes as JSON, nest at most 16 levels, have names as"
     " keys, and hold integers that fit in 64 bits",
     "an href takes at most 2,000 bytes in UTF-8",
+    "attributes.acl_from (the uid whose ACL the record shares) is a string, and the record"
+    " has a partOf edge to that uid",
     "a key appears once in each object, at every depth, and a record nests at most 32"
     " levels (a parsed value can't show a repeated key)",
 )

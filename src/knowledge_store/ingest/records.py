@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from knowledge_store.errors import InputError, InvalidRecord, InvalidRequest, Rejection
 from knowledge_store.model import (
+    ACL_FROM,
     ENTITY_FIELDS,
     FACET_NAMES,
     JSON_INT_RANGE,
@@ -521,6 +522,9 @@ def record_to_entity(
     kind = _name(reject, "type", _required(reject, obj, "type"))
     title = _title(reject, obj)
     body = _body(reject, obj)
+    attributes = _attributes(reject, obj)
+    edges = _edges(reject, obj, uid)
+    _check_acl_from(reject, uid, attributes, edges)
     return Entity(
         uid=uid,
         type=kind,
@@ -532,7 +536,29 @@ def record_to_entity(
         created_at=_timestamp(reject, obj, "created_at"),
         updated_at=_timestamp(reject, obj, "updated_at"),
         href=_href(reject, obj),
-        attributes=_attributes(reject, obj),
-        edges=_edges(reject, obj, uid),
+        attributes=attributes,
+        edges=edges,
         acl=_acl(reject, obj, default_acl),
     )
+
+
+def _check_acl_from(
+    reject: _Reject, uid: str, attributes: Mapping[str, Any], edges: Sequence[Edge]
+) -> None:
+    """A record that shares another entity's ACL (``attributes.acl_from``) is derived from
+    it, and says so with a ``partOf`` edge to it: the store finds a parent's derived
+    entities by that edge (to delete them with it, and to give them its ACL)."""
+    parent = attributes.get(ACL_FROM)
+    if parent is None or parent == uid:
+        return
+    if not isinstance(parent, str):
+        reject(
+            f"attributes.{ACL_FROM}", f"'attributes.{ACL_FROM}' names a uid, not {_shown(parent)}"
+        )
+    if not any(e.label == "partOf" and e.dst == parent for e in edges):
+        reject(
+            f"attributes.{ACL_FROM}",
+            f"'attributes.{ACL_FROM}' says this record shares the ACL of {parent!r}; add the"
+            f' edge that says it is part of it ({{"label": "partOf", "to": {parent!r}}}),'
+            f" or drop {ACL_FROM} to give it an ACL of its own",
+        )

@@ -22,9 +22,18 @@ from knowledge_store.ingest.crawl_state import MemoryCrawlState, PageState
 from knowledge_store.ingest.loaders import EXTENSIONS, LoadResult, check_format, is_url
 from knowledge_store.ingest.loaders.web import WebOptions, site_source
 from knowledge_store.ingest.watch import WatchSummary, watch
-from knowledge_store.model import IngestReport
+from knowledge_store.model import MAX_UID_LENGTH, IngestReport, name_problem
 
-__all__ = ["check_sync", "crawl_options", "save_crawl_state", "source_sync", "watch_source"]
+__all__ = [
+    "PAGE_FORMATS",
+    "check_sync",
+    "crawl_options",
+    "folder_uid_prefix",
+    "save_crawl_state",
+    "source_sync",
+    "watch_source",
+    "web_with_prefix",
+]
 
 
 def check_sync(source: str | None, sync: bool) -> None:
@@ -35,11 +44,15 @@ def check_sync(source: str | None, sync: bool) -> None:
         )
 
 
-def source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) -> SourceSync:
+def source_sync(
+    loaded: LoadResult, source: str, sync: bool, allow_mass: bool, *, uid_prefix: str = ""
+) -> SourceSync:
     """The source an ingest names: what it read, and (for a sync) what is present in it —
     the records, what a crawl kept as stored, and records rejected this time (their
-    stored version stays). A crawl cut short by its page bound deletes nothing."""
+    stored version stays). A crawl cut short by its page bound deletes nothing. When it
+    read pages from a folder, its row records ``uid_prefix``, the prefix they got."""
     kept = loaded.kept() | {r.uid for r in loaded.rejections if r.uid}
+    pages = any(name in PAGE_FORMATS for info in loaded.sources for name in info.loader.split(","))
     return SourceSync(
         name=source,
         loader=",".join(sorted({info.loader for info in loaded.sources if info.loader})),
@@ -49,7 +62,46 @@ def source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) -
         kept=frozenset(kept),
         delete_missing=not any(crawl.truncated for crawl in loaded.crawls),
         allow_mass_delete=allow_mass,
+        uid_prefix=uid_prefix if pages else None,
     )
+
+
+#: The formats whose files a folder's pages are read from (uid: the path, after a prefix).
+PAGE_FORMATS = ("markdown", "html")
+
+
+def folder_uid_prefix(
+    writer: Writer, paths: Sequence[str | Path], source: str | None, given: str | None
+) -> str:
+    """The prefix of the uids of the pages read from folders (``--uid-prefix``).
+
+    ``given`` wins. Else a source the store knows keeps the prefix its row records, and
+    one it knows without a recorded prefix (made before prefixes) keeps its uids as they
+    are (``""``); a source new to the store gets ``"SOURCE:"``, so that two sources'
+    ``README``/``index`` pages are two entities, not one overwriting the other. A load
+    with no source name gets none (its pages' sources are their folders' names, and no
+    row would remember the prefix).
+    """
+    if given is not None:
+        problem = name_problem(given, MAX_UID_LENGTH) if given else None
+        if problem is not None:
+            raise InvalidRequest(f"the uid prefix {given!r} {problem}", field="uid_prefix")
+        return given
+    if source is None or all(is_url(p) for p in paths):
+        return ""
+    stored = writer.source_uid_prefix(source)
+    return f"{source}:" if stored is None else stored
+
+
+def web_with_prefix(
+    paths: Sequence[str | Path], web: WebOptions | None, uid_prefix: str | None
+) -> WebOptions | None:
+    """The crawl options with ``uid_prefix`` for the sites' pages, unless ``web`` names one."""
+    if not uid_prefix or not any(is_url(p) for p in paths):
+        return web
+    if web is not None and web.uid_prefix:
+        return web
+    return dataclasses.replace(web or WebOptions(), uid_prefix=uid_prefix)
 
 
 def crawl_options(

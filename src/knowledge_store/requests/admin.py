@@ -62,6 +62,11 @@ class IngestRequest(Request):
     allow_mass_delete: bool = Field(
         False, description="let a sync delete more than half its source"
     )
+    allow_move: bool = Field(
+        False,
+        description="let records take over uids another source holds (moving them to this"
+        " batch's source); without it such a batch is refused",
+    )
 
     _lines: RecordLines | None = PrivateAttr(default=None)
 

@@ -83,6 +83,8 @@ class Administration:
         sync: bool = False,
         allow_mass_delete: bool = False,
         web: WebOptions | None = None,
+        uid_prefix: str | None = None,
+        allow_move: bool = False,
     ) -> IngestReport:
         """Load files, folders or web sites (``http(s)://`` strings) and publish them as one batch.
 
@@ -91,20 +93,37 @@ class Administration:
         the source holds beyond it is deleted in the same publish; more than half of
         it only with ``allow_mass_delete`` (else ``MassDeleteRefused``). A crawl's
         state is kept in the store, per source, and saved once the publish is done.
+
+        ``uid_prefix`` goes before the uid of every page read from a folder (and of a
+        site's pages, unless ``web`` names one). Without it, a folder's pages ingested
+        under a ``source`` new to the store get ``"SOURCE:"``; a source the store knows
+        keeps the prefix it has (``""`` for one made before prefixes) — recorded in the
+        source's row (``ingest.sync.folder_uid_prefix``). An entity another source holds
+        is refused (``SourceTakeoverRefused``) unless ``allow_move``.
         """
         from knowledge_store.ingest.loaders import load_paths
         from knowledge_store.ingest.sync import (
             check_sync,
             crawl_options,
+            folder_uid_prefix,
             save_crawl_state,
             source_sync,
+            web_with_prefix,
         )
 
         check_list_bound("acl", acl or (), MAX_ACL_PRINCIPALS, name="the default ACL")
         check_sync(source, sync)
         writer = self.engine.writer
-        web, kept = crawl_options(writer, paths, source, web)
-        loaded = load_paths(paths, format=format, source=source, default_acl=acl or None, web=web)
+        web, kept = crawl_options(writer, paths, source, web_with_prefix(paths, web, uid_prefix))
+        prefix = folder_uid_prefix(writer, paths, source, uid_prefix)
+        loaded = load_paths(
+            paths,
+            format=format,
+            source=source,
+            default_acl=acl or None,
+            web=web,
+            uid_prefix=prefix,
+        )
         report = ingest_entities(
             writer,
             self.embedder,
@@ -114,7 +133,10 @@ class Administration:
             skipped=loaded.skipped,
             skip_invalid=skip_invalid,
             progress=progress,
-            source=None if source is None else source_sync(loaded, source, sync, allow_mass_delete),
+            source=None
+            if source is None
+            else source_sync(loaded, source, sync, allow_mass_delete, uid_prefix=prefix),
+            allow_move=allow_move,
         )
         save_crawl_state(writer, loaded, kept)
         if not loaded.crawls:
@@ -133,6 +155,7 @@ class Administration:
         sync: bool = False,
         allow_mass_delete: bool = False,
         lines: RecordLines | None = None,
+        allow_move: bool = False,
     ) -> IngestReport:
         """Publish canonical records (dicts as in DESIGN §1, or Entity objects) as one batch.
 
@@ -140,7 +163,9 @@ class Administration:
         row; ``sync`` and ``allow_mass_delete`` as for :meth:`ingest`. ``lines`` says where
         the records of a JSON Lines body stood, and which of its lines were refused before
         they were records: rejections then name the body's lines, as the CLI's name a
-        file's (without it, a rejection names the record's place in ``records``).
+        file's (without it, a rejection names the record's place in ``records``). A record
+        whose uid another source holds is refused (``SourceTakeoverRefused``, the whole
+        batch) unless ``allow_move``.
         """
         from knowledge_store.errors import InvalidRecord, Rejection
         from knowledge_store.ingest.loaders import LoadedRecord, LoadResult, SourceInfo
@@ -198,6 +223,7 @@ class Administration:
             skip_invalid=skip_invalid,
             progress=progress,
             source=None if source is None else source_sync(read, source, sync, allow_mass_delete),
+            allow_move=allow_move,
         )
 
     def delete(
@@ -249,6 +275,8 @@ class Administration:
         format: str | None = None,
         acl: Sequence[str] | None = None,
         allow_mass_delete: bool = False,
+        uid_prefix: str | None = None,
+        allow_move: bool = False,
         on_sync: Callable[[list[Path], IngestReport], None] | None = None,
         on_error: Callable[[list[Path], Exception], None] | None = None,
         stop: threading.Event | None = None,
@@ -270,6 +298,8 @@ class Administration:
                 skip_invalid=True,
                 sync=True,
                 allow_mass_delete=allow_mass_delete,
+                uid_prefix=uid_prefix,
+                allow_move=allow_move,
             )
 
         return watch_source(

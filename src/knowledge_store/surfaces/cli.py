@@ -330,6 +330,13 @@ def ingest(
         bool,
         typer.Option("--allow-mass-delete", help="let a sync delete more than half its source"),
     ] = False,
+    allow_move: Annotated[
+        bool,
+        typer.Option(
+            "--allow-move",
+            help="let the batch take over uids another source holds (moved to this source)",
+        ),
+    ] = False,
     watch: Annotated[
         bool,
         typer.Option("--watch", help="sync again on every burst of file changes (with --sync)"),
@@ -347,9 +354,14 @@ def ingest(
         typer.Option("--delay", metavar="SECONDS", help="web: seconds between requests (0.5)"),
     ] = None,
     uid_prefix: Annotated[
-        str,
-        typer.Option("--uid-prefix", metavar="TEXT", help="web: put before every page's uid"),
-    ] = "",
+        str | None,
+        typer.Option(
+            "--uid-prefix",
+            metavar="TEXT",
+            help="put before the uid of every page of a folder or site (default for a folder"
+            " under a new --source: 'NAME:'; a known source keeps its own)",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest files, folders or web sites as one atomic batch (a failed batch publishes nothing)."""
@@ -364,13 +376,15 @@ def ingest(
             acl=acl,
             sync=sync,
             allow_mass_delete=allow_mass_delete,
+            uid_prefix=uid_prefix,
+            allow_move=allow_move,
             as_json=as_json,
             fail=_fail,
         )
         return
 
     def action() -> Any:
-        web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
+        web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix or "")
         with _store(create=True) as store:
             return store.ingest(
                 paths,
@@ -382,6 +396,8 @@ def ingest(
                 sync=sync,
                 allow_mass_delete=allow_mass_delete,
                 web=web,
+                uid_prefix=uid_prefix,
+                allow_move=allow_move,
             )
 
     names = {
@@ -392,6 +408,7 @@ def ingest(
         "max_pages": "--max-pages",
         "max_depth": "--max-depth",
         "delay_s": "--delay",
+        "uid_prefix": "--uid-prefix",
     }
     _run(as_json, action, lambda report: cli_sources.show_ingest(out, err, report), names)
 

@@ -85,6 +85,8 @@ def watch(
     acl: Sequence[str] | None,
     sync: bool,
     allow_mass_delete: bool,
+    uid_prefix: str | None,
+    allow_move: bool,
     as_json: bool,
     fail: Callable[[KnowledgeStoreError, bool], NoReturn],
 ) -> None:
@@ -131,6 +133,8 @@ def watch(
                 format=format,
                 acl=acl,
                 allow_mass_delete=allow_mass_delete,
+                uid_prefix=uid_prefix,
+                allow_move=allow_move,
                 on_sync=on_sync,
                 on_error=on_error,
             )

@@ -205,6 +205,7 @@ def ingest(store: KnowledgeStore, caller: Caller, request: IngestRequest) -> Ans
         sync=request.sync,
         allow_mass_delete=request.allow_mass_delete,
         lines=request.record_lines,
+        allow_move=request.allow_move,
     )
 
 

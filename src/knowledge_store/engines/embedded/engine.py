@@ -57,14 +57,15 @@ from knowledge_store.engines.shared import (
     deletion,
     no_store,
 )
+from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.engines.sql.sources import (
     SourceSync,
     read_crawl_pages,
     read_sources,
+    read_uid_prefix,
     record_source,
-    sync_deletes,
     write_crawl_pages,
 )
 from knowledge_store.errors import ModelMismatch, StoreError
@@ -435,12 +436,14 @@ class EmbeddedEngine:
         acl_only: Sequence[Entity] = (),
         model: str | None = None,
         source: SourceSync | None = None,
+        scope: BatchScope | None = None,
     ) -> Published:
         """One publish: planned and written in the catalog's write transaction, the derived
         indexes updated before that transaction commits (see the module docstring).
 
         With ``source``, a sync deletes what the source holds beyond the batch
-        (``engines.sql.sources``) and the source's row is written in that transaction.
+        (``engines.sql.sources``) and the source's row is written in that transaction;
+        the batch is settled there first (``engines.sql.batch``, ``scope``).
 
         With ``model``, refused (ModelMismatch) unless the store records that model.
         Chunks and vectors a derived index could not take are refused before anything
@@ -457,11 +460,21 @@ class EmbeddedEngine:
             try:
                 with self.catalog.write() as conn:
                     latest = self.catalog.latest_publish(conn)
-                    deletes = sync_deletes(conn, SQLITE, source, deletes)
-                    uids = [p.entity.uid for p in upserts] + list(deletes)
-                    uids += [e.uid for e in acl_only]
+                    batch = settle_batch(
+                        conn,
+                        SQLITE,
+                        upserts,
+                        deletes,
+                        source=source,
+                        scope=scope,
+                        acl_only=acl_only,
+                    )
+                    uids = [p.entity.uid for p in batch.upserts] + list(batch.deletes)
+                    uids += [e.uid for e in batch.acl_only]
                     existing = self.catalog.content_hashes(uids, conn)
-                    plan = plan_publish(latest, existing, upserts, deletes, acl_only)
+                    plan = plan_publish(
+                        latest, existing, batch.upserts, batch.deletes, batch.acl_only
+                    )
                     if plan.empty:
                         return record_source(conn, SQLITE, source, Published.of(plan))
                     self.catalog.apply(conn, plan, kind=kind)
@@ -512,6 +525,10 @@ class EmbeddedEngine:
     def crawl_pages(self, source: str) -> dict[str, str]:
         with self.catalog.read() as conn:
             return read_crawl_pages(conn, SQLITE, source)
+
+    def source_uid_prefix(self, name: str) -> str | None:
+        with self.catalog.read() as conn:
+            return read_uid_prefix(conn, SQLITE, name)
 
     def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
         with self._writer(), self.catalog.write() as conn:

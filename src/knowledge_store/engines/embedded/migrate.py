@@ -1,10 +1,12 @@
 """Upgrading an older embedded catalog on open, in place, each step one write transaction.
 
-Three steps, each idempotent and safe when several processes open the store at
+Four steps, each idempotent and safe when several processes open the store at
 once (each re-checks under the write lock, so one of them does the work):
 
 - **facets** (:mod:`..sql.facets`): a filter field declared after the store was
   made gets its column and index, the default ``''``.
+- **source columns** (:mod:`..sql.sources`): a column of the ``sources`` table added
+  after it shipped (``uid_prefix``), NULL in every row (the source keeps its uids).
 - **thin entity rows** (schema 2): an entity's ``body`` and ``attributes`` move
   from ``entities`` to ``entity_bodies``, as in the PostgreSQL catalog. A body
   averages ~1.8 KB and reaches 100 KB; inline, it put three entities on a page
@@ -31,6 +33,7 @@ import time
 
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.facets import add_facet, missing_facets
+from knowledge_store.engines.sql.sources import source_columns_missing
 
 __all__ = [
     "CHUNKS_BY_ENTITY_DDL",
@@ -82,6 +85,20 @@ _CHUNK_COLUMNS = 'id, entity, ordinal, text, heading, start, "end"'
 
 def _entity_columns(conn: sqlite3.Connection) -> set[str]:
     return {str(r[1]) for r in conn.execute("PRAGMA table_info(entities)")}
+
+
+def _source_columns(conn: sqlite3.Connection) -> list[str]:
+    present = [str(r[1]) for r in conn.execute("PRAGMA table_info(sources)")]
+    return source_columns_missing(SQLITE, present) if present else []
+
+
+def _needs_source_columns(conn: sqlite3.Connection) -> bool:
+    return bool(_source_columns(conn))
+
+
+def _add_source_columns(conn: sqlite3.Connection) -> None:
+    for statement in _source_columns(conn):
+        conn.execute(statement)
 
 
 def _needs_thin_rows(conn: sqlite3.Connection) -> bool:
@@ -162,6 +179,7 @@ def upgrade(conn: sqlite3.Connection) -> None:
     """
     steps = (
         (_needs_facets, _add_facets),
+        (_needs_source_columns, _add_source_columns),
         (_needs_thin_rows, _thin_rows),
         (_needs_split_vectors, _split_vectors),
     )

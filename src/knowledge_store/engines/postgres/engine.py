@@ -49,12 +49,14 @@ from knowledge_store.engines.shared import (
     deletion,
     no_store,
 )
+from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.engines.sql.sources import (
     SourceSync,
     read_crawl_pages,
     read_sources,
+    read_uid_prefix,
     write_crawl_pages,
 )
 from knowledge_store.errors import (
@@ -427,6 +429,7 @@ class PostgresEngine:
         kind: str,
         model: str | None = None,
         source: SourceSync | None = None,
+        scope: BatchScope | None = None,
     ) -> Published:
         recorded_model = self.model()
         check_prepared(upserts, None if recorded_model is None else recorded_model[1])
@@ -439,7 +442,9 @@ class PostgresEngine:
                     store_model=recorded,
                     model=model,
                 )
-            plan = writes.apply_publish(conn, upserts, deletes, kind=kind, source=source)
+            plan = writes.apply_publish(
+                conn, upserts, deletes, kind=kind, source=source, scope=scope
+            )
         self._after_write(sum(len(p.chunks) for p in upserts) + plan.deleted)
         return Published.of(plan)
 
@@ -454,6 +459,10 @@ class PostgresEngine:
     def crawl_pages(self, source: str) -> dict[str, str]:
         with self.db.read() as conn, translate("reading the crawl state"):
             return read_crawl_pages(conn, POSTGRES, source)
+
+    def source_uid_prefix(self, name: str) -> str | None:
+        with self.db.read() as conn, translate("reading the source"):
+            return read_uid_prefix(conn, POSTGRES, name)
 
     def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
         with self.db.write() as conn, translate("saving the crawl state"):

@@ -24,6 +24,7 @@ from knowledge_store.engines.postgres.schema import (
 )
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.facets import add_facet, missing_facets
+from knowledge_store.engines.sql.sources import source_columns_missing
 from knowledge_store.errors import StoreError
 
 __all__ = ["open_schema"]
@@ -98,6 +99,19 @@ def _add_facets(conn: Connection) -> None:
             conn.execute(statement)
 
 
+def _add_source_columns(conn: Connection) -> None:
+    """Add the ``sources`` columns a store made before them lacks (NULL in every row)."""
+    present = [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'sources'"
+        )
+    ]
+    for statement in source_columns_missing(POSTGRES, present) if present else []:
+        conn.execute(statement)
+
+
 def open_schema(
     conn: Connection,
     schema: str,
@@ -128,6 +142,7 @@ def open_schema(
             )
             _migrate(conn, schema, migrations)
             _add_facets(conn)
+            _add_source_columns(conn)
             features = detect_features(installed)
             if features.bm25_extension is not None:
                 conn.execute(extension_indexes[features.bm25_extension])

@@ -34,6 +34,7 @@ from knowledge_store.engines.postgres.schema import (
 )
 from knowledge_store.engines.shared import DERIVED_LINK, stored_entity
 from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
@@ -43,7 +44,7 @@ from knowledge_store.engines.sql.publish import (
     plan_row,
     publish_row,
 )
-from knowledge_store.engines.sql.sources import SourceSync, record_source, sync_deletes
+from knowledge_store.engines.sql.sources import SourceSync, record_source
 from knowledge_store.errors import StoreError
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
@@ -325,6 +326,7 @@ def apply_publish(
     kind: str,
     acl_only: Sequence[Entity] = (),
     source: SourceSync | None = None,
+    scope: BatchScope | None = None,
 ) -> PublishPlan:
     """Plan (:func:`~knowledge_store.engines.sql.publish.plan_publish`) and write one publish
     inside the caller's write transaction (which holds the lock).
@@ -337,7 +339,10 @@ def apply_publish(
     is a join in every statement, so nothing else needs touching.
     """
     latest = latest_publish(conn)
-    deletes = sync_deletes(conn, POSTGRES, source, deletes)
+    batch = settle_batch(
+        conn, POSTGRES, upserts, deletes, source=source, scope=scope, acl_only=acl_only
+    )
+    upserts, deletes, acl_only = batch.upserts, batch.deletes, batch.acl_only
     uids = [p.entity.uid for p in upserts] + list(deletes) + [e.uid for e in acl_only]
     existing: dict[str, int] = {}  # uid → row id
     hashes: dict[str, str] = {}  # uid → content hash, read under the lock

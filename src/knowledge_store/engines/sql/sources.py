@@ -36,6 +36,7 @@ __all__ = [
     "DERIVED_MARK",
     "MASS_DELETE_SHARE",
     "SOURCES_DDL",
+    "SOURCE_COLUMNS_ADDED",
     "SOURCE_COUNTS",
     "SourceRecord",
     "SourceSync",
@@ -44,7 +45,9 @@ __all__ = [
     "plan_sync",
     "read_crawl_pages",
     "read_sources",
+    "read_uid_prefix",
     "record_source",
+    "source_columns_missing",
     "source_record",
     "source_views",
     "statement",
@@ -67,8 +70,13 @@ CREATE TABLE IF NOT EXISTS sources (
     added        INTEGER NOT NULL,
     updated      INTEGER NOT NULL,
     unchanged    INTEGER NOT NULL,
-    deleted      INTEGER NOT NULL
+    deleted      INTEGER NOT NULL,
+    uid_prefix   TEXT
 )"""
+
+#: Columns of ``sources`` added after the table first shipped: ``(name, SQL type)``. A store
+#: made before gets them when it is opened (``source_columns_missing``), NULL in every row.
+SOURCE_COLUMNS_ADDED: tuple[tuple[str, str], ...] = (("uid_prefix", "TEXT"),)
 
 #: What a crawl remembers per ``(source, url)`` (``ingest.crawl_state.PageState`` as JSON).
 CRAWL_PAGES_DDL = """
@@ -90,6 +98,7 @@ _COLUMNS = (
     "updated",
     "unchanged",
     "deleted",
+    "uid_prefix",
 )
 
 
@@ -99,7 +108,13 @@ def statement(name: str, d: SqlDialect) -> str:
     if name == "source_uids":
         return f"SELECT uid FROM entities WHERE source = {p('source')}"
     if name == "write_source":
-        updates = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[1:])
+        # a uid prefix, once recorded, stays unless an ingest names another (NULL: none named)
+        updates = ", ".join(
+            f"{c} = coalesce(excluded.{c}, sources.{c})"
+            if c == "uid_prefix"
+            else f"{c} = excluded.{c}"
+            for c in _COLUMNS[1:]
+        )
         return (
             f"INSERT INTO sources ({', '.join(_COLUMNS)})"
             f" VALUES ({', '.join(p(c) for c in _COLUMNS)})"
@@ -109,6 +124,10 @@ def statement(name: str, d: SqlDialect) -> str:
         return f"DELETE FROM sources WHERE name = {p('name')}"
     if name == "source_rows":
         return f"SELECT {', '.join(_COLUMNS)} FROM sources ORDER BY name"
+    if name == "source_uid_prefix":
+        return f"SELECT uid_prefix FROM sources WHERE name = {p('name')}"
+    if name == "source_holds_any":
+        return f"SELECT 1 FROM entities WHERE source = {p('name')} LIMIT 1"
     if name == "crawl_pages":
         return f"SELECT url, state FROM crawl_pages WHERE source = {p('source')}"
     if name == "put_crawl_page":
@@ -170,6 +189,8 @@ class SourceSync:
     unchanged_before: int = 0
     #: The whole source goes: every entity, its row and its crawl state.
     forget: bool = False
+    #: The uid prefix its folder pages got, recorded in its row (None: none recorded now).
+    uid_prefix: str | None = None
 
     @classmethod
     def removal(cls, name: str) -> SourceSync:
@@ -236,6 +257,7 @@ class SourceRecord:
     updated: int
     unchanged: int
     deleted: int
+    uid_prefix: str | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -249,6 +271,7 @@ class SourceRecord:
             "updated": self.updated,
             "unchanged": self.unchanged,
             "deleted": self.deleted,
+            "uid_prefix": self.uid_prefix,
         }
 
     @classmethod
@@ -264,6 +287,7 @@ class SourceRecord:
             updated=int(row[7]),
             unchanged=int(row[8]),
             deleted=int(row[9]),
+            uid_prefix=None if row[10] is None else str(row[10]),
         )
 
 
@@ -280,6 +304,7 @@ def source_record(sync: SourceSync, result: Published) -> SourceRecord:
         updated=result.updated,
         unchanged=result.unchanged + sync.unchanged_before,
         deleted=result.deleted,
+        uid_prefix=sync.uid_prefix,
     )
 
 
@@ -361,6 +386,29 @@ def read_sources(conn: Executes, d: SqlDialect) -> list[SourceSummary]:
     counts = conn.execute(SOURCE_COUNTS).fetchall()
     rows = conn.execute(statement("source_rows", d)).fetchall()
     return source_views(counts, rows)
+
+
+def read_uid_prefix(conn: Executes, d: SqlDialect, name: str) -> str | None:
+    """The uid prefix source ``name``'s folder pages get: the one its row records; ``""`` for
+    a source the catalog knows without one (a row from before prefixes, or entities of that
+    source ingested without a row): its uids stay as they are; None for a source the catalog
+    does not know (a new one)."""
+    row = conn.execute(statement("source_uid_prefix", d), {"name": name}).fetchone()
+    if row is not None:
+        return "" if row[0] is None else str(row[0])
+    held = conn.execute(statement("source_holds_any", d), {"name": name}).fetchone()
+    return None if held is None else ""
+
+
+def source_columns_missing(d: SqlDialect, present: Iterable[str]) -> list[str]:
+    """The ``ALTER TABLE`` statements that add the :data:`SOURCE_COLUMNS_ADDED` a ``sources``
+    table with the columns ``present`` lacks."""
+    have = set(present)
+    return [
+        f"ALTER TABLE sources {d.add_column} {name} {sql_type}"
+        for name, sql_type in SOURCE_COLUMNS_ADDED
+        if name not in have
+    ]
 
 
 def read_crawl_pages(conn: Executes, d: SqlDialect, source: str) -> dict[str, str]:

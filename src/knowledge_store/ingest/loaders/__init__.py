@@ -29,7 +29,7 @@ from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_fol
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
 from knowledge_store.ingest.loaders.markdown import read_markdown_page
-from knowledge_store.ingest.loaders.pages import Page, site_records
+from knowledge_store.ingest.loaders.pages import Page, prefixed_rejection, site_records
 from knowledge_store.model import check_principal
 
 if TYPE_CHECKING:
@@ -151,9 +151,10 @@ def _read(
             yield from read_learn(data, shown, options)
         else:
             absolute = Path(os.path.abspath(file))
-            page = _PAGE_READERS[name](data, absolute, Path(os.path.abspath(folder)), shown)
+            root = Path(os.path.abspath(folder))
+            page = _PAGE_READERS[name](data, absolute, root, shown)
             if isinstance(page, Rejection):
-                yield page
+                yield prefixed_rejection(page, absolute, root, options.uid_prefix)
             else:
                 pages.append(page)
     # Pages last: their links and folders are resolved against every page of the load.
@@ -196,6 +197,7 @@ def load_paths(
     source: str | None,
     default_acl: Sequence[str] | None,
     web: WebOptions | None = None,
+    uid_prefix: str = "",
 ) -> LoadResult:
     """Read ``paths`` (files, folders or web site URLs) into validated entities and rejections.
 
@@ -203,8 +205,9 @@ def load_paths(
     extension (a string starting ``http://``/``https://`` is a site to crawl).
     ``source`` (``--source``) sets every entity's source; ``default_acl``
     (``--acl``) is the ACL of records that have none — with no default such
-    records are rejected. ``web`` bounds the crawl of sites and gives the uid
-    prefix and crawl state. A path that is not a regular file inside the folder
+    records are rejected. ``uid_prefix`` goes before the uid of every page of a
+    folder (Markdown, HTML) whose uid is its path. ``web`` bounds the crawl of sites
+    and gives their uid prefix and crawl state. A path that is not a regular file inside the folder
     given is skipped, not read (``result.skipped``; so are URLs a crawl leaves
     out). Raises :class:`InvalidRequest` for an unknown format, a missing path,
     a bad ``--acl`` principal, or a site that can't be crawled at all.
@@ -223,7 +226,9 @@ def load_paths(
     plans = [(Path(path), _plan(Path(path), format)) for path in paths if not is_url(path)]
     plan = [step for _, steps in plans for step in steps]
     options = Options(
-        source=source, default_acl=None if default_acl is None else tuple(default_acl)
+        source=source,
+        default_acl=None if default_acl is None else tuple(default_acl),
+        uid_prefix=uid_prefix,
     )
     result = LoadResult(sources=[_source_info(path, steps, source) for path, steps in plans])
     first_seen: dict[str, str] = {}

@@ -99,10 +99,12 @@ class LoadResult:
 @dataclass(frozen=True)
 class Options:
     """The caller's ``--source`` and ``--acl`` default, handed to every loader (``source``
-    replaces every record's own)."""
+    replaces every record's own), and ``--uid-prefix``: put before the uid of every page of a
+    folder that takes its uid from its path."""
 
     source: str | None
     default_acl: tuple[str, ...] | None
+    uid_prefix: str = ""
 
 
 def decode_utf8(

@@ -6,11 +6,14 @@ the nearest ancestor folder under the root that has one. A relative link to
 another loaded page is an ``xref`` edge (anchors dropped, deduplicated, no
 self links); links to anything outside the load are ignored. Pages take their
 dates from their files when they don't give them (git history, else mtime) and
-their folder's name as source when they name none.
+their folder's name as source when they name none. A page whose uid is its path gets
+``Options.uid_prefix`` before it (``--uid-prefix``; a uid its front matter gives is kept
+as written), before any edge is resolved: links and parents name the prefixed uids.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import unicodedata
@@ -35,6 +38,7 @@ __all__ = [
     "folder_source",
     "is_index",
     "page_entities",
+    "prefixed_rejection",
     "site_records",
 ]
 
@@ -181,12 +185,29 @@ def folder_source(root: Path) -> str:
     return name if name and name_problem(name, MAX_NAME_CHARS) is None else ""
 
 
+def prefixed_rejection(rejection: Rejection, path: Path, root: Path, prefix: str) -> Rejection:
+    """A page's rejection naming the uid the page would have had (``prefix`` before a uid
+    taken from its path): what a sync keeps as stored."""
+    if not prefix or rejection.uid != default_uid(path, root):
+        return rejection
+    return dataclasses.replace(rejection, uid=f"{prefix}{rejection.uid}")
+
+
+def _with_prefix(page: Page, prefix: str) -> Page:
+    """``page`` with ``prefix`` before its uid, if its uid is its path."""
+    uid = page.record.get("uid")
+    if not prefix or uid != default_uid(page.path, page.root):
+        return page
+    return dataclasses.replace(page, record={**page.record, "uid": f"{prefix}{uid}"})
+
+
 def site_records(pages: list[Page], options: Options) -> Iterator[LoadedRecord | Rejection]:
     """Each page (with its folder ``partOf`` and link ``xref`` edges) and its code samples.
 
     A page without dates of its own takes them from its file (:func:`folder_dates`);
     without a source, the name of the folder it was loaded from.
     """
+    pages = [_with_prefix(page, options.uid_prefix) for page in pages]
     by_path = {page.path: page for page in pages}
     indexes = _folder_indexes(pages)
     dates = _dates(pages)
