@@ -28,7 +28,6 @@ KS = Path(sys.executable).parent / "ks"
 #: What a step's output must hold (or not), by the first words of its command line.
 EXPECT: list[tuple[str, int, list[str], list[str]]] = [
     # (command prefix, which occurrence (0: every), must contain, must not contain)
-    ("ks ingest README.md docs", 0, ["rejected 0"], []),
     ("ks ingest examples/estate/corpus.jsonl", 0, ["added 34", "rejected 0"], []),
     ("ks principals load", 0, ["10 memberships"], []),
     ('ks lexical "ERR-1042"', 0, ["ticket:OPS-105", "runbook:rotate-credentials"], []),
@@ -38,12 +37,20 @@ EXPECT: list[tuple[str, int, list[str], list[str]]] = [
     ("ks sql --type ticket --status open", 0, ["ticket:OPS-110", "ticket:OPS-107"], ["OPS-101"]),
     ("ks aggregate count --by created_at:month", 0, ["2024-06"], []),
     ("ks query", 0, ["ticket:OPS-103", "ticket:OPS-109"], []),
-    # (docs/records.md, readable by everyone, quotes the runbook's uid: look for the result line)
-    ('ks search "promote the replica"', 1, [], ["runbook:db-failover · runbook"]),
+    # "support staff: no runbook": no runbook at all (and the estate's store holds no docs)
+    ('ks search "promote the replica"', 1, ["1. "], ["· runbook ·", "README", "codeSample"]),
     ("ks acl explain user:joe runbook:db-failover", 0, ["cannot read"], []),
-    ('ks search "promote the replica"', 2, ["runbook:db-failover · runbook"], []),
+    # "now the failover runbook comes first": the first result line
+    (
+        'ks search "promote the replica"',
+        2,
+        ["1. Failing over postgres-main  runbook:db-failover"],
+        [],
+    ),
     ("ks acl grant handbook:draft-pricing group:staff", 0, ["group:staff"], []),
     ("ks eval", 0, ["16 queries", "fused"], []),
+    ("ks --store .ks/docs ingest README.md docs", 0, ["rejected 0"], []),
+    ('ks --store .ks/docs search "what does a sync delete"', 0, ["project-docs:sources"], []),
 ]
 
 
@@ -136,6 +143,7 @@ def test_the_readme_tour_runs_on_the_clone_alone(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
         outputs.append((line, done.stdout))
     assert env["KS_STORE"] == ".ks/tour" and (tmp_path / ".ks" / "tour").is_dir()
+    assert (tmp_path / ".ks" / "docs").is_dir()  # the docs' own store, apart from the estate
 
     for prefix, occurrence, present, absent in EXPECT:
         words = shlex.split(prefix)

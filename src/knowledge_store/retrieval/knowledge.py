@@ -5,15 +5,24 @@ code samples; code samples with their code, language and page; cited
 passages and one context block for a chat model. Each ranks exactly like
 ``search`` — it is ``search`` — and reads the entities it returns on the
 same reader: one snapshot for the whole answer.
+
+``search_knowledge`` never spends two slots of a model's context on one passage: a
+code sample's text is also its page's, and both may rank. A passage whose text (white
+space aside) is the same as, inside, or around a better-ranked one already given is
+folded into that one — listed in its source's ``folded``, named in its context block —
+and a result left with no passage of its own is folded whole (it gets no number).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import Answer, SearchAnswer
+from knowledge_store.model import Answer, Result, SearchAnswer
 from knowledge_store.requests import DocsSearchRequest, KnowledgeRequest
 
 if TYPE_CHECKING:
@@ -23,6 +32,7 @@ __all__ = [
     "CODE_SAMPLE_TYPE",
     "CodeSample",
     "CodeSamples",
+    "FoldedPassage",
     "Knowledge",
     "KnowledgeSource",
     "PageRef",
@@ -72,6 +82,17 @@ class Passage(Answer):
     citation: str
 
 
+class FoldedPassage(Answer):
+    """A lower-ranked result's passage that one of this source's passages already holds (the
+    same text, or text inside or around it): not repeated. ``into``: that passage's chunk."""
+
+    uid: str
+    title: str
+    type: str
+    chunk_id: int
+    into: int
+
+
 class KnowledgeSource(Answer):
     n: int
     uid: str
@@ -81,6 +102,7 @@ class KnowledgeSource(Answer):
     score: float
     superseded_by: str | None
     passages: list[Passage]
+    folded: list[FoldedPassage] = Field(default_factory=list)
 
 
 class Knowledge(Answer):
@@ -162,16 +184,54 @@ def citation(title: str, heading: tuple[str, ...] | list[str], href: str | None)
     return f"{path} ({href})" if href else path
 
 
+def _words(text: str) -> str:
+    """``text`` with its white space collapsed: what two passages are compared by."""
+    return " ".join(text.split())
+
+
+@dataclass
+class _Source:
+    """A result as it is being shaped: its passages, and those folded into them."""
+
+    result: Result
+    passages: list[Passage] = field(default_factory=list)
+    folded: list[FoldedPassage] = field(default_factory=list)
+
+
+def _repeated(given: list[tuple[str, _Source, int]], words: str) -> tuple[_Source, int] | None:
+    """The better-ranked passage (its source, its chunk id) that a passage of ``words``
+    repeats: the same words, or inside or around them."""
+    for other, source, chunk_id in given:
+        if words in other or other in words:
+            return source, chunk_id
+    return None
+
+
 def search_knowledge(r: StoreReader, request: KnowledgeRequest) -> Knowledge:
-    """Fused search as numbered sources with cited passages, and the context block."""
+    """Fused search as numbered sources with cited passages, and the context block; a passage
+    that repeats a better-ranked one is folded into it (see the module docstring)."""
     answer = r.search(request.query, k=request.k, filters=request.filters.as_mapping())
-    results: list[KnowledgeSource] = []
-    blocks: list[str] = []
-    for n, result in enumerate(answer.results, start=1):
-        passages = []
+    sources: list[_Source] = []
+    given: list[tuple[str, _Source, int]] = []  # (words, source, chunk id), best first
+    for result in answer.results:
+        source = _Source(result)
         for ev in result.evidence:
+            words = _words(ev.text)
+            held = _repeated(given, words)
+            if held is not None:
+                holder, chunk_id = held
+                holder.folded.append(
+                    FoldedPassage(
+                        uid=result.uid,
+                        title=result.title,
+                        type=result.type,
+                        chunk_id=ev.chunk_id,
+                        into=chunk_id,
+                    )
+                )
+                continue
             cited = citation(result.title, ev.heading, result.href)
-            passages.append(
+            source.passages.append(
                 Passage(
                     chunk_id=ev.chunk_id,
                     heading=ev.heading,
@@ -181,19 +241,35 @@ def search_knowledge(r: StoreReader, request: KnowledgeRequest) -> Knowledge:
                     citation=cited,
                 )
             )
-            blocks.append(f"[{n}] {cited}\n{ev.text}")
-        if not result.evidence:
-            blocks.append(f"[{n}] {citation(result.title, [], result.href)}")
-        results.append(
-            KnowledgeSource(
-                n=n,
-                uid=result.uid,
-                title=result.title,
-                type=result.type,
-                href=result.href,
-                score=result.score,
-                superseded_by=result.superseded_by,
-                passages=passages,
-            )
+            given.append((words, source, ev.chunk_id))
+        if source.passages or not result.evidence:
+            sources.append(source)
+    results = [
+        KnowledgeSource(
+            n=n,
+            uid=s.result.uid,
+            title=s.result.title,
+            type=s.result.type,
+            href=s.result.href,
+            score=s.result.score,
+            superseded_by=s.result.superseded_by,
+            passages=s.passages,
+            folded=s.folded,
         )
-    return Knowledge(content_root=answer.content_root, results=results, context="\n\n".join(blocks))
+        for n, s in enumerate(sources, start=1)
+    ]
+    return Knowledge(content_root=answer.content_root, results=results, context=_context(results))
+
+
+def _context(results: list[KnowledgeSource]) -> str:
+    """Every passage as ``[n] citation`` + its text (and the uids of what was folded into
+    it), one block each; a source with no passage is its ``[n] citation`` line."""
+    blocks: list[str] = []
+    for source in results:
+        for passage in source.passages:
+            also = dict.fromkeys(f.uid for f in source.folded if f.into == passage.chunk_id)
+            note = f"\n(the same passage: {', '.join(also)})" if also else ""
+            blocks.append(f"[{source.n}] {passage.citation}\n{passage.text}{note}")
+        if not source.passages:
+            blocks.append(f"[{source.n}] {citation(source.title, [], source.href)}")
+    return "\n\n".join(blocks)
