@@ -127,3 +127,28 @@ def test_a_derived_record_whose_parent_is_missing_is_refused(store: KnowledgeSto
     with pytest.raises(BatchRejected, match="add the edge that says it is part of it"):
         store.ingest_records([without_edge])
     assert store.content_root() == root
+
+
+def test_what_is_split_off_a_derived_entity_follows_its_page_too(store: KnowledgeStore) -> None:
+    """A chain: C shares S's ACL, S shares P's. A grant on P reaches C; P written again
+    without S takes C with it."""
+    page = {"uid": "p", "type": "page", "title": "P", "body": "page", "acl": ["group:g1"]}
+
+    def derived(uid: str, parent: str) -> dict[str, object]:
+        return {
+            "uid": uid,
+            "type": "codeSample",
+            "title": uid,
+            "body": f"body of {uid}",
+            "attributes": {"acl_from": parent},
+            "edges": [{"label": "partOf", "to": parent}],
+            "acl": ["group:g1"],
+        }
+
+    store.ingest_records([page, derived("s", "p"), derived("c", "s")])
+    store.grant("p", "user:u")
+    assert store.acl_show("c") == store.acl_show("s") == ("group:g1", "user:u")
+    store.revoke("p", "group:g1")
+    assert store.acl_show("c") == ("user:u",)
+    report = store.ingest_records([{**page, "body": "page, again"}])
+    assert sorted(report.deleted_uids) == ["c", "s"]

@@ -78,10 +78,12 @@ def acl_parent(entity: Entity) -> str | None:
 
 
 def acl_change(
-    entity: Entity, change: str, principal: str, derived: Iterable[Entity]
+    entity: Entity, change: str, principal: str, derived: Callable[[str], Iterable[Entity]]
 ) -> list[Entity]:
     """The entities a grant or revoke of ``principal`` on ``entity`` changes: ``entity``
-    and those of ``derived`` that share its ACL, all given its new ACL (one publish).
+    and, transitively, the entities that share its ACL (``derived(uid)``: the entities
+    with a ``DERIVED_LINK`` edge to ``uid``; those whose ``acl_from`` names it follow),
+    all given its new ACL (one publish).
 
     A derived entity has no ACL of its own to change: the grant goes to its parent.
     """
@@ -100,7 +102,16 @@ def acl_change(
     else:
         acl.discard(principal)
     new = tuple(sorted(acl))
-    followers = [d for d in derived if acl_parent(d) == entity.uid]
+    followers: list[Entity] = []
+    seen = {entity.uid}
+    pending = [entity.uid]
+    while pending:
+        parent = pending.pop()
+        for child in derived(parent):
+            if child.uid not in seen and acl_parent(child) == parent:
+                seen.add(child.uid)
+                followers.append(child)
+                pending.append(child.uid)
     return [
         replace(e, acl=new)
         for e in (entity, *followers)

@@ -55,8 +55,9 @@ class EmbeddedAdmin:
         with self._engine._writer():
             with self._catalog.read() as conn:
                 entity = self._entity(conn, uid)
-                derived = self.derived_from(conn, uid)
-            changed = acl_change(entity, change, principal, derived)
+                changed = acl_change(
+                    entity, change, principal, lambda parent: self.derived_from(conn, parent)
+                )
             if not changed:
                 return self._engine.content_root()
             return self._engine.publish([], [], kind=change, acl_only=changed).root

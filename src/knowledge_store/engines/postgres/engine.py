@@ -554,7 +554,9 @@ class PostgresEngine:
         check_principal(principal)
         with self.db.write() as conn, translate(f"{change} on {uid}"):
             entity = self._entity(conn, uid)
-            changed = acl_change(entity, change, principal, writes.derived_from(conn, uid))
+            changed = acl_change(
+                entity, change, principal, lambda parent: writes.derived_from(conn, parent)
+            )
             if not changed:
                 return writes.latest_publish(conn)[1]
             plan = writes.apply_publish(conn, [], [], kind=change, acl_only=changed)

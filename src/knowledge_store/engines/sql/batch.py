@@ -113,12 +113,12 @@ def settle_batch(
         else p
         for uid, p in latest.items()
     ]
-    moved = [
+    following = [
         dataclasses.replace(_load_entity(conn, d, child), acl=acls.of(child))
         for child in followers
         if set(acls.of(child)) != set(stored[child])
     ]
-    return Settled(tuple(settled), tuple(doomed), (*acl_only, *moved))
+    return Settled(tuple(settled), tuple(doomed), (*acl_only, *following))
 
 
 def _walk_derived(
