@@ -67,6 +67,7 @@ from knowledge_store.model import (
     EVERYONE,
     QUERY_GRAPH_TIME_LIMIT_S,
     AclExplanation,
+    CheckReport,
     Entity,
     Filters,
     Identity,
@@ -516,6 +517,12 @@ class PostgresEngine:
             needs_rebuild=row[3] is not None,
             **self.features.to_dict(),
         )
+
+    def check(self) -> CheckReport:
+        """The catalog verified and what SQL derives from it (``engines/postgres/check``)."""
+        from knowledge_store.engines.postgres.check import check_store
+
+        return check_store(self, EMPTY_ROOT)
 
     def rebuild(self, *, progress: bool = False) -> None:
         """Recompute the tsvectors and BM25 statistics from the chunks; reindex; analyze."""
