@@ -29,12 +29,14 @@ and bench/kill_soak.py ``--corrupt`` damages index files between kills.
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
 
 Cli = Callable[..., tuple[int, Any]]
@@ -95,7 +97,8 @@ class Corruption:
     found: frozenset[str] = frozenset()
     #: Only derived data is damaged: every answer is as before, and a rebuild leaves no damage.
     derived: bool = True
-    #: The damage lands anywhere: the commands only have to fail safely.
+    #: The damage lands anywhere (or where every answer reads it): the commands only have to
+    #: fail safely — answer, or say store_error.
     random: bool = False
     #: ``ks check`` must name this entity.
     uid: str | None = None
@@ -168,10 +171,10 @@ def _dense(how: str) -> Callable[[str, random.Random], None]:
     return damage
 
 
-def _catalog_bytes(needle: str) -> Callable[[str, random.Random], None]:
-    """Change one letter of ``needle`` in the catalog file, every copy of it, in place: the
+def _catalog_bytes(needle: str, *, xor: int = 0x20) -> Callable[[str, random.Random], None]:
+    """Change one byte of ``needle`` in the catalog file, every copy of it, in place: the
     database's pages stay sound (its own check says ok), its payload is not what was
-    published."""
+    published. ``xor`` 0x20: a letter to its other case (still text); 0x80: not UTF-8."""
 
     def damage(location: str, rng: random.Random) -> None:
         path = Path(location) / "catalog.sqlite"
@@ -180,7 +183,7 @@ def _catalog_bytes(needle: str) -> Callable[[str, random.Random], None]:
         found = 0
         at = data.find(needle.encode())
         while at >= 0:
-            data[at + 2] ^= 0x20  # a letter to its other case: still text, still UTF-8
+            data[at + 1] ^= xor  # the second byte: a letter in every needle here
             found += 1
             at = data.find(needle.encode(), at + 1)
         if not found:
@@ -298,6 +301,15 @@ CASES: tuple[Corruption, ...] = (
         uid=VICTIM,
     ),
     Corruption(
+        "a byte of a body made invalid UTF-8 in the catalog file",
+        "embedded",
+        _catalog_bytes("zq007qz", xor=0x80),
+        frozenset({"unreadable"}),
+        derived=False,
+        random=True,
+        uid=VICTIM,
+    ),
+    Corruption(
         f"{FLIPS} bytes flipped anywhere in the catalog file",
         "embedded",
         _catalog_random,
@@ -394,6 +406,40 @@ class Tally:
         )
 
 
+def run_corpus(
+    engine: str,
+    new_location: Callable[[str], str],
+    embedder: Embedder,
+    cli_of: Callable[[str], Cli],
+) -> Tally:
+    """Every case of ``engine``, each on a seeded store of its own; the figures.
+
+    ``new_location(name)``: where a new store goes (a directory, or a fresh schema's URL);
+    ``cli_of(location)``: runs ``ks --store location …`` and returns ``(exit, JSON)``. The
+    embedded cases share one seeded store, copied (the same chunk ids, the same answers).
+    """
+    tally = Tally()
+    pristine: str | None = None
+    before: dict[str, Any] = {}
+    for n, case in enumerate(cases(engine)):
+        if engine == "embedded":
+            if pristine is None:
+                pristine = new_location("seeded")
+                with KnowledgeStore.open(pristine, embedder=embedder) as store:
+                    seed(store)
+                before = answers(cli_of(pristine))
+            location = new_location(f"case-{n}")
+            shutil.copytree(pristine, location)
+        else:
+            location = new_location(f"case-{n}")
+            with KnowledgeStore.open(location, embedder=embedder) as store:
+                seed(store)
+            before = answers(cli_of(location))
+        case.damage(location, random.Random(n))
+        tally.record(case.name, case_problem(case, cli_of(location), before))
+    return tally
+
+
 def answers(cli: Cli) -> dict[str, Any]:
     """What the read commands answer (the comparable part), by command."""
     out: dict[str, Any] = {}
@@ -417,6 +463,13 @@ def _comparable(name: str, answer: dict[str, Any]) -> Any:
     answer.pop("content_root", None)
     answer.pop("vector", None)
     return answer
+
+
+def _names(case: Corruption, report: dict[str, Any]) -> bool:
+    """Whether ``report`` has every kind of ``case``, naming its entity."""
+    kinds = {f["kind"] for f in report["damage"]}
+    named = case.uid is None or any(case.uid in f["uids"] for f in report["damage"])
+    return case.found <= kinds and named
 
 
 def _changed(before: dict[str, Any], now: dict[str, Any], engine: str = "embedded") -> list[str]:
@@ -455,6 +508,8 @@ def _steps(case: Corruption, cli: Cli, before: dict[str, Any]) -> str | None:
         found = code == 1 and isinstance(report, dict) and report.get("ok") is False
         if not found and (problem := _safe(code, report)) is not None:
             return f"check: {problem}"
+        if case.found and not (found and _names(case, report)):
+            return f"check did not find {sorted(case.found)} of {case.uid}: {str(report)[:300]}"
         for command in READS:
             args = [*command, *([] if command[0] == "stats" else AS), "--json"]
             if (problem := _safe(*cli(*args))) is not None:

@@ -10,18 +10,14 @@ rebuilt from the catalog when the store opens, every command answers as before, 
 from __future__ import annotations
 
 import json
-import random
-import shutil
 from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
 
 from knowledge_store.ingest.embedding import Embedder
-from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app
 from tests.engines import corruption
-from tests.engines.corruption import Tally
 
 runner = CliRunner()
 
@@ -41,25 +37,12 @@ def _cli(location: str) -> corruption.Cli:
 def test_every_corruption_is_found_and_fails_safely(
     engine: Any, embedder: Embedder, tmp_path: Path
 ) -> None:
-    engine_kind = str(engine.kind)
-    tally = Tally()
-    pristine: Path | None = None
-    before: dict[str, Any] = {}
-    for n, case in enumerate(corruption.cases(engine_kind)):
-        if engine_kind == "embedded":  # one seeded store, copied for every case
-            if pristine is None:
-                pristine = tmp_path / "seeded"
-                with KnowledgeStore.open(pristine, embedder=embedder) as store:
-                    corruption.seed(store)
-                before = corruption.answers(_cli(str(pristine)))
-            location = str(tmp_path / f"case-{n}")
-            shutil.copytree(pristine, location)
-        else:
-            location = str(engine.location())
-            with KnowledgeStore.open(location, embedder=embedder) as store:
-                corruption.seed(store)
-            before = corruption.answers(_cli(location))
-        case.damage(location, random.Random(n))
-        tally.record(case.name, corruption.case_problem(case, _cli(location), before))
-    print(tally.line(f"{engine_kind:>9}, corruption"))
+    kind = str(engine.kind)
+
+    def new_location(name: str) -> str:
+        return str(tmp_path / name) if kind == "embedded" else str(engine.location())
+
+    tally = corruption.run_corpus(kind, new_location, embedder, _cli)
+    print(tally.line(f"{kind:>9}, corruption"))
+    assert tally.tried == len(corruption.cases(kind))
     assert not tally.misbehaved, "\n".join(tally.misbehaved)

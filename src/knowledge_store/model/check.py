@@ -43,7 +43,11 @@ DamageKind = Literal[
     "bm25_statistics",
 ]
 
-_REINGEST = "ingest these entities again from their source (or restore the store from a backup)"
+_REINGEST = (
+    "delete these entities (`ks delete UID…`) and ingest them again from their source, or"
+    " restore the store from a backup (ingested again as they are, they are skipped: their"
+    " stored content hash is still the one their publish recorded)"
+)
 _REBUILD = "`ks rebuild` rebuilds it from the catalog"
 
 

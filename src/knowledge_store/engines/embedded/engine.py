@@ -619,12 +619,14 @@ class EmbeddedEngine:
         with self._writer():
             remove_dense_leftovers(self.path / _DENSE_FILE)
             self.lexical_index.remove_leftovers()
+            self.lexical_index.find_damage()  # damaged files are moved aside, to be inspected
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
             self._clear_lexical("`ks rebuild`", len(ids))
             dense = self.dense
             if dense is not None:
+                dense.damage = dense.damage or dense.verify()
                 dense.quarantine()  # a damaged file, kept aside to be inspected
                 dense.clear()
             with Progress(disable=not progress, transient=True) as bar:

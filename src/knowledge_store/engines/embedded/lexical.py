@@ -749,6 +749,13 @@ class LexicalIndex:
         """Every file of the committed index checked again, nothing taken as known."""
         return lexfiles.damage(self._path) if (self._path / "meta.json").exists() else []
 
+    def find_damage(self) -> None:
+        """Check every file again (the write lock held, before a rebuild): damaged ones are
+        then moved aside by the rebuild, not deleted with the rest."""
+        with self._lock:
+            if self._damage is None and self.stale is None and (found := self.verify()):
+                self._mark_damaged(found)
+
     def chunk_ids(self, pinned: Pinned) -> list[int]:
         """The chunk id of every document ``pinned`` holds (a chunk held twice, twice; the
         watermark document left out), from the ``chunk_id`` fast field."""
