@@ -200,7 +200,32 @@ def damage(path: Path, verified: Verified | None = None) -> list[Damage]:
     ``meta.json`` must parse as a commit; each segment it lists must have all its files,
     each with its footer and a right checksum. ``verified``: files this process checked
     before (skipped while their size and time are the same; the good ones are added).
+
+    Another process may commit meanwhile: a merge's commit removes the segments it merged,
+    so a file of the ``meta.json`` read first can be gone by the time it is looked at. What
+    is found counts only if ``meta.json`` is the same after the look as before it; else
+    the look is made again (a few times; then nothing is reported — a real damage is met
+    on first use).
     """
+    for _ in range(_LOOKS):
+        before = _meta_bytes(path)
+        found = _damage(path, verified)
+        if not found or _meta_bytes(path) == before:
+            return found
+    return []
+
+
+_LOOKS = 5
+
+
+def _meta_bytes(path: Path) -> bytes | None:
+    try:
+        return (path / "meta.json").read_bytes()
+    except OSError:
+        return None
+
+
+def _damage(path: Path, verified: Verified | None) -> list[Damage]:
     files, problems = _segment_files(path)
     if problems:
         return problems

@@ -291,6 +291,7 @@ class LexicalIndex:
             self.rollback()
             if self._damage is not None:
                 self._quarantine()
+                self._damage = None  # what follows fails on its own account, if it does
             elif self.stale not in (None, _MISSING):
                 log.warning("lexical index at %s %s; recreating it", self._path, self.stale)
             self._path.mkdir(parents=True, exist_ok=True)

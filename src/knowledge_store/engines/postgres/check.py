@@ -26,6 +26,7 @@ from psycopg import sql
 from knowledge_store.engines.postgres.db import Connection, translate
 from knowledge_store.engines.sql.check import Findings, check_catalog
 from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.model import CheckReport
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ __all__ = ["check_store"]
 _SNAPSHOT_ROOT = "SELECT coalesce((SELECT root FROM publishes ORDER BY id DESC LIMIT 1), %s)"
 
 
-def check_store(engine: PostgresEngine, empty_root: str) -> CheckReport:
+def check_store(engine: PostgresEngine) -> CheckReport:
     """Check the store of ``engine`` (see the module docstring)."""
     found = Findings()
     model = engine.model()
@@ -45,8 +46,8 @@ def check_store(engine: PostgresEngine, empty_root: str) -> CheckReport:
         def run(statement: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
             return conn.execute(statement, params).fetchall()
 
-        row = conn.execute(_SNAPSHOT_ROOT, (empty_root,)).fetchone()
-        root = str(row[0]) if row else empty_root
+        row = conn.execute(_SNAPSHOT_ROOT, (EMPTY_ROOT,)).fetchone()
+        root = str(row[0]) if row else EMPTY_ROOT
         if conn.execute("SELECT 1 FROM meta WHERE key = 'needs_rebuild'").fetchone():
             found.notes.append("the store needs `ks rebuild` after a migration (see stats)")
         check_catalog(run, POSTGRES, found)

@@ -522,7 +522,7 @@ class PostgresEngine:
         """The catalog verified and what SQL derives from it (``engines/postgres/check``)."""
         from knowledge_store.engines.postgres.check import check_store
 
-        return check_store(self, EMPTY_ROOT)
+        return check_store(self)
 
     def rebuild(self, *, progress: bool = False) -> None:
         """Recompute the tsvectors and BM25 statistics from the chunks; reindex; analyze."""
