@@ -371,6 +371,14 @@ CASES: tuple[Corruption, ...] = (
         uid=VICTIM,
     ),
     Corruption(
+        "an index left invalid (a CREATE INDEX CONCURRENTLY that failed)",
+        "postgres",
+        _sql(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'chunks_by_entity'::regclass"
+        ),
+        frozenset({"catalog_integrity"}),  # `ks rebuild` reindexes the chunks table
+    ),
+    Corruption(
         "a field's document count changed",
         "postgres",
         _sql("UPDATE lexical_fields SET docs = docs + 3 WHERE field = 0"),

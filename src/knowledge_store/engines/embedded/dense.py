@@ -342,13 +342,14 @@ class DenseIndex:
     # -- checking (``ks check``) -------------------------------------------------------
 
     def verify(self) -> str | None:
-        """The file read again and its checksums checked (None: sound, or none there)."""
+        """The file read again and its checksums checked (None: sound, none there, or of
+        another model — replaced, not damaged)."""
         if self._stat() is None:
             return None
         try:
             densefile.read(self._path, self.dimension)
-        except densefile.ForeignFile as exc:
-            return f"{self._path.name}: of another model ({exc})"
+        except densefile.ForeignFile:
+            return None
         except (OSError, RuntimeError, ValueError, KeyError, TypeError, struct.error) as exc:
             return f"{self._path.name}: {exc or type(exc).__name__}"
         return None

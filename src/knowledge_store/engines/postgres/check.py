@@ -32,7 +32,14 @@ from knowledge_store.model import CheckReport
 if TYPE_CHECKING:
     from knowledge_store.engines.postgres.engine import PostgresEngine
 
-__all__ = ["check_store"]
+__all__ = ["INVALID_INDEXES", "check_store"]
+
+#: The store's indexes left invalid (a ``CREATE INDEX CONCURRENTLY`` or a reindex that failed).
+INVALID_INDEXES = (
+    "SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid"
+    " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = %s AND NOT (i.indisvalid AND i.indisready) ORDER BY c.relname"
+)
 
 _SNAPSHOT_ROOT = "SELECT coalesce((SELECT root FROM publishes ORDER BY id DESC LIMIT 1), %s)"
 
@@ -127,14 +134,9 @@ def _bm25(run: Any, found: Findings) -> None:
 
 def _indexes(conn: Connection, schema: str, found: Findings) -> None:
     """Invalid indexes; with amcheck installed, every b-tree index of the store checked."""
-    invalid = conn.execute(
-        "SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid"
-        " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND NOT (i.indisvalid AND i.indisready) ORDER BY c.relname",
-        (schema,),
-    ).fetchall()
+    invalid = conn.execute(INVALID_INDEXES, (schema,)).fetchall()
     if invalid:
-        names = [f"index {name} is invalid (REINDEX it)" for (name,) in invalid]
+        names = [f"index {name} is invalid (`ks rebuild` reindexes it)" for (name,) in invalid]
         found.add("catalog_integrity", count=len(names), details=names)
     installed = conn.execute(
         "SELECT n.nspname FROM pg_extension AS x JOIN pg_namespace AS n"

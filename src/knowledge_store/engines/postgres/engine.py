@@ -27,6 +27,7 @@ from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
+from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.reader import PostgresReader
@@ -520,12 +521,11 @@ class PostgresEngine:
 
     def check(self) -> CheckReport:
         """The catalog verified and what SQL derives from it (``engines/postgres/check``)."""
-        from knowledge_store.engines.postgres.check import check_store
-
         return check_store(self)
 
     def rebuild(self, *, progress: bool = False) -> None:
-        """Recompute the tsvectors and BM25 statistics from the chunks; reindex; analyze."""
+        """Recompute the tsvectors and BM25 statistics from the chunks; reindex (an index left
+        invalid too, which ``REINDEX TABLE CONCURRENTLY`` skips); analyze."""
         with self.db.write() as conn, translate("rebuilding"):
             for statement in writes.REBUILD_LEXICAL:
                 conn.execute(statement)
@@ -534,6 +534,9 @@ class PostgresEngine:
             conn = self.db.conn()
             conn.execute("REINDEX TABLE CONCURRENTLY chunks")
             conn.execute("REINDEX TABLE CONCURRENTLY lexical_postings")
+            for (invalid,) in conn.execute(INVALID_INDEXES, (self.db.schema,)).fetchall():
+                index = sql.Identifier(self.db.schema, str(invalid))
+                conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(index))
             conn.execute("VACUUM ANALYZE entities, chunks, edges, lexical_postings, lexical_terms")
         with self._plans_lock:
             self._plans.clear()
