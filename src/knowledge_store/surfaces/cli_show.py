@@ -191,7 +191,8 @@ def show_check(out: Console, answer: Any, request: Any) -> None:
             out.print(f"  [dim]uids: {safe(shown)}[/]")
         for line in finding.details:
             out.print(f"  {safe(line)}")
-        out.print(f"  repair: {safe(finding.repair)}")
+        if not finding.repaired:
+            out.print(f"  repair: {safe(finding.repair)}")
     for note in answer.notes:
         out.print(f"[yellow]note[/] {safe(note)}")
     if answer.ok:
