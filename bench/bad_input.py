@@ -4,6 +4,11 @@ Prints tried / rejected safely / misbehaved per engine and path. "Rejected
 safely": ``invalid_record`` (exit 2 on the CLI) naming line 2 — the bad record
 beside a good one — the field and what is wrong, and nothing published.
 
+Then the corruption corpus (tests/engines/corruption.py): bad bytes below the store —
+flipped in its index files and its catalog's payload, rows changed behind its back.
+"Failed safely": ``ks check`` finds the damage, every command answers (or, where the
+damage is random, says ``store_error``), ``ks rebuild`` works and repairs what is derived.
+
     .venv/bin/python bench/bad_input.py [--engines embedded,postgres]
 """
 
@@ -33,6 +38,7 @@ from tests.bad_inputs import (
     cli_problem,
     write_case,
 )
+from tests.engines import corruption
 
 
 def run(engine: str, folder: Path) -> dict[str, Tally]:
@@ -68,6 +74,29 @@ def run(engine: str, folder: Path) -> dict[str, Tally]:
     return tallies
 
 
+def run_corruption(engine: str, folder: Path) -> corruption.Tally:
+    runner = CliRunner()
+    database = None if engine == "embedded" else postgres_support.fresh_database("corruption")
+
+    def new_location(name: str) -> str:
+        if database is None:
+            return str(folder / name)
+        return postgres_support.store_url(database)
+
+    def cli_of(location: str) -> Any:
+        def cli(*args: str) -> tuple[int, Any]:
+            result = runner.invoke(app, ["--store", location, *args])
+            out = result.stdout.strip()
+            try:
+                return result.exit_code, json.loads(out) if out else None
+            except ValueError:
+                return result.exit_code, out
+
+        return cli
+
+    return corruption.run_corpus(engine, new_location, HashingEmbedder(), cli_of)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engines", default="embedded,postgres")
@@ -79,6 +108,12 @@ def main() -> None:
                 print(tally.line(f"{engine:>9}, {path:<11}"))
                 for problem in tally.misbehaved:
                     print("    misbehaved:", problem)
+    for engine in args.engines.split(","):
+        with tempfile.TemporaryDirectory(prefix="ks-corruption-") as folder:
+            got = run_corruption(engine, Path(folder))
+            print(got.line(f"{engine:>9}, corruption ({len(corruption.cases(engine))} cases)"))
+            for problem in got.misbehaved:
+                print("    misbehaved:", problem)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,18 @@ kills per writer; bench/kill_soak.py runs many and prints the figures.
 
 The child never loads the model: every text it ingests was embedded when the
 store was seeded (the catalog caches vectors by text).
+
+With ``corrupt``, each kill is followed by damage below the store (issue 25, item 9):
+50 bytes flipped in one derived-index file picked at random (a lexical segment file,
+``meta.json`` or the dense file, :func:`corrupt_once`). The reopened store must move
+it aside, rebuild it and agree with its catalog all the same.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -115,12 +121,14 @@ class KillFigures:
     misbehaved: list[str] = field(default_factory=list)
     behind: int = 0  # the catalog was ahead of a derived index at the kill (repaired on open)
     leftovers: int = 0  # temp or orphan index files were there at the kill (removed on open)
+    corrupted: int = 0  # kills followed by bytes flipped in a derived-index file
 
     def line(self, writer: str) -> str:
+        damaged = f", {self.corrupted} with an index file damaged" if self.corrupted else ""
         return (
             f"{writer:>16}: {self.tried} tried / {self.safe} failed safely /"
             f" {len(self.misbehaved)} misbehaved  ({self.behind} left an index behind,"
-            f" {self.leftovers} left files behind)"
+            f" {self.leftovers} left files behind{damaged})"
         )
 
 
@@ -151,6 +159,32 @@ def leftover_files(path: Path) -> list[str]:
     lexical = path / "lexical"
     found = [*path.glob("dense.hnsw.tmp*"), *lexical.glob(".tmp*"), *lexical.glob("*.tmp*")]
     return sorted({p.name for p in found})
+
+
+def corrupt_once(path: Path, rng: random.Random) -> str:
+    """Flip 50 bytes of one derived-index file of the store, picked at random; its name."""
+    lexical = path / "lexical"
+    files = [p for p in lexical.iterdir() if _SEGMENT_FILE.fullmatch(p.name)]
+    files += [lexical / "meta.json", path / "dense.hnsw"]
+    target = rng.choice(sorted(p for p in files if p.is_file() and p.stat().st_size))
+    data = bytearray(target.read_bytes())
+    for _ in range(50):
+        data[rng.randrange(len(data))] ^= 0xFF
+    target.write_bytes(bytes(data))
+    return target.name
+
+
+#: The files of a Tantivy segment (``<uuid>.<component>``, ``<uuid>.<opstamp>.del``).
+_SEGMENT_FILE = re.compile(r"[0-9a-f]{32}\.(?:idx|pos|term|store|fast|fieldnorm|\d+\.del)")
+
+
+def _forget_quarantined(path: Path) -> None:
+    """Delete the damaged indexes the reopened store moved aside (the operator's job)."""
+    for moved in path.glob("*.damaged-*"):
+        if moved.is_dir():
+            shutil.rmtree(moved)
+        else:
+            moved.unlink()
 
 
 def kill_once(path: Path, writer: str, rng: random.Random, *, max_delay: float = 1.0) -> bool:
@@ -240,8 +274,10 @@ def soak(
     report: Callable[[str, KillFigures], None] | None = None,
     *,
     max_delay: float = 1.0,
+    corrupt: bool = False,
 ) -> dict[str, KillFigures]:
     """``kills`` kills of each writer on one store (seeded first); the figures per writer.
+    ``corrupt``: each kill is followed by 50 bytes flipped in a derived-index file.
 
     A store that misbehaved is replaced by a copy of the freshly seeded one, so that
     one wedged store doesn't count against every later kill.
@@ -271,13 +307,20 @@ def soak(
             got.behind += lexical < latest or (dense is not None and dense < latest)
             got.leftovers += bool(leftover_files(path))
             got.tried += 1
+            damaged = ""
+            if corrupt:
+                damaged = f" (after damaging {corrupt_once(path, rng)})"
+                got.corrupted += 1
             try:
                 check_store(path, embedder)
-            except Exception as exc:  # every way a reopened store can misbehave
-                got.misbehaved.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+            except BaseException as exc:  # every way a reopened store can misbehave (a panic too)
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                got.misbehaved.append(f"{type(exc).__name__}{damaged}: {str(exc)[:300]}")
                 _replace(path, pristine)
             else:
                 got.safe += 1
+            _forget_quarantined(path)
         if report is not None:
             report(writer, got)
     return figures

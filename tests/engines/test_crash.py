@@ -43,6 +43,18 @@ def test_a_killed_writer_leaves_a_store_that_opens_and_agrees(
     assert not got.misbehaved, "\n".join(got.misbehaved)
 
 
+@pytest.mark.parametrize("writer", ["ingest", "rebuild"])
+def test_a_killed_writer_and_a_damaged_index_file_leave_a_store_that_opens_and_agrees(
+    seeded: Path, embedder: Embedder, writer: str
+) -> None:
+    """Issue 25, item 9: after each kill, 50 bytes flipped in a derived-index file."""
+    rng = random.Random(hash(writer) & 0xFFFF)
+    figures = soak(seeded, embedder, (writer,), KILLS, rng, corrupt=True)
+    got = figures[writer]
+    assert got.tried == got.corrupted == KILLS
+    assert not got.misbehaved, "\n".join(got.misbehaved)
+
+
 def test_a_delete_file_left_by_a_commit_that_never_finished_is_removed_on_open(
     tmp_path: Path, embedder: Embedder
 ) -> None:

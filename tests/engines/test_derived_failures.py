@@ -1,4 +1,5 @@
-"""A derived index that fails never blocks the catalog (issue 11, item 1), embedded engine.
+"""A derived index that fails never blocks the catalog (issue 11, item 1), embedded engine;
+nor one whose files are damaged (issue 25, item 9).
 
 Whatever the catalog holds, the store opens; sql, aggregate, graph, query_graph,
 content and stats answer from the catalog while the lexical or dense index is
@@ -9,6 +10,9 @@ versions wrote (unpadded years, vectors the dense index can't take).
 
 from __future__ import annotations
 
+import json
+import os
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ import pytest
 
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.engines.embedded.lexical import LexicalIndex
+from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.errors import StoreError
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import Filters
@@ -170,3 +175,125 @@ def test_an_emptied_lexical_index_is_rebuilt_a_batch_at_a_time(
     with KnowledgeStore.open(path, embedder=embedder) as store:
         assert [(h.uid, h.chunk_id) for h in store.lexical("kiwi page", k=20).hits] == before
     assert batches == [3, 3, 2]
+
+
+# -- damaged index files (issue 25, item 9) -------------------------------------------------------
+def _flip(path: Path, *, keep_time: bool = False) -> None:
+    """Invert 50 bytes of ``path`` in place (``keep_time``: as bit rot does, leaving its
+    size and modification time as they were)."""
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    rng = random.Random(3)
+    for _ in range(50):
+        data[rng.randrange(len(data))] ^= 0xFF
+    with path.open("r+b") as fh:  # the same file, as a disk would change it
+        fh.write(bytes(data))
+    if keep_time:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _term_file(path: Path) -> Path:
+    return max((path / "lexical").glob("*.term"), key=lambda p: p.stat().st_size)
+
+
+def _quarantined(path: Path, name: str) -> list[Path]:
+    return sorted(p for p in path.glob(f"{name}.damaged-*") if p.suffix != ".json")
+
+
+def _catalog_reads_answer_as(store: KnowledgeStore, entities: int) -> None:
+    _catalog_reads_answer(store, entities)
+    assert len(store.vector("kiwi page", k=10).hits) == min(entities, 10)
+
+
+def test_a_damaged_lexical_index_is_never_read_and_is_rebuilt_by_the_next_lock_holder(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Before: a flipped ``.term`` byte made every command fail with a Rust panic."""
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 5))
+    _flip(_term_file(path))
+    with WriteLock(path).hold():  # another process writes: this one can't repair
+        with KnowledgeStore.open(path, embedder=embedder) as store:
+            _catalog_reads_answer_as(store, 5)
+            for call in (lambda: store.lexical("kiwi"), lambda: store.search("kiwi")):
+                with pytest.raises(StoreError, match="is damaged") as raised:
+                    call()
+                message = raised.value.message
+                assert ".term: " in message and "`ks rebuild`" in message
+                assert "sql, aggregate, graph, query_graph, content and vector" in message
+                assert raised.value.details["damaged"] and raised.value.details["index"]
+            assert "is damaged" in store.stats().extra["indexes"]["error"]
+        assert not _quarantined(path, "lexical")
+    with KnowledgeStore.open(path, embedder=embedder) as store:  # nobody writes: repaired
+        assert {h.uid for h in store.lexical("kiwi", k=10).hits} == {f"p:{i}" for i in range(5)}
+        report = store.check()
+        (moved,) = _quarantined(path, "lexical")
+        assert json.loads((moved / "ks-damage.json").read_text())["reason"].startswith(
+            "the lexical index is damaged ("
+        )
+        assert [(f.kind, f.repaired) for f in report.damage] == [("lexical_files", True)]
+        assert str(moved) in report.damage[0].details[0]
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        report = store.check()
+        assert report.ok and any(str(moved) in note for note in report.notes)
+        assert store.stats().extra["indexes"]["quarantined"][0]["path"] == str(moved)
+
+
+def test_damage_that_appears_while_a_store_is_open_is_named_not_panicked(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """Bit rot under a running process: Tantivy reads garbage and panics (a BaseException
+    that ``except Exception`` lets through); the engine says what is damaged, and the next
+    write repairs it."""
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 5))
+        assert len(store.lexical("kiwi", k=10).hits) == 5
+        _flip(_term_file(path), keep_time=True)
+        with pytest.raises(StoreError, match="is damaged"):
+            for _ in range(3):  # whichever read of the garbage fails first
+                store.lexical("kiwi banana page", k=10)
+                store.search("kiwi", k=10)
+        with pytest.raises(StoreError, match="is damaged"):
+            store.lexical("kiwi")  # and it stays unread
+        _catalog_reads_answer_as(store, 5)
+        store.ingest_records(_records("p", 6))  # the write repairs it, from the catalog
+        assert len(store.lexical("kiwi", k=10).hits) == 6
+        assert store.stats().extra["indexes"]["error"] is None
+    assert len(_quarantined(path, "lexical")) == 1
+
+
+def test_rebuild_works_when_it_is_what_finds_the_damage(tmp_path: Path, embedder: Embedder) -> None:
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 5))
+        _flip(_term_file(path), keep_time=True)
+        store.rebuild()  # checks the files first: the damaged ones are kept, moved aside
+        assert len(store.lexical("kiwi", k=10).hits) == 5
+        assert [(f.kind, f.repaired) for f in store.check().damage] == [("lexical_files", True)]
+    assert len(_quarantined(path, "lexical")) == 1
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        assert store.check().ok
+
+
+def test_a_damaged_dense_file_is_never_read_and_is_rebuilt_from_the_catalogs_vectors(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records(_records("p", 5))
+        want = [(h.uid, round(h.score, 5)) for h in store.vector("kiwi page 3", k=5).hits]
+    _flip(path / "dense.hnsw")
+    with WriteLock(path).hold():  # readers catch up in memory from the catalog
+        with KnowledgeStore.open(path, embedder=embedder) as store:
+            got = [(h.uid, round(h.score, 5)) for h in store.vector("kiwi page 3", k=5).hits]
+            assert got == want
+            assert "dense index is damaged" in store.stats().extra["indexes"]["error"]
+        assert not _quarantined(path, "dense.hnsw")
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        assert [(h.uid, round(h.score, 5)) for h in store.vector("kiwi page 3", k=5).hits] == want
+        report = store.check()
+        assert [(f.kind, f.repaired) for f in report.damage] == [("dense_file", True)]
+    (moved,) = _quarantined(path, "dense.hnsw")
+    assert moved.is_file() and Path(f"{moved}.json").is_file()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from knowledge_store.model import DIMENSIONS, FUSION_MODES, METRICS
+from knowledge_store.model import DAMAGE_KINDS, DIMENSIONS, FUSION_MODES, METRICS
 from knowledge_store.retrieval.search import DEFAULT_MODE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -42,6 +42,11 @@ def test_cli_md_names_every_metric_and_dimension_of_aggregate() -> None:
     assert _spans(metrics) >= set(METRICS) and _spans(metrics) & set(DIMENSIONS) == set()
     dimensions = _spans(rest.split("(no `--by`")[0])
     assert dimensions == set(DIMENSIONS)
+
+
+def test_cli_md_lists_every_kind_of_damage_ks_check_reports() -> None:
+    rows = re.findall(r"^\| `(\w+)` \|", _section("cli.md", "check"), re.M)
+    assert rows == list(DAMAGE_KINDS)
 
 
 def test_serving_md_names_every_fusion_mode_of_rest_search() -> None:

@@ -227,8 +227,11 @@ def test_admin_endpoints_need_the_admin_scope_and_admins_read_as_themselves(app:
         ("POST", "/v1/admin/acl/revoke", {"json": {"uid": "doc:roles", "principal": "user:bob"}}),
         ("GET", "/v1/admin/acl/doc:roles", {}),
         ("GET", "/v1/admin/principals/user:ann", {}),
+        ("GET", "/v1/admin/check", {}),
     ]:
         _error(call(app, method, url, headers=ANN, **kw), 403, "forbidden")
+    check = call(app, "GET", "/v1/admin/check", headers=ROOT).json()
+    assert check["ok"] is True and check["damage"] == [] and check["checked"]["entities"] > 0
     acl = call(app, "GET", "/v1/admin/acl/ticket:2001", headers=ROOT).json()
     assert acl["acl"] == ["group:finance"]
     # the admin scope administers; it does not read past the ACL

@@ -463,6 +463,11 @@ ABSENT: dict[tuple[str, str], str] = {
     ("cli", "ingest"): "ks ingest loads files and URLs (its own command), not records",
     ("mcp", "sources"): "an operator's view (paths, sync figures) taking no arguments: REST,"
     " GraphQL and ks sources serve it; models read counts through sql aggregate --by source",
+    **{
+        (surface, "check"): "an operator's run that reads the whole store (minutes on a large"
+        " one), not a query or a model's tool: ks check and GET /v1/admin/check serve it"
+        for surface in ("graphql", "mcp")
+    },
 }
 
 

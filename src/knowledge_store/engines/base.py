@@ -33,6 +33,7 @@ from knowledge_store.model import (
     AclExplanation,
     AggregateAnswer,
     AggregateSpec,
+    CheckReport,
     Chunk,
     ChunkHit,
     Content,
@@ -310,6 +311,10 @@ class Writer(Protocol):
     def stats(self) -> StoreStats: ...
     def is_empty(self) -> bool: ...
     def rebuild(self, *, progress: bool = False) -> None: ...
+    def check(self) -> CheckReport:
+        """The catalog verified (every content hash recomputed, chunks against bodies) and the
+        derived indexes against it, on one snapshot: the damage found, by kind, with uids."""
+        ...
 
 
 class AclAdmin(Protocol):

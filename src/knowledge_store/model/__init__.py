@@ -11,6 +11,7 @@ rather than one module only to keep each file readable:
 ``text``            what can be stored as text: names, principals, dates
 ``values``          Order, AggregateSpec, GraphQuery: what engines take
 ``answers``         the pydantic answers, whose ``model_dump()`` is DESIGN §6's JSON
+``check``           ``ks check``'s answer and the closed vocabulary of damage kinds
 ``relevance``       BM25's k1/b and the lexical field boosts both engines score with
 ``queries``         what a query's text says of itself (a question? identifiers?), and the
                     function words a natural-language query is not searched by
@@ -52,6 +53,13 @@ from knowledge_store.model.answers import (
     StoreStats,
     Strategy,
     VectorInfo,
+)
+from knowledge_store.model.check import (
+    CHECK_UIDS_SHOWN,
+    DAMAGE_KINDS,
+    CheckFinding,
+    CheckReport,
+    DamageKind,
 )
 from knowledge_store.model.filters import Filters, FiltersLike, check_text
 from knowledge_store.model.records import (
@@ -150,6 +158,8 @@ from knowledge_store.model.vocabulary import (
 
 __all__ = [
     "ACL_FROM",
+    "CHECK_UIDS_SHOWN",
+    "DAMAGE_KINDS",
     "DEFAULT_ORDER",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DELETED_UIDS_SHOWN",
@@ -217,6 +227,8 @@ __all__ = [
     "AggregateRow",
     "AggregateSpec",
     "Answer",
+    "CheckFinding",
+    "CheckReport",
     "Chunk",
     "ChunkHit",
     "ChunkHits",
@@ -225,6 +237,7 @@ __all__ = [
     "ContentEdge",
     "ContentEdges",
     "ContentEntity",
+    "DamageKind",
     "DeleteReport",
     "Direction",
     "Edge",

@@ -20,6 +20,7 @@ from knowledge_store.requests.admin import (
     AclExplainRequest,
     AclRequest,
     AclShowRequest,
+    CheckRequest,
     DeleteRequest,
     IngestRequest,
     MemberRequest,
@@ -56,6 +57,7 @@ __all__ = [
     "AclRequest",
     "AclShowRequest",
     "AggregateRequest",
+    "CheckRequest",
     "ContentRequest",
     "DeleteRequest",
     "DocsSearchRequest",
@@ -111,4 +113,5 @@ def request_models() -> tuple[type[Request], ...]:
         MembershipsRequest,
         StatsRequest,
         SourcesRequest,
+        CheckRequest,
     )

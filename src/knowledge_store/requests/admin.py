@@ -14,6 +14,7 @@ __all__ = [
     "AclExplainRequest",
     "AclRequest",
     "AclShowRequest",
+    "CheckRequest",
     "DeleteRequest",
     "IngestRequest",
     "MemberRequest",
@@ -167,3 +168,7 @@ class MembershipsRequest(Request):
 
 class StatsRequest(Request):
     """Store figures (takes no arguments)."""
+
+
+class CheckRequest(Request):
+    """Verify the catalog and the derived indexes against it (takes no arguments)."""

@@ -222,6 +222,10 @@ def _run(
         show(result)
         for note in getattr(getattr(result, "answer", result), "warnings", ()):
             err.print(f"[yellow]note[/] {safe(note)}")
+    # an answer that is a verdict (``check``: damage found) sets the exit status itself
+    status = getattr(getattr(result, "answer", result), "exit_status", 0)
+    if status:
+        raise typer.Exit(status)
 
 
 def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:

@@ -177,6 +177,28 @@ def show_stats(out: Console, answer: Any, request: Any) -> None:
         out.print(f"{key:>{width}}  {safe(shown)}")
 
 
+def show_check(out: Console, answer: Any, request: Any) -> None:
+    checked = ", ".join(f"{n:,} {what.replace('_', ' ')}" for what, n in answer.checked.items())
+    out.print(safe(f"checked {checked} · root {answer.content_root[:16]}"))
+    for finding in answer.damage:
+        state = " [green](repaired)[/]" if finding.repaired else ""
+        out.print(
+            f"[red]damaged[/] {finding.kind}: {finding.count}{state} — {safe(finding.message)}"
+        )
+        if finding.uids:
+            more = len(finding.uids) - 10
+            shown = ", ".join(finding.uids[:10]) + (f" … and {more} more" if more > 0 else "")
+            out.print(f"  [dim]uids: {safe(shown)}[/]")
+        for line in finding.details:
+            out.print(f"  {safe(line)}")
+        if not finding.repaired:
+            out.print(f"  repair: {safe(finding.repair)}")
+    for note in answer.notes:
+        out.print(f"[yellow]note[/] {safe(note)}")
+    if answer.ok:
+        out.print("[green]ok[/]: no damage found")
+
+
 def _acl_line(out: Console, answer: Any, request: Any) -> None:
     out.print(safe(f"{answer.uid}: {', '.join(answer.acl) or '(nobody)'}"))
 
@@ -219,6 +241,7 @@ SHOW: Mapping[str, Show] = {
     "aggregate": show_aggregate,
     "query_graph": lambda out, answer, request: show_query(out, answer),
     "stats": show_stats,
+    "check": show_check,
     "delete": show_deleted,
     "sources": lambda out, answer, request: show_sources(out, answer),
     "acl_grant": _acl_line,

@@ -32,6 +32,7 @@ from knowledge_store.model import (
     AclExplanation,
     AggregateAnswer,
     Answer,
+    CheckReport,
     ChunkHits,
     Content,
     DeleteReport,
@@ -50,6 +51,7 @@ from knowledge_store.requests import (
     AclRequest,
     AclShowRequest,
     AggregateRequest,
+    CheckRequest,
     ContentRequest,
     DeleteRequest,
     DocsSearchRequest,
@@ -538,6 +540,24 @@ OPERATIONS: tuple[Operation, ...] = (
         rest=(Rest("GET", "/admin/sources"),),
         graphql="sources",
         cli=Cli("sources"),
+    ),
+    Operation(
+        "check",
+        CheckRequest,
+        _call("check"),
+        (CheckReport,),
+        "Verify the store: content hashes recomputed, chunks, the database's own checks and"
+        " each derived index against the catalog; exit status 1 when damage is found",
+        "Administration: verify the whole store on one snapshot — every entity's content hash"
+        " recomputed from its stored fields, edges and ACL, every chunk against its entity's"
+        " body, the database's own integrity checks, and each derived index (lexical, dense,"
+        " full-text vectors, BM25 statistics) against the catalog. Returns ok, what was"
+        " checked, and each kind of damage found with its count, uids, what it means and what"
+        " repairs it. Reads everything: minutes on a large store.",
+        admin=True,
+        heavy=True,
+        rest=(Rest("GET", "/admin/check"),),
+        cli=Cli("check"),
     ),
     Operation(
         "acl_grant",

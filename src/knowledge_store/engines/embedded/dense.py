@@ -19,7 +19,9 @@ Searching a pinned generation (the planner: hnsw, hnsw-filtered or exact):
 File format (one file, replaced atomically by ``save``): :mod:`.densefile`. A
 reader maps it and faiss views the index in place (no private copy); the first
 change copies it. A missing, truncated, corrupt or foreign file loads as an empty index with
-watermark 0, and the catalog rebuilds it.
+watermark 0, and the catalog rebuilds it. A *damaged* one (its checksums fail, it is
+truncated, not a dense file at all) is kept in ``damage``: the holder of the write lock
+moves it aside (:meth:`DenseIndex.quarantine`) before the rebuild, so it can be inspected.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, BinaryIO, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from knowledge_store.engines.embedded import densefile
+from knowledge_store.engines.embedded import densefile, quarantine
 from knowledge_store.engines.embedded.generation import (
     FloatArray,
     Generation,
@@ -90,6 +92,10 @@ class DenseIndex:
         self.dimension = dimension
         self.lock = threading.RLock()
         self._signature: tuple[int, int, int] | None = None
+        #: Why the file on disk is damaged (None: it is not, or there is none).
+        self.damage: str | None = None
+        #: Why each damaged file this process moved aside was damaged (``ks check`` says so).
+        self.moved_aside: list[str] = []
         self._gen = self._empty_generation()
         self._load()  # a missing or unreadable file leaves it empty, watermark 0
 
@@ -223,6 +229,7 @@ class DenseIndex:
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, self._path)
+                self.damage = None
                 fd = os.open(self._path.parent, os.O_RDONLY)
                 try:
                     os.fsync(fd)
@@ -259,11 +266,16 @@ class DenseIndex:
             return False
         try:
             got = densefile.read(self._path, self.dimension)
+        except densefile.ForeignFile as exc:
+            log.warning("dense index %s is of another model (%s); not loaded", self._path, exc)
+            return False
         except (OSError, RuntimeError, ValueError, KeyError, TypeError, struct.error) as exc:
-            log.warning("dense index %s unreadable (%s); not loaded", self._path, exc)
+            self.damage = f"{self._path.name}: {exc or type(exc).__name__}"
+            log.warning("dense index %s is damaged (%s); not loaded", self._path, exc)
             return False
         finally:
             self._signature = signature
+        self.damage = None
         got.index.hnsw.efSearch = self.ef_search
         with self.lock:
             self._gen = Generation(
@@ -276,6 +288,24 @@ class DenseIndex:
                 got.mapping,
             )
         return True
+
+    def quarantine(self) -> None:
+        """Move a damaged file aside, to be inspected (the write lock held): the next
+        ``save`` writes a new one. Deleted instead if it can't be moved."""
+        if self.damage is None:
+            return
+        reason = f"the dense index is damaged ({self.damage})"
+        try:
+            moved = quarantine.quarantine(self._path, reason)
+        except OSError as exc:
+            log.warning("%s, and it can't be moved aside (%s); deleting it", reason, exc)
+            with contextlib.suppress(OSError):
+                self._path.unlink()
+        else:
+            log.warning("%s; moved it to %s, rebuilding it from the catalog", reason, moved)
+            self.moved_aside.append(f"{reason}: moved to {moved} and rebuilt from the catalog")
+        self.damage = None
+        self._signature = None
 
     @property
     def watermark(self) -> int:
@@ -308,6 +338,27 @@ class DenseIndex:
 
     def _peek_watermark(self) -> int:
         return file_watermark(self._path)
+
+    # -- checking (``ks check``) -------------------------------------------------------
+
+    def verify(self) -> str | None:
+        """The file read again and its checksums checked (None: sound, none there, or of
+        another model — replaced, not damaged)."""
+        if self._stat() is None:
+            return None
+        try:
+            densefile.read(self._path, self.dimension)
+        except densefile.ForeignFile:
+            return None
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError, struct.error) as exc:
+            return f"{self._path.name}: {exc or type(exc).__name__}"
+        return None
+
+    def live_vectors(self, gen: Generation, ids: np.ndarray) -> tuple[IdArray, FloatArray]:
+        """The live rows of ``gen`` holding ``ids``: their chunk ids and (normalised) vectors."""
+        with self.lock:
+            rows = gen.rows_of(np.asarray(ids, dtype=np.int64))
+            return gen.row_ids[rows], self._vectors(gen)[rows].copy()
 
     # -- searching (the current generation) -------------------------------------------
 

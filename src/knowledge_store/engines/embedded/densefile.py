@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from knowledge_store.engines.embedded.generation import IdArray, faiss
 
-__all__ = ["MAGIC", "Loaded", "owned", "peek_watermark", "read", "write"]
+__all__ = ["MAGIC", "ForeignFile", "Loaded", "owned", "peek_watermark", "read", "write"]
 
 MAGIC = b"KSDENSE2"
 _MAGIC_V1 = b"KSDENSE1"
@@ -49,6 +49,11 @@ _BLOCK = 64 << 20  # checksum block (CRC32 per block, checked in parallel)
 _DIGEST_V1 = 32
 _READ_BLOCK_V1 = 1 << 20
 _TAIL = 4 + len(MAGIC)  # block count + end magic
+
+
+class ForeignFile(ValueError):
+    """A sound file of another format or dimension (a re-embedding changed it): replaced,
+    not damaged."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,7 @@ def _read_v1(fh: BinaryIO, size: int, dimension: int) -> Loaded:
 
 def _check_header(header: dict[str, Any], dimension: int) -> None:
     if header["format"] not in (1, _FORMAT) or header["dimension"] != dimension:
-        raise ValueError(
+        raise ForeignFile(
             f"format {header['format']} dimension {header['dimension']},"
             f" expected format {_FORMAT} dimension {dimension}"
         )

@@ -23,6 +23,12 @@ publish an index can't reach still answers everything the catalog answers (sql,
 aggregate, graph, query_graph, content), and the primitive of that index says
 why and names ``ks rebuild``. Every writer (and every open) first repairs what a
 killed writer left (temp files, uncommitted segments, old date forms).
+
+**A damaged derived index** (its files fail their checksums, or Tantivy fails on
+them) is never read: the holder of the write lock — the open that finds nobody
+writing, a writer, ``ks rebuild`` — moves it aside (``lexical.damaged-<time>``,
+``dense.hnsw.damaged-<time>``) and rebuilds it from the catalog; meanwhile its
+primitive says what is damaged, and everything the catalog answers answers.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.progress import Progress
@@ -46,6 +53,7 @@ from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
 from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
 from knowledge_store.engines.embedded.owners import ChunkOwners
+from knowledge_store.engines.embedded.quarantine import QUARANTINED, quarantined
 from knowledge_store.engines.embedded.reader import EmbeddedReader
 from knowledge_store.engines.embedded.views import View, Views, rebuilding
 from knowledge_store.engines.embedded.writelock import WriteLock
@@ -71,6 +79,7 @@ from knowledge_store.engines.sql.sources import (
 from knowledge_store.errors import ModelMismatch, StoreError
 from knowledge_store.model import (
     QUERY_GRAPH_TIME_LIMIT_S,
+    CheckReport,
     Entity,
     Identity,
     SourceSummary,
@@ -84,14 +93,14 @@ log = logging.getLogger(__name__)
 _DENSE_FILE = "dense.hnsw"
 #: What a store directory holds (and a killed first open may have left): the catalog and its
 #: ``-wal`` / ``-shm`` / ``-journal``, the lexical index, the write lock, the dense index and
-#: the temp files of a killed save (``dense.hnsw.tmp<pid>``).
+#: the temp files of a killed save (``dense.hnsw.tmp<pid>``); and damaged indexes moved aside.
 _STORE_FILE = re.compile(
     r"catalog\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
 )
 
 
 def _is_store_file(name: str) -> bool:
-    return _STORE_FILE.fullmatch(name) is not None
+    return _STORE_FILE.fullmatch(name) is not None or QUARANTINED.fullmatch(name) is not None
 
 
 _REBUILD_BATCH = 2000
@@ -217,6 +226,8 @@ class EmbeddedEngine:
             with self.catalog.read() as conn:
                 self._apply_lexical(conn, self.lexical_index.watermark, latest)
         dense = self.dense
+        if dense is not None and dense.damage is not None and persist:
+            self._rebuild_dense(dense, latest)
         if dense is not None and dense.watermark > latest:
             dense.clear()
         if dense is not None and dense.watermark < latest:
@@ -310,6 +321,22 @@ class EmbeddedEngine:
                 len(ids),
                 time.perf_counter() - started,
             )
+
+    def _rebuild_dense(self, dense: DenseIndex, latest: int) -> None:
+        """A damaged dense file moved aside, and the index rebuilt from every vector the
+        catalog holds, :data:`_REBUILD_BATCH` at a time, then saved (the write lock held)."""
+        dense.quarantine()
+        dense.clear()
+        with self.catalog.read() as conn:
+            ids = self.catalog.all_chunk_ids(conn)
+            for i in range(0, len(ids), _REBUILD_BATCH):
+                vids, vectors = self.catalog.chunk_vectors(
+                    conn, ids[i : i + _REBUILD_BATCH], dense.dimension
+                )
+                if len(vids):
+                    dense.add(vids, vectors)
+        dense.mark(latest)
+        dense.save(latest)
 
     def _clear_lexical(self, why: str, total: int) -> None:
         """The start of a rebuild of ``total`` chunks: recorded, then the index emptied (a
@@ -492,6 +519,8 @@ class EmbeddedEngine:
                 raise
             if dense is None and self.dense is not None:  # the first publish set the model
                 self._catch_up_or_log()
+            if self.lexical_index.damage is not None:  # found damaged on the way: repaired now
+                self._catch_up_or_log()
             if self.dense is not None and self.dense.watermark == plan.publish:
                 self.dense.save(plan.publish)
             return Published.of(plan)
@@ -561,12 +590,16 @@ class EmbeddedEngine:
             # another process rebuilds the lexical index (or must): say so, with its progress
             rebuild = rebuilding(self)
             error = None if rebuild is None else rebuild[0]
-        indexes = {
+        if error is None and dense is not None and dense.damage is not None:
+            error = f"the dense index is damaged ({dense.damage}); `ks rebuild` rebuilds it"
+        indexes: dict[str, Any] = {
             "publish": latest,
             "lexical": self.lexical_index.watermark,
             "dense": dense.watermark if dense is not None else on_disk if on_disk >= 0 else None,
             "error": error,
         }
+        if moved := quarantined(self.path):
+            indexes["quarantined"] = [q.to_dict() for q in moved]
         return StoreStats(
             content_root=root,
             entities=entities,
@@ -581,6 +614,18 @@ class EmbeddedEngine:
             indexes=indexes,
         )
 
+    def check(self) -> CheckReport:
+        """The catalog and the derived indexes verified against it (``engines/embedded/check``)."""
+        from knowledge_store.engines.embedded.check import check_store
+
+        return check_store(self)
+
+    def moved_aside(self) -> list[tuple[str, str]]:
+        """``(index, why)`` of each damaged index this process moved aside and rebuilt."""
+        lexical = [("lexical", why) for why in self.lexical_index.moved_aside]
+        dense = [] if self._dense is None else [("dense", why) for why in self._dense.moved_aside]
+        return lexical + dense
+
     def rebuild(self, *, progress: bool = False) -> None:
         """Rebuild Tantivy and HNSW from the catalog, whatever state they are in.
 
@@ -591,12 +636,15 @@ class EmbeddedEngine:
         with self._writer():
             remove_dense_leftovers(self.path / _DENSE_FILE)
             self.lexical_index.remove_leftovers()
+            self.lexical_index.find_damage()  # damaged files are moved aside, to be inspected
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
             self._clear_lexical("`ks rebuild`", len(ids))
             dense = self.dense
             if dense is not None:
+                dense.damage = dense.damage or dense.verify()
+                dense.quarantine()  # a damaged file, kept aside to be inspected
                 dense.clear()
             with Progress(disable=not progress, transient=True) as bar:
                 task = bar.add_task("rebuilding indexes", total=len(ids))

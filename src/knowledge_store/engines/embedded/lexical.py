@@ -26,6 +26,16 @@ missing are never touched on open: the process reads an empty index in memory
 lock — replaces them with a new generation (:mod:`.lexfiles`). A rebuild records
 itself in the sidecar until its commit (:meth:`LexicalIndex.begin_rebuild`), so the
 store's other processes can tell their readers what is happening and how far it got.
+
+**Damaged files** (a flipped byte, a torn write below the file system) are found
+before Tantivy reads them: on open, and for the segments another process committed
+since, on reload, the files' own checksums are checked (:func:`.lexfiles.damage`);
+and every Tantivy failure — an IO error, or a Rust panic, which tantivy-py raises as
+``pyo3_runtime.PanicException``, a ``BaseException`` — checks them again. A damaged
+index is never read: the process reads an empty one in memory, its primitive says
+what is damaged and that ``ks rebuild`` repairs it (:meth:`LexicalIndex.damage_error`),
+and the holder of the write lock moves the files aside (:mod:`.quarantine`) and
+rebuilds from the catalog.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from typing import Any, TypeVar
 
 import tantivy
 
-from knowledge_store.engines.embedded import analysis, lexfiles
+from knowledge_store.engines.embedded import analysis, lexfiles, quarantine
 from knowledge_store.engines.embedded.analysis import (
     Analyzers,
     QueryTerms,
@@ -51,7 +61,7 @@ from knowledge_store.engines.embedded.analysis import (
     epoch,
     schema,
 )
-from knowledge_store.engines.embedded.lexfiles import SIDECAR, Rebuild
+from knowledge_store.engines.embedded.lexfiles import SIDECAR, Damage, Rebuild
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     FACET_NAMES,
@@ -65,6 +75,7 @@ __all__ = [
     "SIDECAR",
     "WATERMARK_ID",
     "Analyzers",
+    "Damage",
     "LexicalDoc",
     "LexicalIndex",
     "Pinned",
@@ -107,7 +118,9 @@ _MISSING = "does not exist yet"
 
 
 def _unusable(path: Path, sidecar: Mapping[str, Any]) -> str | None:
-    """Why the index files in ``path`` can't be opened as this version's (None: they can)."""
+    """Why the index files in ``path`` are not this version's (None: they may be): missing,
+    without our sidecar, or of another schema. Damage and Tantivy's own version are checked
+    after (:meth:`LexicalIndex._open`)."""
     if not (path / "meta.json").is_file():
         return _MISSING
     found = sidecar.get("schema")
@@ -120,9 +133,32 @@ def _unusable(path: Path, sidecar: Mapping[str, Any]) -> str | None:
                 f"has another schema: lexical schema {version}, this version's is {SCHEMA_VERSION}"
             )
         return f"has another schema: the filter fields {found}, this version's are {SCHEMA_ID}"
-    if not tantivy.Index.is_compatible(str(path)):
-        return "was written by an incompatible Tantivy version"
     return None
+
+
+def _damaged(damage: list[Damage]) -> str:
+    """``stale``'s sentence for damaged files."""
+    shown = "; ".join(str(d) for d in damage[:3])
+    more = f"; and {len(damage) - 3} more files" if len(damage) > 3 else ""
+    return f"is damaged ({shown}{more})"
+
+
+def _is_panic(exc: BaseException) -> bool:
+    """A Rust panic inside tantivy-py: pyo3 raises ``pyo3_runtime.PanicException``, which
+    derives from ``BaseException`` (so ``except Exception`` lets it through)."""
+    kind = type(exc)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
+
+
+def _tantivy_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is how tantivy-py reports a failure (an error, or a panic)."""
+    return isinstance(exc, ValueError | OSError | RuntimeError) or _is_panic(exc)
+
+
+def _described(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return f"Tantivy panicked ({first})" if _is_panic(exc) else text or type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -159,13 +195,6 @@ def _chunk_id(searcher: tantivy.Searcher, address: Any) -> int:
     return int(value)
 
 
-def _translate(action: str, call: Callable[[], T]) -> T:
-    try:
-        return call()
-    except (ValueError, OSError, RuntimeError) as exc:
-        raise StoreError(f"lexical index: {action} failed: {exc}", action=action) from exc
-
-
 class LexicalIndex:
     """BM25 over chunk documents in one Tantivy directory, with a watermark sidecar.
 
@@ -187,6 +216,12 @@ class LexicalIndex:
         self.stale: str | None = None
         self._generation: str | None = None  # the sidecar's: new each time the files are replaced
         self._rebuild: dict[str, Any] | None = None  # the rebuild under way here (the sidecar's)
+        #: The damaged files found (None: none): ``stale`` says so, and the files are moved
+        #: aside, not deleted, when they are replaced.
+        self._damage: list[Damage] | None = None
+        self._verified: lexfiles.Verified = {}  # files whose checksums this process checked
+        #: Why each damaged index this process moved aside was damaged (``ks check`` says so).
+        self.moved_aside: list[str] = []
         self._index = self._open()
         self._watermark = 0 if self.stale else self._read_watermark()
 
@@ -198,17 +233,28 @@ class LexicalIndex:
         Never writes: only the holder of the store's write lock replaces index files (on
         its first write, :meth:`_replace`), so a process opening the store while another
         rebuilds the index can't destroy the rebuild under way, nor create an index beside it.
+        Damaged files are found before Tantivy reads them (:func:`.lexfiles.damage`).
         """
         sidecar = lexfiles.read_sidecar(self._path)
         generation = sidecar.get("generation")
         self._generation = generation if isinstance(generation, str) else None
+        self._damage = None
         self.stale = _unusable(self._path, sidecar)
+        if self.stale is None and (found := lexfiles.damage(self._path, self._verified)):
+            self._damage, self.stale = found, _damaged(found)
         index: tantivy.Index | None = None
         if self.stale is None:
             try:
-                index = tantivy.Index.open(str(self._path))
-            except (ValueError, OSError) as exc:
-                self.stale = f"is unreadable ({exc})"
+                if not tantivy.Index.is_compatible(str(self._path)):
+                    self.stale = "was written by an incompatible Tantivy version"
+                else:
+                    index = tantivy.Index.open(str(self._path))
+            except BaseException as exc:
+                if not _tantivy_failure(exc):
+                    raise
+                # the checksums held, yet Tantivy can't read it: damaged all the same
+                self._damage = [Damage("meta.json", f"Tantivy can't open it: {_described(exc)}")]
+                self.stale = _damaged(self._damage)
         if index is None:
             index = tantivy.Index(self._schema)  # in memory: empty, watermark 0
         return self._ready(index)
@@ -222,7 +268,7 @@ class LexicalIndex:
     def _usable(self) -> None:
         """Before a write (the write lock held): replace files this process can't use —
         unless another process replaced them since this one looked."""
-        if self.stale is not None:
+        if self.stale is not None and not self._known_damaged():
             self._index = self._open()
             self._pinned = None
             if self.stale is None:
@@ -230,26 +276,113 @@ class LexicalIndex:
         if self.stale is not None:
             self._replace()
 
+    def _known_damaged(self) -> bool:
+        """Damage found here, in files nobody has replaced since (no need to look again)."""
+        if self._damage is None:
+            return False
+        return lexfiles.read_sidecar(self._path).get("generation") == self._generation
+
     def _replace(self) -> None:
-        """Start over empty (watermark 0), holding the store's write lock: every file goes,
-        then a sidecar of this schema and a new generation, then a new index — killed
-        anywhere in between, the next holder finds no index or an empty one and redoes it."""
+        """Start over empty (watermark 0), holding the store's write lock: every file goes —
+        damaged ones are moved aside instead (:mod:`.quarantine`) — then a sidecar of this
+        schema and a new generation, then a new index; killed anywhere in between, the next
+        holder finds no index or an empty one and redoes it."""
         with self._lock:
             self.rollback()
-            if self.stale not in (None, _MISSING):
+            if self._damage is not None:
+                self._quarantine()
+                self._damage = None  # what follows fails on its own account, if it does
+            elif self.stale not in (None, _MISSING):
                 log.warning("lexical index at %s %s; recreating it", self._path, self.stale)
             self._path.mkdir(parents=True, exist_ok=True)
-            _translate("removing the old index", lambda: lexfiles.wipe(self._path))
+            self._call("removing the old index", lambda: lexfiles.wipe(self._path))
             self._generation = uuid.uuid4().hex
             self._write_sidecar(0)
-            created = _translate(
+            created = self._call(
                 "creating the index",
                 lambda: tantivy.Index(self._schema, str(self._path), reuse=False),
             )
             self._index = self._ready(created)
             self.stale = None
+            self._damage = None
+            self._verified.clear()
             self._watermark = 0
             self._pinned = None
+
+    def _quarantine(self) -> None:
+        """Move the damaged files aside, to be inspected (deleted if that fails)."""
+        reason = f"the lexical index {self.stale}"
+        try:
+            moved = quarantine.quarantine(self._path, reason)
+        except OSError as exc:
+            log.warning(
+                "lexical index at %s %s, and it can't be moved aside (%s); deleting it",
+                self._path,
+                self.stale,
+                exc,
+            )
+            return
+        log.warning(
+            "lexical index at %s %s; moved it to %s, rebuilding it from the catalog",
+            self._path,
+            self.stale,
+            moved,
+        )
+        self.moved_aside.append(f"{reason}: moved to {moved} and rebuilt from the catalog")
+
+    # -- failures ----------------------------------------------------------------
+
+    @property
+    def damage(self) -> list[Damage] | None:
+        """The damaged files found (None: none found): the index is not read until the
+        holder of the write lock has moved them aside and rebuilt it."""
+        return self._damage
+
+    def damage_error(self) -> StoreError:
+        """What a primitive of the damaged index answers: what is damaged, what still
+        answers, and what repairs it."""
+        damage = self._damage or []
+        return StoreError(
+            f"the lexical index of {self._path.parent} {_damaged(damage)}. It is derived from the"
+            " catalog: sql, aggregate, graph, query_graph, content and vector answer"
+            " meanwhile. `ks rebuild` (or the next write to the store) moves it aside to"
+            " lexical.damaged-<time> and rebuilds it from the catalog",
+            index="lexical",
+            damaged=[str(d) for d in damage],
+            retryable=False,
+        )
+
+    def _call(self, action: str, call: Callable[[], T]) -> T:
+        """``call()``, a Tantivy failure (an error or a panic) translated (:meth:`_failure`)."""
+        try:
+            return call()
+        except BaseException as exc:
+            if not _tantivy_failure(exc):
+                raise
+            raise self._failure(action, exc) from exc
+
+    def _failure(self, action: str, exc: BaseException, *, dropped: bool = False) -> StoreError:
+        """The error of a Tantivy failure: the files are checked again, and when they are
+        damaged, the process stops reading them (an empty index in memory) and says so."""
+        with self._lock:
+            if self._damage is None and self.stale is None and (self._path / "meta.json").exists():
+                found = lexfiles.damage(self._path)
+                if found:
+                    self._mark_damaged(found)
+            if self._damage is not None:
+                log.warning("lexical index at %s %s (%s failed)", self._path, self.stale, action)
+                return self.damage_error()
+        tail = "; changes since the last commit were dropped" if dropped else ""
+        return StoreError(f"lexical index: {action} failed: {_described(exc)}{tail}", action=action)
+
+    def _mark_damaged(self, damage: list[Damage]) -> None:
+        """Stop reading the files: an empty index in memory, watermark 0, ``stale`` saying
+        why; the holder of the write lock moves them aside (:meth:`_replace`)."""
+        self.rollback()
+        self._damage, self.stale = damage, _damaged(damage)
+        self._index = self._ready(tantivy.Index(self._schema))
+        self._pinned = None
+        self._watermark = 0
 
     def remove_leftovers(self) -> list[str]:
         """Remove what killed writers left behind (:func:`.lexfiles.remove_leftovers`); the
@@ -279,7 +412,7 @@ class LexicalIndex:
             sidecar["generation"] = self._generation
         if self._rebuild is not None:
             sidecar["rebuild"] = self._rebuild
-        _translate(
+        self._call(
             "recording the watermark",
             lambda: lexfiles.write_sidecar(self._path, sidecar, durable=durable),
         )
@@ -296,7 +429,7 @@ class LexicalIndex:
         with self._lock:
             self._usable()
             if self._writer is None:
-                self._writer = _translate(
+                self._writer = self._call(
                     "opening the writer (is another process writing?)",
                     lambda: self._index.writer(heap_size=_WRITER_HEAP, num_threads=_WRITER_THREADS),
                 )
@@ -304,12 +437,8 @@ class LexicalIndex:
                 yield self._writer
             except BaseException as exc:
                 self.rollback()
-                if isinstance(exc, ValueError | OSError | RuntimeError):
-                    raise StoreError(
-                        f"lexical index: {action} failed: {exc}; changes since the last"
-                        " commit were dropped",
-                        action=action,
-                    ) from exc
+                if _tantivy_failure(exc):
+                    raise self._failure(action, exc, dropped=True) from exc
                 raise
 
     def rollback(self) -> None:
@@ -317,9 +446,12 @@ class LexicalIndex:
         with self._lock:
             writer, self._writer = self._writer, None
             if writer is not None:
-                with contextlib.suppress(ValueError, OSError, RuntimeError):
+                try:
                     writer.rollback()
                     writer.wait_merging_threads()
+                except BaseException as exc:  # a failure (or a panic) dropping what was staged
+                    if not _tantivy_failure(exc):
+                        raise
 
     def _document(self, doc: LexicalDoc) -> tantivy.Document:
         out = tantivy.Document()
@@ -378,12 +510,13 @@ class LexicalIndex:
         with self._lock:
             committing, self._writer = self._writer, None
             if committing is not None:
-                _translate("committing", committing.commit)
+                self._call("committing", committing.commit)
                 # Finish merges and release Tantivy's directory lock for the next writer.
-                _translate("merging segments", committing.wait_merging_threads)
+                self._call("merging segments", committing.wait_merging_threads)
+                lexfiles.trust(self._path, self._verified)  # written here, under the write lock
             self._write_sidecar(watermark)
             self._watermark = watermark
-            _translate("reloading", self._index.reload)
+            self._call("reloading", self._index.reload)
             self._pinned = None
 
     def clear(self) -> None:
@@ -413,10 +546,15 @@ class LexicalIndex:
         afresh when this process could not use its files or another one replaced them."""
         with self._lock:
             generation = lexfiles.read_sidecar(self._path).get("generation")
+            if self._damage is not None and generation == self._generation:
+                return  # still the damaged files: nobody has replaced them yet
             if self._writer is None and (self.stale is not None or generation != self._generation):
                 self._index = self._open()
+            elif self._writer is None and (found := lexfiles.damage(self._path, self._verified)):
+                self._mark_damaged(found)  # a segment committed since this process looked
+                return
             else:
-                _translate("reloading", self._index.reload)
+                self._call("reloading", self._index.reload)
             self._pinned = None
             self._watermark = self.pin().watermark
 
@@ -461,16 +599,18 @@ class LexicalIndex:
         """A point-in-time searcher and the publish it shows (read from the commit itself)."""
         with self._lock:
             if self._pinned is None:
-                searcher = _translate("opening a searcher", self._index.searcher)
+                searcher = self._call("opening a searcher", self._index.searcher)
                 self._pinned = self._marked(searcher)
             return self._pinned
 
     def _marked(self, searcher: tantivy.Searcher) -> Pinned:
         query = tantivy.Query.term_query(self._schema, "chunk_id", WATERMARK_ID)
-        hits = _translate("reading the watermark", lambda: searcher.search(query, 1).hits)
+        hits = self._call("reading the watermark", lambda: searcher.search(query, 1).hits)
         if not hits:
             return Pinned(searcher, 0)
-        value = searcher.doc(hits[0][1]).get_first("uid")
+        value = self._call("reading the watermark", lambda: searcher.doc(hits[0][1])).get_first(
+            "uid"
+        )
         mark = int(value) if isinstance(value, str) and value.isdigit() else 0
         return Pinned(searcher, mark, marked=True)
 
@@ -602,7 +742,56 @@ class LexicalIndex:
             hits = searcher.search(query, limit=limit, count=False).hits
             return read(searcher, hits) if hits else []
 
-        return _translate("searching", run)
+        return self._call("searching", run)
+
+    # -- checking (``ks check``) ----------------------------------------------
+
+    def verify(self) -> list[Damage]:
+        """Every file of the committed index checked again, nothing taken as known."""
+        return lexfiles.damage(self._path) if (self._path / "meta.json").exists() else []
+
+    def find_damage(self) -> None:
+        """Check every file again (the write lock held, before a rebuild): damaged ones are
+        then moved aside by the rebuild, not deleted with the rest."""
+        with self._lock:
+            if self._damage is None and self.stale is None and (found := self.verify()):
+                self._mark_damaged(found)
+
+    def chunk_ids(self, pinned: Pinned) -> list[int]:
+        """The chunk id of every document ``pinned`` holds (a chunk held twice, twice; the
+        watermark document left out), from the ``chunk_id`` fast field."""
+        searcher = pinned.searcher
+        if searcher.num_docs == 0:
+            return []
+
+        def read() -> list[int]:
+            everything = tantivy.Query.all_query()
+            hits = searcher.search(everything, limit=searcher.num_docs, count=False).hits
+            addresses = [address for _, address in hits]
+            values = searcher.fast_field_values("chunk_id", addresses)
+            ids = [
+                _chunk_id(searcher, address) if value is None else int(value)
+                for address, value in zip(addresses, values, strict=True)
+            ]
+            return [i for i in ids if i != WATERMARK_ID]
+
+        return self._call("listing the documents", read)
+
+    def uids_of(self, pinned: Pinned, chunk_ids: Iterable[int]) -> dict[int, str]:
+        """The uid stored with each of ``chunk_ids`` (those found)."""
+        searcher = pinned.searcher
+
+        def read() -> dict[int, str]:
+            out: dict[int, str] = {}
+            for chunk_id in chunk_ids:
+                query = tantivy.Query.term_query(self._schema, "chunk_id", int(chunk_id))
+                hits = searcher.search(query, 1).hits
+                if hits:
+                    uid = searcher.doc(hits[0][1]).get_first("uid")
+                    out[int(chunk_id)] = "" if uid is None else str(uid)
+            return out
+
+        return self._call("reading stored uids", read)
 
     def num_docs(self) -> int:
         """Chunk documents in the index (the watermark document left out)."""

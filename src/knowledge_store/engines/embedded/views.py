@@ -8,7 +8,10 @@ up first (another process published, or a writer died); ahead of ``P`` (a
 publish landed in between), the transaction is reopened: a bounded number of
 tries, then a clear ``StoreError``. A derived index that can't reach ``P``
 leaves its reason in the view: its primitive refuses, the catalog answers the
-rest.
+rest. A reader never rebuilds a *damaged* lexical index (minutes at a million
+chunks, in a request): its primitive says what is damaged, and the next process
+to hold the write lock — a writer, ``ks rebuild``, or the next open with nobody
+writing — moves it aside and rebuilds it.
 
 The dense pre-filter selection (visible chunk ids under an identity and
 FILTERS) is cached here too, per publish: it is a function of the snapshot.
@@ -69,11 +72,15 @@ def behind(message: str) -> str:
 
 def rebuilding(engine: EmbeddedEngine) -> tuple[str, dict[str, Any]] | None:
     """The error of the lexical primitive while another process rebuilds the lexical index
-    (or must: this process can't use its files), and its details; None when neither."""
+    (or must: this process can't use its files, or they are damaged), and its details; None
+    when neither."""
     index = engine.lexical_index
     state = index.rebuilding()
     if state is None and index.stale is None:
         return None
+    if state is None and index.damage is not None:
+        error = index.damage_error()
+        return error.message, error.details
     details: dict[str, Any] = {"index": "lexical", "rebuilding": True, "retryable": True}
     if state is not None:
         elapsed = max(time.time() - state.started, 0.0)
@@ -121,7 +128,7 @@ class Views:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read the catalog {catalog.path}: {exc}") from exc
             view = self._view
-            if view is None or view.publish != publish:
+            if view is None or view.publish != publish or self._engine.lexical_index.damage:
                 view = self.at(publish)
             if view is not None:
                 return publish, root, view
@@ -135,16 +142,26 @@ class Views:
     def at(self, publish: int) -> View | None:
         """The indexes pinned at ``publish``, caught up if behind; None if one is ahead."""
         engine = self._engine
+        index = engine.lexical_index
         with self._lock:
-            if self._view is not None and self._view.publish == publish:
+            if self._view is not None and self._view.publish == publish and index.damage is None:
                 return self._view
-            lexical = engine.lexical_index.pin()
-            if lexical.watermark != publish:
-                engine.lexical_index.reload()
-                lexical = engine.lexical_index.pin()
             lexical_error = dense_error = None
             lexical_details: dict[str, Any] = {}
-            if lexical.watermark != publish:
+            try:
+                lexical = index.pin()
+                if lexical.watermark != publish:
+                    index.reload()
+                    lexical = index.pin()
+            except StoreError:
+                if index.damage is None:
+                    raise
+                lexical = index.pin()  # found damaged: an empty index in memory, never its files
+            if lexical.watermark != publish and index.damage is not None:
+                # damaged: never rebuilt by a reader (see the module docstring)
+                error = index.damage_error()
+                lexical_error, lexical_details = error.message, error.details
+            elif lexical.watermark != publish:
                 # Behind: another process published, a writer died, or its index update
                 # failed. Ahead with nobody writing: a writer died between its index
                 # commit and its catalog commit (``_catch_up`` rebuilds the index).

@@ -27,6 +27,7 @@ from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
+from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.reader import PostgresReader
@@ -69,6 +70,7 @@ from knowledge_store.model import (
     EVERYONE,
     QUERY_GRAPH_TIME_LIMIT_S,
     AclExplanation,
+    CheckReport,
     Entity,
     Filters,
     Identity,
@@ -526,8 +528,13 @@ class PostgresEngine:
             **self.features.to_dict(),
         )
 
+    def check(self) -> CheckReport:
+        """The catalog verified and what SQL derives from it (``engines/postgres/check``)."""
+        return check_store(self)
+
     def rebuild(self, *, progress: bool = False) -> None:
-        """Recompute the tsvectors and BM25 statistics from the chunks; reindex; analyze."""
+        """Recompute the tsvectors and BM25 statistics from the chunks; reindex (an index left
+        invalid too, which ``REINDEX TABLE CONCURRENTLY`` skips); analyze."""
         with self.db.write() as conn, translate("rebuilding"):
             for statement in writes.REBUILD_LEXICAL:
                 conn.execute(statement)
@@ -536,6 +543,9 @@ class PostgresEngine:
             conn = self.db.conn()
             conn.execute("REINDEX TABLE CONCURRENTLY chunks")
             conn.execute("REINDEX TABLE CONCURRENTLY lexical_postings")
+            for (invalid,) in conn.execute(INVALID_INDEXES, (self.db.schema,)).fetchall():
+                index = sql.Identifier(self.db.schema, str(invalid))
+                conn.execute(sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(index))
             conn.execute("VACUUM ANALYZE entities, chunks, edges, lexical_postings, lexical_terms")
         with self._plans_lock:
             self._plans.clear()
