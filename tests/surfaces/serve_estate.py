@@ -279,7 +279,7 @@ def call(app: Any, method: str, url: str, **kwargs: Any) -> Any:
 class LiveServer:
     """uvicorn on 127.0.0.1, an ephemeral port, in a thread; stops itself on exit (bounded)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, http: Any = "auto") -> None:
         import socket
 
         import uvicorn
@@ -290,7 +290,7 @@ class LiveServer:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on"
+            app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on", http=http
         )
         self.server = uvicorn.Server(config)
         self.thread: Any = None

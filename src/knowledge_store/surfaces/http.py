@@ -38,6 +38,7 @@ from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import AuthError, TokenTable
 from knowledge_store.surfaces.limits import BodyLimit
 from knowledge_store.surfaces.mcp import create_mcp_server, mcp_http_app
+from knowledge_store.surfaces.mcp_sessions import SessionBounds
 from knowledge_store.surfaces.web import Service, error_response
 
 __all__ = ["create_app"]
@@ -52,6 +53,7 @@ def create_app(
     anonymous: bool = False,
     allowed_hosts: Sequence[str] | None = None,
     stateless_mcp: bool = False,
+    mcp_sessions: SessionBounds | None = None,
 ) -> FastAPI:
     """The HTTP app over ``store``.
 
@@ -62,6 +64,8 @@ def create_app(
     rebinding. Run its lifespan (uvicorn does) so that MCP sessions can start.
     ``stateless_mcp``: MCP keeps no sessions (:func:`~.mcp.mcp_http_app`), for a
     server of several processes on one socket (``ks serve --workers N``).
+    ``mcp_sessions``: the bounds on 2025 MCP sessions, per caller, in all and in idle
+    time (:class:`~.mcp_sessions.SessionBounds`; default: the server's).
     """
     from knowledge_store import __version__
     from knowledge_store.surfaces import page, rest
@@ -72,7 +76,11 @@ def create_app(
         table = table.allowing_anonymous()
     mcp_server = create_mcp_server(store)
     mcp_asgi, mcp_endpoint = mcp_http_app(
-        mcp_server, table, allowed_hosts=allowed_hosts, stateless=stateless_mcp
+        mcp_server,
+        table,
+        allowed_hosts=allowed_hosts,
+        stateless=stateless_mcp,
+        sessions=mcp_sessions,
     )
 
     @asynccontextmanager

@@ -342,15 +342,20 @@ def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
 
 
 def uvicorn_config(app: Any, *, host: str, port: int, workers: int = 1) -> Any:
-    """The server's uvicorn configuration; its access log never shows a token.
+    """The server's uvicorn configuration; its access log never shows a token, and a request
+    that does not arrive in time is cut (:mod:`.connections`).
 
     ``workers`` > 1: ``app`` is a :class:`WorkerApp`, called in each worker process."""
     import uvicorn
+
+    from knowledge_store.surfaces.connections import GuardedH11Protocol
 
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        # a request's headers and body must arrive (surfaces/connections.py): no slowloris
+        http=GuardedH11Protocol,
         log_level="info",
         # longer than clients' usual keep-alive (httpx: 5 s), so a client never reuses a
         # connection the server is closing at that very moment
