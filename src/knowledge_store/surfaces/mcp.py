@@ -52,6 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from knowledge_store.errors import KnowledgeStoreError, StoreError
 from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.access import Access
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
 from knowledge_store.surfaces.mcp_sessions import MAX_SESSIONS, BoundedSessions, SessionBounds
 from knowledge_store.surfaces.tools import (
@@ -317,9 +318,9 @@ class _Authenticate:
     client address.
     """
 
-    def __init__(self, app: ASGIApp, tokens: TokenTable) -> None:
+    def __init__(self, app: ASGIApp, access: Access) -> None:
         self.app = app
-        self.tokens = tokens
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -327,12 +328,12 @@ class _Authenticate:
             return
         token = bearer_token(Headers(scope=scope).get("authorization"))
         try:
-            caller = self.tokens.resolve(token)
+            caller = await self.access.resolve(token)
         except AuthError as exc:
             response = JSONResponse(
                 exc.to_dict(),
                 status_code=exc.status,
-                headers={"WWW-Authenticate": 'Bearer realm="knowledge-store"'},
+                headers={"WWW-Authenticate": self.access.challenge(exc)},
             )
             await response(scope, receive, send)
             return
@@ -402,7 +403,7 @@ class McpHttpEndpoint:
 
 def mcp_http_app(
     server: KnowledgeMCPServer,
-    tokens: TokenTable,
+    tokens: TokenTable | Access,
     *,
     allowed_hosts: Sequence[str] | None = None,
     stateless: bool = False,
@@ -429,7 +430,8 @@ def mcp_http_app(
             allowed_origins=[f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")],
         )
     endpoint = McpHttpEndpoint(server, security, stateless=stateless, sessions=sessions)
-    return _Authenticate(endpoint, tokens), endpoint
+    access = tokens if isinstance(tokens, Access) else Access(tokens)
+    return _Authenticate(endpoint, access), endpoint
 
 
 def run_blocking(fn: Callable[[], Awaitable[None]]) -> None:

@@ -56,9 +56,9 @@ e = html.escape
 
 
 # -- identity ----------------------------------------------------------------------------------------
-def _caller(request: Request, svc: Service) -> Caller:
+async def _caller(request: Request, svc: Service) -> Caller:
     token = bearer_token(request.headers.get("authorization")) or request.cookies.get(COOKIE)
-    return svc.tokens.resolve(token or None)
+    return await svc.access.resolve(token or None)
 
 
 def _page(title: str, body: str, *, status: int = 200, who: Caller | None = None) -> HTMLResponse:
@@ -135,7 +135,7 @@ async def sign_in(request: Request) -> Response:
     path, _, query = (form.get("next") or ["/"])[0].partition("?")
     target = _local_target(path, query)
     try:
-        svc.tokens.resolve(token or None)
+        await svc.access.resolve(token or None)
     except AuthError as exc:
         return _sign_in(request, exc.message, exc.status)
     response = RedirectResponse(target, status_code=303)
@@ -331,7 +331,7 @@ async def search_page(request: Request) -> Response:
     if refused is not None:
         return refused
     try:
-        who = _caller(request, svc)
+        who = await _caller(request, svc)
     except AuthError as exc:
         return _sign_in(request, exc.message, exc.status)
     q = request.query_params.get("q") or ""
@@ -443,7 +443,7 @@ async def entity_page(uid: str, request: Request) -> Response:
     if refused is not None:
         return refused
     try:
-        who = _caller(request, svc)
+        who = await _caller(request, svc)
     except AuthError as exc:
         return _sign_in(request, exc.message, exc.status)
     try:
