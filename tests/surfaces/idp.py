@@ -137,6 +137,35 @@ class Idp:
         client.audience = [client, resource]  # the IdP admin's "audience" setting
         Backend.instance.save(client)
 
+    def public_client(self, client_id: str, redirect: str) -> None:
+        """A public client (no secret: PKCE), whose tokens also name the resource."""
+        with self.app.app_context():
+            resource = Backend.instance.get(self.models.Client, client_id=self.resource)
+            client = self.models.Client(
+                client_id=client_id,
+                client_name=client_id,
+                client_id_issued_at=datetime.datetime.now(datetime.UTC),
+                redirect_uris=[redirect],
+                grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"],
+                scope=["openid", "profile", "email", "groups"],
+                token_endpoint_auth_method="none",
+            )
+            Backend.instance.save(client)
+            client.audience = [client, resource]
+            Backend.instance.save(client)
+
+    def find_user(self, name: str) -> Any:
+        with self.app.app_context():
+            return Backend.instance.get(self.models.User, user_name=name)
+
+    def consent(self, user: Any, client_id: str) -> None:
+        """The user has consented to ``client_id`` (no consent screen in the flow)."""
+        assert self.server is not None
+        with self.app.app_context():
+            client = Backend.instance.get(self.models.Client, client_id=client_id)
+            self.server.consent(user, client)
+
     def group(self, name: str) -> Any:
         with self.app.app_context():
             if name not in self._groups:
