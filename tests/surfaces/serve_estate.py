@@ -20,6 +20,9 @@ ANN = {"Authorization": "Bearer tok-ann-0001"}
 BOB = {"Authorization": "Bearer tok-bob-0002"}
 ROOT = {"Authorization": "Bearer tok-root-0003"}
 MEMBERSHIPS = [("group:sre", "user:ann")]
+#: A browser's CSRF cookie, and the same value in the form it posts (what the page hands out).
+CSRF = "csrf-token-of-this-browser-0123456789abcde"
+CSRF_COOKIE = {"Cookie": f"ks_csrf={CSRF}"}
 
 
 def _page(

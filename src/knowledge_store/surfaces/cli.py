@@ -581,6 +581,14 @@ def serve(
             help="claims → identity and scopes, a JSON object (docs/security.md)",
         ),
     ] = None,
+    oidc_page_client: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-page-client",
+            metavar="ID",
+            help="the search page's client id at the issuer: sign-in with the IdP (PKCE)",
+        ),
+    ] = None,
     scim: Annotated[
         Path | None,
         typer.Option(
@@ -606,6 +614,7 @@ def serve(
             oidc=oidc,
             oidc_audience=oidc_audience,
             oidc_claims=oidc_claims,
+            oidc_page_client=oidc_page_client,
             scim=scim,
         )
     except KnowledgeStoreError as exc:

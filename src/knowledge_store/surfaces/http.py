@@ -80,7 +80,7 @@ def create_app(
     groups come from the directory rather than the token.
     """
     from knowledge_store import __version__
-    from knowledge_store.surfaces import page, rest
+    from knowledge_store.surfaces import page, page_login, rest
     from knowledge_store.surfaces.graphql import graphql_router
 
     table = tokens if isinstance(tokens, TokenTable) else TokenTable.of(tokens)
@@ -129,6 +129,7 @@ def create_app(
         app.include_router(router)
     app.include_router(graphql_router(), include_in_schema=False)
     app.include_router(page.router)
+    app.include_router(page_login.router)
     app.router.routes.append(Route("/mcp", endpoint=mcp_asgi))
     if directory is not None:
         app.mount(SCIM_PREFIX, cast(ASGIApp, scim_asgi))

@@ -202,6 +202,11 @@ class OidcSettings:
     claims: ClaimsMapping = field(default_factory=ClaimsMapping)
     algorithms: tuple[str, ...] = ALGORITHMS
     leeway_s: float = DEFAULT_LEEWAY_S
+    #: The search page's client at the issuer (a public client: authorization code + PKCE,
+    #: redirect URI ``<audience>/login/callback``); None: the page signs in with tokens only.
+    page_client: str | None = None
+    #: The scopes the page asks for.
+    page_scopes: tuple[str, ...] = ("openid", "profile", "email", "groups")
 
     def __post_init__(self) -> None:
         for name, url in (("--oidc", self.issuer), ("--oidc-audience", self.audience)):
@@ -285,6 +290,8 @@ class IssuerKeys:
         self._last_try = -REFETCH_INTERVAL_S
         self._last_error: str | None = None
         self.fetches = 0
+        #: The discovery document's authorization and token endpoints (the page's sign-in).
+        self.endpoints: dict[str, str] = {}
 
     def cached(self, kid: str | None) -> SigningKey | None:
         """The key ``kid`` names if the cache holds it within its age (no network)."""
@@ -363,6 +370,11 @@ class IssuerKeys:
             if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
                 raise KeysUnavailable(f"{url} names no jwks_uri")
             self._jwks_uri = uri
+            self.endpoints = {
+                k: v
+                for k in ("authorization_endpoint", "token_endpoint")
+                if isinstance(v := found.get(k), str) and v.startswith(("https://", "http://"))
+            }
         response = self._get(self._jwks_uri)
         try:
             keys = _keys_of(response.json())

@@ -149,6 +149,7 @@ def serve(
     oidc: str | None = None,
     oidc_audience: str | None = None,
     oidc_claims: Path | None = None,
+    oidc_page_client: str | None = None,
     scim: Path | None = None,
 ) -> None:
     """Run until interrupted (HTTP) or until the client closes the pipe (stdio).
@@ -156,7 +157,8 @@ def serve(
     ``workers``: HTTP worker processes (default :data:`DEFAULT_WORKERS`). ``oidc``: the
     issuer whose access tokens (JWTs) are accepted beside the token file, for the
     audience ``oidc_audience`` (default: this server's URL), mapped by ``oidc_claims``
-    (a JSON file, :class:`~.oidc.ClaimsMapping`). ``scim``: serve SCIM 2.0 at
+    (a JSON file, :class:`~.oidc.ClaimsMapping`); ``oidc_page_client``: the search page's
+    client id at the issuer (sign-in with the IdP). ``scim``: serve SCIM 2.0 at
     ``/scim/v2``, keeping the directory in this SQLite file."""
     from knowledge_store.surfaces.auth import TokenTable
 
@@ -190,8 +192,10 @@ def serve(
             " --oidc ISSUER (OAuth access tokens) or --anonymous (callers without a token"
             " read as everyone)"
         )
-    if oidc is None and (oidc_audience is not None or oidc_claims is not None):
-        raise InvalidRequest("--oidc-audience and --oidc-claims go with --oidc ISSUER")
+    if oidc is None and (oidc_audience or oidc_claims or oidc_page_client):
+        raise InvalidRequest(
+            "--oidc-audience, --oidc-claims and --oidc-page-client go with --oidc ISSUER"
+        )
     if scim is not None and processes > 1:
         raise InvalidRequest(
             "--scim keeps its directory in one process: serve it with --workers 1",
@@ -203,7 +207,7 @@ def serve(
         settings = None
         if oidc is not None:
             audience = oidc_audience or _own_url(host, int(sock.getsockname()[1]))
-            settings = OidcSettings(oidc, audience, claims)
+            settings = OidcSettings(oidc, audience, claims, page_client=oidc_page_client)
         if processes == 1:
             _serve_http(location, host, sock, table, settings, scim)
         else:

@@ -1,4 +1,4 @@
-"""The MCP SDK's own OAuth client signs users in to /mcp through a real IdP (issue 28).
+"""Signing in through a real IdP (issue 28): the MCP SDK's OAuth client, and the search page.
 
 The ``mcp`` SDK client meets a 401 at ``/mcp``, reads ``resource_metadata``
 from the challenge (RFC 9728), finds Canaille's authorization server metadata,
@@ -8,6 +8,10 @@ through the same endpoint get different answers for the same call; with SCIM
 the groups come from the directory, so the IdP removing a user from a group
 takes effect on that user's next call. Both protocol eras: 2026-07-28
 (stateless) and the 2025 handshake.
+
+The search page runs the same flow as a browser would: ``/login`` → the IdP's
+authorization endpoint (the user signed in there) → ``/login/callback`` with
+the code → the access token in the page's HttpOnly cookie.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from tests.surfaces.idp import Idp
 from tests.surfaces.serve_estate import ROOT, TOKENS, LiveServer, build
 
 PUBLIC_CLIENT = "mcp-public-client"
+PAGE_CLIENT = "knowledge-store-page"
 REDIRECT = "http://127.0.0.1:1/callback"
 PATCH = "urn:ietf:params:scim:api:messages:2.0:PatchOp"
 
@@ -82,7 +87,9 @@ def stack(
         idp.user("ann", "sre")
         idp.user("bob")
         idp.public_client(PUBLIC_CLIENT, REDIRECT)
-        validator = OidcValidator(OidcSettings(idp.issuer, live.url, ClaimsMapping()))
+        idp.public_client(PAGE_CLIENT, f"{live.url}/login/callback")
+        settings = OidcSettings(idp.issuer, live.url, ClaimsMapping(), page_client=PAGE_CLIENT)
+        validator = OidcValidator(settings)
         live.server.config.app = create_app(
             store, tokens=TOKENS, oidc=validator, scim=where / "scim.sqlite"
         )
@@ -211,3 +218,38 @@ def test_the_metadata_the_sdk_reads(stack: tuple[Idp, LiveServer]) -> None:
     idp, live = stack
     found = httpx.get(f"{live.url}/.well-known/oauth-protected-resource/mcp").json()
     assert found["authorization_servers"] == [idp.issuer]
+
+
+def test_the_page_signs_in_with_the_idp(stack: tuple[Idp, LiveServer]) -> None:
+    idp, live = stack
+    with httpx.Client(base_url=live.url, timeout=30) as browser:
+        asked = browser.get("/", params={"q": "replica lag"})
+        assert asked.status_code == 401 and "/login?next=" in asked.text
+        started = browser.get("/login", params={"next": "/?q=replica lag"})
+        assert started.status_code == 303 and "ks_login" in browser.cookies
+        where = started.headers["location"]
+        assert where.startswith(f"{idp.issuer}/oauth/authorize?")
+        assert "code_challenge_method=S256" in where
+        # at the IdP: ann is signed in and has consented
+        account = idp.find_user("ann")
+        idp.server.login(account)
+        idp.consent(account, PAGE_CLIENT)
+        try:
+            back = httpx.get(where, follow_redirects=False, timeout=30)
+        finally:
+            idp.server.logout()
+        callback = back.headers["location"]
+        assert callback.startswith(f"{live.url}/login/callback?")
+        # a callback this browser did not start is refused
+        stranger = httpx.get(callback, timeout=30)
+        assert stranger.status_code == 400 and "ks_token" not in stranger.headers.get(
+            "set-cookie", ""
+        )
+        done = browser.get(callback)
+        assert done.status_code == 200 and 'http-equiv="refresh"' in done.text, done.text[
+            done.text.find("muted") :
+        ][:400]
+        cookie = next(c for c in done.headers.get_list("set-cookie") if c.startswith("ks_token="))
+        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+        page = browser.get("/", params={"q": "replica lag"})
+        assert "as user:ann" in page.text and "Replica lag alert" in page.text
