@@ -134,3 +134,13 @@ def test_the_limits_table_states_the_bounds_of_model_py() -> None:
         model.LIGHT_QUERY_CHARS,
         model.LIGHT_LIST_VALUES,
     )
+
+
+def test_the_claims_mapping_example_loads(tmp_path: Path) -> None:
+    from knowledge_store.surfaces.oidc import ClaimsMapping
+
+    found = [b for b in _blocks("json") if '"admin_groups"' in b]
+    assert len(found) == 1
+    file = tmp_path / "claims.json"
+    file.write_text(found[0])
+    assert ClaimsMapping.load(file).admin_groups == ("ks-admins",)

@@ -185,16 +185,16 @@ def serve(
             field="workers",
         )
     environment.embed_window_s()  # a bad $KS_EMBED_WINDOW_MS is refused here, not by each worker
+    if oidc is None and (oidc_audience or oidc_claims or oidc_page_client):
+        raise InvalidRequest(
+            "--oidc-audience, --oidc-claims and --oidc-page-client go with --oidc ISSUER"
+        )
     table = TokenTable.load(tokens, anonymous=anonymous)
     if not len(table) and not anonymous and oidc is None:
         raise InvalidRequest(
             "ks serve needs --tokens FILE (bearer tokens → identities; see docs/serving.md),"
             " --oidc ISSUER (OAuth access tokens) or --anonymous (callers without a token"
             " read as everyone)"
-        )
-    if oidc is None and (oidc_audience or oidc_claims or oidc_page_client):
-        raise InvalidRequest(
-            "--oidc-audience, --oidc-claims and --oidc-page-client go with --oidc ISSUER"
         )
     if scim is not None and processes > 1:
         raise InvalidRequest(
