@@ -263,3 +263,26 @@ def test_an_idp_that_is_down_fails_closed_after_the_keys_lifetime(
         idp.start()
     clock.now += REFETCH_INTERVAL_S + 1
     assert _surfaces(live.url, token)["rest"].status_code == 200  # back once it answers
+
+
+def test_a_token_without_the_read_scope_gets_insufficient_scope_on_mcp(
+    stack: tuple[Idp, LiveServer, OidcValidator, Clock], served: KnowledgeStore
+) -> None:
+    from tests.surfaces.serve_estate import call
+
+    idp, live, validator, _ = stack
+    strict = OidcValidator(
+        OidcSettings(idp.issuer, live.url, ClaimsMapping(read_scope="knowledge:read")),
+        keys=validator.keys,
+    )
+    app = create_app(served, oidc=strict)
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {**ACCEPT, "MCP-Protocol-Version": "2026-07-28"}
+    without = call(
+        app, "POST", "/mcp", json=listing, headers={**headers, **_bearer(idp.token("ann"))}
+    )
+    assert without.status_code == 403 and without.json()["error"]["code"] == "forbidden"
+    challenge = without.headers["www-authenticate"]
+    assert 'error="insufficient_scope"' in challenge and 'scope="knowledge:read"' in challenge
+    scoped = idp.sign(idp.claims("ann", scope="openid knowledge:read"), alg="RS512")
+    assert strict.validate(scoped, fetch=True).principal == "user:ann"  # with it: in
