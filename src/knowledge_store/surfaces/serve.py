@@ -165,7 +165,7 @@ def serve(
     if mcp_stdio:
         if tokens is not None or anonymous or workers is not None or oidc or scim:
             raise InvalidRequest(
-                "--tokens, --anonymous, --workers, --oidc and --scim are for HTTP; over stdio"
+                "--tokens, --anonymous, --oidc, --scim and --workers are for HTTP; over stdio"
                 " use --as"
             )
         _serve_stdio(location, environment.identity(identity).principal)
