@@ -20,9 +20,23 @@ Two parts, both printed as figures:
    under abuse, their ratio (goal: p99 within 3×), the abusers' throughput and
    the server's peak RSS.
 
+3. **Connections and sessions** (``--attacks mcp-flood,slowloris``): the same probe,
+   idle and then during each attack, against ``ks serve`` with a token file of
+   four callers (the probe's, the attacker's reader token, another reader, an
+   admin). ``mcp-flood``: FLOOD handshake-era (2025) MCP ``initialize`` calls with
+   the attacker's one token, 64 at a time; then a fresh session for another
+   reader and for the admin (their HTTP status) and the server's RSS before and
+   after. ``slowloris``: SOCKETS connections that each send a request line and
+   then one header line every 5 s, never finishing the headers, reopened when
+   the server closes them; reports how long the server let one live (the
+   longest, and how many were still open at the end of the window).
+   ``--src DIR`` serves another checkout's ``src`` (the before side).
+
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_abuse.py
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_abuse.py --store .ks/pg15 \\
         --clients 10 --seconds 30 --json bench/.cache/abuse.json
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_abuse.py --skip-corpus --skip-probe \\
+        --store .ks/docs --attacks mcp-flood,slowloris --seconds 60
 """
 
 from __future__ import annotations
@@ -241,6 +255,198 @@ def run_probe(store: Path, clients: int, seconds: float, warmup: float) -> dict[
     }
 
 
+# -- part 3: connections and sessions -------------------------------------------------------------
+FLOODER = "bench-flood-reader-0001"
+OTHER = "bench-other-reader-0002"
+ADMIN = "bench-admin-0003"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench-abuse", "version": "0"},
+    },
+}
+
+
+def _open_session(url: str, token: str) -> int:
+    """A fresh 2025 MCP session for ``token``: the HTTP status of its ``initialize``."""
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    try:
+        return httpx.post(f"{url}/mcp", json=INITIALIZE, headers=headers, timeout=30).status_code
+    except httpx.HTTPError:
+        return -1
+
+
+def _flood(url: str, calls: int, out: Any) -> None:
+    """``calls`` initialize requests with one reader token, 64 in flight; tallies the statuses."""
+    import httpx
+
+    async def main() -> dict[str, Any]:
+        statuses: dict[str, int] = {}
+        todo = iter(range(calls))
+        headers = {
+            "Authorization": f"Bearer {FLOODER}",
+            "Accept": "application/json, text/event-stream",
+        }
+        start = time.monotonic()
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits) as c:
+
+            async def worker() -> None:
+                for _ in todo:
+                    try:
+                        status = str((await c.post("/mcp", json=INITIALIZE)).status_code)
+                    except httpx.HTTPError as exc:
+                        status = type(exc).__name__
+                    statuses[status] = statuses.get(status, 0) + 1
+
+            await asyncio.gather(*(worker() for _ in range(64)))
+        return {"statuses": statuses, "seconds": round(time.monotonic() - start, 1)}
+
+    out.put(asyncio.run(main()))
+
+
+def _slowloris(url: str, sockets: int, seconds: float, out: Any) -> None:
+    """``sockets`` connections that never finish their headers (one header line every 5 s),
+    reopened when the server closes them; how long the server let each live."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+
+    async def one(lifetimes: list[float], still_open: list[int]) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            opened = time.monotonic()
+            try:
+                reader, writer = await asyncio.open_connection(host, port)
+                writer.write(f"POST /v1/search HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+                n = 0
+                while time.monotonic() < deadline:
+                    try:
+                        data = await asyncio.wait_for(reader.read(1024), timeout=5)
+                    except TimeoutError:
+                        writer.write(f"X-Drip-{n}: {n}\r\n".encode())  # never the blank line
+                        n += 1
+                        continue
+                    if not data:  # the server closed it
+                        break
+                else:
+                    still_open.append(1)
+                    writer.close()
+                    return
+                lifetimes.append(time.monotonic() - opened)
+                writer.close()
+            except OSError:
+                await asyncio.sleep(1)
+
+    async def main() -> dict[str, Any]:
+        lifetimes: list[float] = []
+        still_open: list[int] = []
+        await asyncio.gather(*(one(lifetimes, still_open) for _ in range(sockets)))
+        ordered = sorted(lifetimes)
+        return {
+            "closed_by_server": len(ordered),
+            "open_at_the_end": len(still_open),
+            "lifetime_p50_s": round(ordered[len(ordered) // 2], 1) if ordered else None,
+            "lifetime_max_s": round(ordered[-1], 1) if ordered else None,
+        }
+
+    out.put(asyncio.run(main()))
+
+
+def _rss_mb(server: Server) -> float:
+    total = 0
+    for proc in server.tree():
+        try:
+            total += proc.memory_info().rss
+        except Exception:
+            continue
+    return round(total / 2**20, 1)
+
+
+def run_attack(
+    store: Path,
+    attack: str,
+    *,
+    seconds: float,
+    warmup: float,
+    src: Path | None,
+    flood: int,
+    sockets: int,
+) -> dict[str, Any]:
+    """The probe idle, then during one attack (``mcp-flood`` or ``slowloris``)."""
+    if attack not in ("mcp-flood", "slowloris"):
+        raise SystemExit(f"unknown attack {attack!r}; use mcp-flood or slowloris")
+    texts, _ = _workload(store)
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp:
+        tokens = Path(tmp) / "tokens.jsonl"
+        lines = [
+            {"token": TOKEN, "identity": "everyone"},
+            {"token": FLOODER, "identity": "user:flood"},
+            {"token": OTHER, "identity": "user:other"},
+            {"token": ADMIN, "identity": "user:root", "admin": True},
+        ]
+        tokens.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        server = Server(store, _free_port(), tokens, {}, src=src)
+        try:
+            server.wait_ready()
+            results = ctx.Queue()
+            warm = ctx.Process(target=_probe, args=(server.url, texts, warmup, results))
+            warm.start()
+            results.get()
+            warm.join()
+            load = round(os.getloadavg()[0], 1)
+            idle = ctx.Process(target=_probe, args=(server.url, texts, seconds, results))
+            idle.start()
+            idle_result = results.get()
+            idle.join()
+            rss_before = _rss_mb(server)
+            attacker = (
+                ctx.Process(target=_flood, args=(server.url, flood, results))
+                if attack == "mcp-flood"
+                else ctx.Process(target=_slowloris, args=(server.url, sockets, seconds, results))
+            )
+            attacker.start()
+            time.sleep(2.0)  # the attack is under way before the probe starts
+            probe = ctx.Process(target=_probe, args=(server.url, texts, seconds, results))
+            probe.start()
+            outcomes = [results.get(), results.get()]
+            attacker.join()
+            probe.join()
+            busy = next(o for o in outcomes if "latencies" in o)
+            report = next(o for o in outcomes if "latencies" not in o)
+            if attack == "mcp-flood":
+                report["session_after_flood"] = {
+                    "another_reader": _open_session(server.url, OTHER),
+                    "admin": _open_session(server.url, ADMIN),
+                    "the_flooder": _open_session(server.url, FLOODER),
+                }
+                report["rss_mb_before_after"] = (rss_before, _rss_mb(server))
+        finally:
+            server.stop()
+    idle_p, busy_p = _pct(idle_result["latencies"]), _pct(busy["latencies"])
+    return {
+        "store": str(store),
+        "src": str(src) if src else "this checkout",
+        "seconds": seconds,
+        "load_average_at_start": load,
+        "probe_idle": {**idle_p, "errors": idle_result["errors"]},
+        "probe_under_attack": {**busy_p, "errors": busy["errors"]},
+        "p99_ratio": round(busy_p["p99_ms"] / idle_p["p99_ms"], 2),
+        "attack": report,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -251,6 +457,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--skip-corpus", action="store_true")
     parser.add_argument("--skip-probe", action="store_true")
+    parser.add_argument(
+        "--attacks", default="", help="comma-separated: mcp-flood, slowloris (part 3)"
+    )
+    parser.add_argument("--flood", type=int, default=10_000, help="initialize calls (mcp-flood)")
+    parser.add_argument("--sockets", type=int, default=800, help="connections (slowloris)")
+    parser.add_argument("--src", type=Path, default=None, help="serve this src folder instead")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     out: dict[str, Any] = {}
@@ -286,6 +498,32 @@ def main() -> None:
         print(
             f"  server peak RSS {r['server_peak_rss_mb']} MB · load average {r['load_average_at_start']}"
         )
+    if args.attacks:
+        if args.store is None:
+            from common import pg15_store
+
+            args.store = pg15_store()
+        out["attacks"] = {}
+        for attack in args.attacks.split(","):
+            r = out["attacks"][attack] = run_attack(
+                args.store,
+                attack,
+                seconds=args.seconds,
+                warmup=args.warmup,
+                src=args.src,
+                flood=args.flood,
+                sockets=args.sockets,
+            )
+            print(f"  {attack}: load average {r['load_average_at_start']}")
+            for name in ("probe_idle", "probe_under_attack"):
+                p = r[name]
+                print(
+                    f"    {name:19} n={p['n']:5} p50 {p['p50_ms']:8} ms · p95 {p['p95_ms']:8} ms"
+                    f" · p99 {p['p99_ms']:8} ms · errors {p['errors']}"
+                )
+            print(f"    p99 under attack / idle: {r['p99_ratio']}×")
+            for key, value in r["attack"].items():
+                print(f"    {key}: {value}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

@@ -20,6 +20,9 @@ ANN = {"Authorization": "Bearer tok-ann-0001"}
 BOB = {"Authorization": "Bearer tok-bob-0002"}
 ROOT = {"Authorization": "Bearer tok-root-0003"}
 MEMBERSHIPS = [("group:sre", "user:ann")]
+#: A browser's CSRF cookie, and the same value in the form it posts (what the page hands out).
+CSRF = "csrf-token-of-this-browser-0123456789abcde"
+CSRF_COOKIE = {"Cookie": f"ks_csrf={CSRF}"}
 
 
 def _page(
@@ -279,7 +282,7 @@ def call(app: Any, method: str, url: str, **kwargs: Any) -> Any:
 class LiveServer:
     """uvicorn on 127.0.0.1, an ephemeral port, in a thread; stops itself on exit (bounded)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, http: Any = "auto") -> None:
         import socket
 
         import uvicorn
@@ -290,7 +293,7 @@ class LiveServer:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on"
+            app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on", http=http
         )
         self.server = uvicorn.Server(config)
         self.thread: Any = None

@@ -8,10 +8,14 @@ output schema — error results too. Every tool is called over stdio
 (``ks serve --mcp-stdio``) and over streamable HTTP (``/mcp``) — of one process,
 and of ``ks serve --workers 2`` (MCP without sessions) — once with
 realistic arguments and once with wrong ones, which must come back as a tool
-execution error (``isError``) carrying the one error shape.
+execution error (``isError``) carrying the one error shape. ``tools/list`` runs
+with ``--strict`` (the Inspector's tool-schema portability check, from 2.4.0 on):
+no warning and no error on either transport — nullable values as ``anyOf``
+branches of one ``type`` each, never ``"type": [T, "null"]``, and no bare ``{}``.
 
-The Inspector comes from the npm registry (``npx -y``; ``.ci/run`` fetches it
-beforehand); the test skips, saying why, only when npx can't fetch it.
+The Inspector comes from the npm registry (``npx -y``, the version pinned below;
+``.ci/run`` fetches it beforehand); the test skips, saying why, only when npx can't
+fetch it.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from tests.surfaces.workers_server import Workers, until
 
 pytestmark = pytest.mark.slow(seconds=80)  # see tests/conftest.py
 
-INSPECTOR = ["npx", "-y", "@modelcontextprotocol/inspector", "--cli"]
+#: The Inspector release the test drives (``--strict`` exists from 2.4.0 on).
+INSPECTOR_PACKAGE = "@modelcontextprotocol/inspector@2.12.0"
+INSPECTOR = ["npx", "-y", INSPECTOR_PACKAGE, "--cli"]
 KS = str(Path(sys.executable).with_name("ks"))
 #: The store is embedded by feature hashing: the test is about the protocol, not about meaning.
 EMBEDDER = "hash:64"
@@ -123,27 +129,28 @@ def inspector() -> list[str]:
     """The Inspector's CLI program, as ``npx -y @modelcontextprotocol/inspector --cli`` runs it.
 
     npx fetches the package once; the calls then skip npx (it would resolve the package
-    again for each of the ~60 calls) and the ``mcp-inspector`` launcher, whose ``--cli`` only
-    starts ``node cli/build/index.js`` beside it with the same arguments: the calls start that
-    program themselves, one node process each instead of two. Where the package is laid out
-    otherwise, the calls go through the launcher.
+    again for each of the ~70 calls) and the ``mcp-inspector`` launcher
+    (``clients/launcher/build/index.js``), whose ``--cli`` only imports the CLI client
+    (``clients/cli/build/index.js``) and runs it with the same arguments: the calls start
+    that program themselves. Where the package is laid out otherwise, the calls go
+    through the launcher.
     """
     if shutil.which("npx") is None:
         pytest.skip("npx is not installed (Node.js): the MCP Inspector CLI runs on it")
     probe = _run([*INSPECTOR, "--help"], dict(os.environ))
     if probe.returncode != 0:
         pytest.skip(
-            "npx could not fetch @modelcontextprotocol/inspector:"
+            f"npx could not fetch {INSPECTOR_PACKAGE}:"
             f" {(probe.stderr or probe.stdout).strip()[-300:]}"
         )
     found = _run(
-        ["npx", "-y", "-p", "@modelcontextprotocol/inspector", "-c", "command -v mcp-inspector"],
+        ["npx", "-y", "-p", INSPECTOR_PACKAGE, "-c", "command -v mcp-inspector"],
         dict(os.environ),
     )
     launcher = found.stdout.strip()
     if found.returncode != 0 or not launcher:
         return INSPECTOR
-    program = Path(launcher).resolve().with_name("index.js")
+    program = Path(launcher).resolve().parents[2] / "cli" / "build" / "index.js"
     node = shutil.which("node")
     return [node, str(program)] if node and program.is_file() else [launcher, "--cli"]
 
@@ -160,8 +167,18 @@ def _env() -> dict[str, str]:
 
 
 def _targets(where: Path, url: str, workers_url: str) -> dict[str, list[str]]:
+    # the Inspector starts a stdio server with a few variables of its own environment
+    # (HOME, PATH, …), not all of them: this checkout's PYTHONPATH goes with -e
+    passed = [f"PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else []
     return {
-        "stdio": [KS, "--store", str(where), "serve", "--mcp-stdio"],
+        "stdio": [
+            *(a for v in passed for a in ("-e", v)),
+            KS,
+            "--store",
+            str(where),
+            "serve",
+            "--mcp-stdio",
+        ],
         "http": [f"{url}/mcp", "--transport", "http"],
         # ks serve --workers 2: MCP without sessions, each request on either worker
         "http-workers": [f"{workers_url}/mcp", "--transport", "http"],
@@ -176,12 +193,17 @@ def _stopping(workers: Workers) -> Iterator[Workers]:
         workers.stop()
 
 
-def _call(command: list[str], target: list[str], tool: str, args: dict[str, str]) -> Any:
+#: The Inspector CLI's exit status for a tool result with ``isError: true`` (printed all the same).
+TOOL_IS_ERROR = 5
+
+
+def _call(command: list[str], target: list[str], tool: str, kind: str, args: dict[str, str]) -> Any:
     line = [*command, *target, "--method", "tools/call", "--tool-name", tool]
     for key, value in args.items():
         line += ["--tool-arg", f"{key}={value}"]
     done = _run(line, _env())
-    assert done.returncode == 0, f"{tool} {args}: {done.stderr[-800:]}"
+    expected = 0 if kind == "good" else TOOL_IS_ERROR
+    assert done.returncode == expected, f"{tool} {args}: {done.stderr[-800:]}"
     return json.loads(done.stdout)
 
 
@@ -196,8 +218,12 @@ def test_every_tool_through_the_inspector_over_stdio_and_http(
         until("both workers started", lambda: workers.started() >= 2)
         targets = _targets(where, server.url, workers.url)
         for name, target in targets.items():
-            listed = _run([*inspector, *target, "--method", "tools/list"], _env())
+            listed = _run([*inspector, *target, "--method", "tools/list", "--strict"], _env())
             assert listed.returncode == 0, listed.stderr[-800:]
+            problems = [
+                line for line in listed.stderr.splitlines() if line.startswith(("Warning", "Error"))
+            ]
+            assert not problems, f"{name}: --strict found {problems}\n{listed.stderr[-2000:]}"
             tools = {t["name"]: t for t in json.loads(listed.stdout)["tools"]}
             assert set(tools) == set(KNOWLEDGE_TOOLS), name
             for tool in tools.values():
@@ -212,9 +238,7 @@ def test_every_tool_through_the_inspector_over_stdio_and_http(
             if transport != "http-workers" or kind == "good"  # the transport is what differs
         ]
         with ThreadPoolExecutor(max_workers=4) as pool:
-            answers = list(
-                pool.map(lambda job: _call(inspector, targets[job[0]], job[1], job[3]), jobs)
-            )
+            answers = list(pool.map(lambda job: _call(inspector, targets[job[0]], *job[1:]), jobs))
     for (transport, tool, kind, _), answer in zip(jobs, answers, strict=True):
         where_ = f"{transport} {tool} ({kind})"
         structured = answer["structuredContent"]

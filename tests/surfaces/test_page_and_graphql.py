@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app as cli
 from knowledge_store.surfaces.http import create_app
-from tests.surfaces.serve_estate import ANN, BOB, call
+from tests.surfaces.serve_estate import ANN, BOB, CSRF, CSRF_COOKIE, call
 
 pytestmark = pytest.mark.embedded_only(
     reason="a surface over the store: the engines agree in tests/conformance"
@@ -67,8 +67,9 @@ def test_page_identity_token_cookie_and_sign_in(app: Any) -> None:
     assert signin.status_code == 401 and "Sign in" in signin.text
     assert '<form method="post" action="/signin"' in signin.text  # the token goes in a body
     assert 'name="next" value="/?q=lag"' in signin.text
-    form = {"token": "tok-ann-0001", "next": "/?q=lag"}
-    redirect = call(app, "POST", "/signin", data=form)
+    assert 'name="csrf" value="' in signin.text and "ks_csrf=" in signin.headers["set-cookie"]
+    form = {"token": "tok-ann-0001", "next": "/?q=lag", "csrf": CSRF}
+    redirect = call(app, "POST", "/signin", data=form, headers=CSRF_COOKIE)
     assert redirect.status_code == 303 and redirect.headers["location"] == "/?q=lag"
     cookie = redirect.headers["set-cookie"].lower()
     assert "ks_token=tok-ann-0001" in cookie and "httponly" in cookie
@@ -80,30 +81,65 @@ def test_page_identity_token_cookie_and_sign_in(app: Any) -> None:
         call(app, "GET", "/v1/stats", headers={"Cookie": "ks_token=tok-ann-0001"}).status_code
         == 401
     )
-    wrong = call(app, "POST", "/signin", data={"token": "nope-nope", "next": "/"})
+    wrong = call(
+        app,
+        "POST",
+        "/signin",
+        data={"token": "nope-nope", "next": "/", "csrf": CSRF},
+        headers=CSRF_COOKIE,
+    )
     assert wrong.status_code == 401 and "unknown token" in wrong.text
+
+
+def test_every_state_changing_form_needs_its_csrf_token(app: Any) -> None:
+    sign_in = {"token": "tok-ann-0001", "next": "/"}
+    for data, headers in (
+        (sign_in, {}),  # no token at all
+        ({**sign_in, "csrf": CSRF}, {}),  # the field without the cookie
+        ({**sign_in, "csrf": "x" * 43}, CSRF_COOKIE),  # another browser's
+        (sign_in, CSRF_COOKIE),  # the cookie without the field
+    ):
+        refused = call(app, "POST", "/signin", data=data, headers=headers)
+        assert refused.status_code == 403
+        assert "ks_token" not in refused.headers.get("set-cookie", "")
+    signed_in = {"Cookie": f"ks_token=tok-ann-0001; ks_csrf={CSRF}"}
+    # signing out is a POST with the token; GET only shows the form
+    shown = call(app, "GET", "/signout", headers=signed_in)
+    assert shown.status_code == 200 and 'action="/signout"' in shown.text
+    assert "ks_token" not in shown.headers.get("set-cookie", "")
+    refused = call(app, "POST", "/signout", data={}, headers=signed_in)
+    assert refused.status_code == 403 and "ks_token" not in refused.headers.get("set-cookie", "")
+    out = call(app, "POST", "/signout", data={"csrf": CSRF}, headers=signed_in)
+    assert out.status_code == 303 and 'ks_token=""' in out.headers["set-cookie"]
 
 
 def test_a_token_in_the_url_is_refused_not_used(app: Any) -> None:
     for path in ("/", "/entity/unit:vacuum"):
         refused = call(app, "GET", path, params={"token": "tok-ann-0001", "q": "lag"})
         assert refused.status_code == 400 and "not accepted" in refused.text
-        assert "set-cookie" not in refused.headers and "tok-ann-0001" not in refused.text
+        assert "ks_token" not in refused.headers.get("set-cookie", "")
+        assert "tok-ann-0001" not in refused.text
         assert f'name="next" value="{path}?q=lag"' in refused.text  # back, without the token
 
 
 def test_sign_in_goes_back_only_to_this_server(app: Any) -> None:
     for target in ("//evil.example/x", "https://evil.example/", "\\\\evil.example"):
-        answer = call(app, "POST", "/signin", data={"token": "tok-ann-0001", "next": target})
+        answer = call(
+            app,
+            "POST",
+            "/signin",
+            data={"token": "tok-ann-0001", "next": target, "csrf": CSRF},
+            headers=CSRF_COOKIE,
+        )
         assert answer.status_code == 303 and answer.headers["location"] == "/"
     cross = call(
         app,
         "POST",
         "/signin",
-        data={"token": "tok-ann-0001", "next": "/"},
-        headers={"Origin": "https://evil.example"},
+        data={"token": "tok-ann-0001", "next": "/", "csrf": CSRF},
+        headers={"Origin": "https://evil.example", **CSRF_COOKIE},
     )
-    assert cross.status_code == 403 and "set-cookie" not in cross.headers
+    assert cross.status_code == 403 and "ks_token" not in cross.headers.get("set-cookie", "")
 
 
 def test_page_on_an_empty_store_says_so(store: KnowledgeStore) -> None:

@@ -21,7 +21,7 @@ import pytest
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
 from knowledge_store.surfaces.serve import RedactTokens, uvicorn_config
-from tests.surfaces.serve_estate import TOKENS
+from tests.surfaces.serve_estate import CSRF, TOKENS
 
 SECRET = "tok-ann-0001"
 
@@ -66,7 +66,8 @@ def test_the_access_log_never_shows_a_token(access_log: tuple[str, _Lines]) -> N
         assert client.get("/", params={"token": SECRET, "q": "lag"}).status_code == 400
         client.get("/v1/stats", params={"access_token": SECRET})
         client.get(f"/entity/unit:vacuum?x=1&token={SECRET}&y=2")
-        signed = client.post("/signin", data={"token": SECRET, "next": "/"})
+        client.cookies.set("ks_csrf", CSRF)
+        signed = client.post("/signin", data={"token": SECRET, "next": "/", "csrf": CSRF})
         assert signed.status_code == 303
         assert client.get("/v1/stats", headers={"Authorization": f"Bearer {SECRET}"}).is_success
     deadline = time.monotonic() + 5

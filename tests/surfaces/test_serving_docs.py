@@ -114,14 +114,17 @@ def test_every_listed_route_exists(spec: dict[str, Any]) -> None:
 
 
 def test_the_limits_table_states_the_bounds_of_model_py() -> None:
-    """Each bound docs/serving.md names is the value model.py declares (no re-typed numbers)."""
+    """Each bound docs/serving.md names is the value model.py declares (no re-typed numbers);
+    the serving bounds (MCP sessions) are declared in surfaces/mcp_sessions.py."""
     from knowledge_store import model
+    from knowledge_store.surfaces import mcp_sessions
 
-    stated = re.findall(r"\| ([\d,]+) (MiB |[a-z ]*)\(`(MAX_\w+)`\)", DOC)
-    assert len(stated) >= 9
+    stated = re.findall(r"\| ([\d,]+) (MiB |[a-z ]*)\(`(MAX_\w+)`[,)]", DOC)
+    assert len(stated) >= 11
     for value, unit, name in stated:
         number = int(value.replace(",", "")) * (1024 * 1024 if unit == "MiB " else 1)
-        assert getattr(model, name) == number, name
+        declared = getattr(model if hasattr(model, name) else mcp_sessions, name)
+        assert declared == number, name
     light = re.search(
         r"k ≤ (\d+), a query text of at most (\d+) characters, lists of at most\s+(\d+)", DOC
     )
@@ -131,3 +134,13 @@ def test_the_limits_table_states_the_bounds_of_model_py() -> None:
         model.LIGHT_QUERY_CHARS,
         model.LIGHT_LIST_VALUES,
     )
+
+
+def test_the_claims_mapping_example_loads(tmp_path: Path) -> None:
+    from knowledge_store.surfaces.oidc import ClaimsMapping
+
+    found = [b for b in _blocks("json") if '"admin_groups"' in b]
+    assert len(found) == 1
+    file = tmp_path / "claims.json"
+    file.write_text(found[0])
+    assert ClaimsMapping.load(file).admin_groups == ("ks-admins",)

@@ -331,12 +331,28 @@ class AggregateAnswer(Answer):
         return [(row.key, row.value) for row in self.rows]
 
 
+def _query_cells(schema: dict[str, Any]) -> None:
+    """What a query_graph cell may be — a property (text, a number, ``null``), a ``count``,
+    or a node or relationship as an object of its properties — written into the rows'
+    schema, so that clients don't read ``{}`` ("anything"). Cells stay ``Any`` to pydantic
+    (validated and dumped as they are)."""
+    schema["items"]["items"] = {
+        "anyOf": [
+            {"type": "string"},
+            {"type": "integer"},
+            {"type": "number"},
+            {"type": "object", "additionalProperties": True},
+            {"type": "null"},
+        ]
+    }
+
+
 class QueryAnswer(Answer):
     """The answer of ``query_graph`` (rows are untyped: their columns come from the query)."""
 
     content_root: str
     columns: list[str]
-    rows: list[list[Any]]
+    rows: list[list[Any]] = Field(json_schema_extra=_query_cells)
     truncated: bool
     #: How the request was read (a LIMIT above the bound, capped); absent when there are none.
     warnings: tuple[str, ...] = Field((), exclude_if=_empty)

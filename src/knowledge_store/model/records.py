@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from knowledge_store.errors import InvalidRequest
 from knowledge_store.model.text import check_principal
 from knowledge_store.model.vocabulary import EVERYONE, FACET_NAMES
 
@@ -179,9 +180,24 @@ def _below_title(title: str, heading: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Identity:
-    """Who is asking. Expanded by the store over memberships; always holds ``everyone``."""
+    """Who is asking. Expanded by the store over memberships; always holds ``everyone``.
+
+    ``groups``: groups the caller holds by its credential rather than by a membership
+    in the store — an access token's groups claim (``surfaces/oidc.py``). Each is
+    expanded over memberships like the principal; they last as long as the credential.
+    """
 
     principal: str = EVERYONE
+    groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_principal(self.principal)
+        for group in self.groups:
+            if not check_principal(group).startswith("group:"):
+                raise InvalidRequest(
+                    f"{group[:200]!r} is not a group; an identity's groups are 'group:<id>'",
+                    field="groups",
+                )
+        ordered = tuple(sorted(set(self.groups)))
+        if ordered != self.groups:
+            object.__setattr__(self, "groups", ordered)

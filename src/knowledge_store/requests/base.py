@@ -258,9 +258,15 @@ def json_schema_of(
 ) -> dict[str, Any]:
     """``model``'s JSON schema as surfaces publish it: explicit types, nested models inlined.
 
-    ``mode="serialization"`` describes an answer (what ``model_dump()`` gives).
+    ``mode="serialization"`` describes an answer (what ``model_dump()`` gives). There a
+    nullable value is ``{"anyOf": [{"type": T}, {"type": "null"}]}``, each branch with one
+    ``type`` (a ``"type": [T, "null"]`` array is legal JSON Schema, but clients that map
+    schemas onto a one-type dialect, such as Gemini's function declarations, drop or refuse
+    it: the MCP Inspector's ``--strict`` warns); an input property keeps its one ``type``
+    (clients convert a typed-in value by it), and an optional one is left out, not null.
     """
-    schema = model.model_json_schema(schema_generator=_ExplicitTypes, mode=mode)
+    generator = _ExplicitTypes if mode == "validation" else GenerateJsonSchema
+    schema = model.model_json_schema(schema_generator=generator, mode=mode)
     out: dict[str, Any] = _inline(schema, schema.get("$defs", {}))
     return out
 

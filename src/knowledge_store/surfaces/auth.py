@@ -56,10 +56,17 @@ class AuthError(Exception):
     ``forbidden`` (403) — surface-level codes next to DESIGN §6's store codes.
     """
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, *, error: str | None = None, scope: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: The OAuth error of the ``WWW-Authenticate`` challenge (RFC 6750 §3.1):
+        #: ``invalid_token`` or ``insufficient_scope``; None for a request without a token.
+        self.error = error
+        #: The scope an ``insufficient_scope`` answer asks for.
+        self.scope = scope
 
     @property
     def code(self) -> str:

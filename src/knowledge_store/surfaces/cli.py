@@ -578,6 +578,46 @@ def serve(
             " --workers $(nproc)); with more than one, MCP keeps no sessions",
         ),
     ] = None,
+    oidc: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc",
+            metavar="ISSUER",
+            help="accept OAuth access tokens (JWTs) of this OIDC issuer, beside --tokens",
+        ),
+    ] = None,
+    oidc_audience: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-audience",
+            metavar="URL",
+            help="this server's resource URL, which tokens must name in aud (default: its URL)",
+        ),
+    ] = None,
+    oidc_claims: Annotated[
+        Path | None,
+        typer.Option(
+            "--oidc-claims",
+            metavar="FILE",
+            help="claims → identity and scopes, a JSON object (docs/security.md)",
+        ),
+    ] = None,
+    oidc_page_client: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-page-client",
+            metavar="ID",
+            help="the search page's client id at the issuer: sign-in with the IdP (PKCE)",
+        ),
+    ] = None,
+    scim: Annotated[
+        Path | None,
+        typer.Option(
+            "--scim",
+            metavar="FILE",
+            help="serve SCIM 2.0 at /scim/v2, keeping the directory in this SQLite file",
+        ),
+    ] = None,
 ) -> None:
     """Serve: HTTP (REST /v1, GraphQL, MCP at /mcp, the search page) or MCP over stdio."""
     from knowledge_store.surfaces.serve import serve as run_server
@@ -592,6 +632,11 @@ def serve(
             mcp_stdio=mcp_stdio,
             identity=as_,
             workers=workers,
+            oidc=oidc,
+            oidc_audience=oidc_audience,
+            oidc_claims=oidc_claims,
+            oidc_page_client=oidc_page_client,
+            scim=scim,
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,14 +36,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, NotFound, StoreError
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.access import Access
 from knowledge_store.surfaces.auth import AuthError, TokenTable
 from knowledge_store.surfaces.limits import BodyLimit
 from knowledge_store.surfaces.mcp import create_mcp_server, mcp_http_app
+from knowledge_store.surfaces.mcp_sessions import SessionBounds
+from knowledge_store.surfaces.oidc import OidcValidator
 from knowledge_store.surfaces.web import Service, error_response
 
 __all__ = ["create_app"]
 
 TokensLike = TokenTable | Mapping[str, str | tuple[str, bool]] | None
+#: Where the protected resource metadata is (RFC 9728 §3).
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
 
 
 def create_app(
@@ -52,6 +58,9 @@ def create_app(
     anonymous: bool = False,
     allowed_hosts: Sequence[str] | None = None,
     stateless_mcp: bool = False,
+    mcp_sessions: SessionBounds | None = None,
+    oidc: OidcValidator | None = None,
+    scim: str | Path | None = None,
 ) -> FastAPI:
     """The HTTP app over ``store``.
 
@@ -62,23 +71,47 @@ def create_app(
     rebinding. Run its lifespan (uvicorn does) so that MCP sessions can start.
     ``stateless_mcp``: MCP keeps no sessions (:func:`~.mcp.mcp_http_app`), for a
     server of several processes on one socket (``ks serve --workers N``).
+    ``mcp_sessions``: the bounds on 2025 MCP sessions, per caller, in all and in idle
+    time (:class:`~.mcp_sessions.SessionBounds`; default: the server's).
+    ``oidc``: accept OAuth access tokens (JWTs) from an OIDC issuer beside the token file
+    (:mod:`.oidc`), and publish the protected resource metadata (RFC 9728). ``scim``: serve
+    SCIM 2.0 at ``/scim/v2``, keeping the directory in this SQLite file (:mod:`.scim`);
+    with OAuth on, an access token's user must then be an active provisioned user, and
+    groups come from the directory rather than the token.
     """
     from knowledge_store import __version__
-    from knowledge_store.surfaces import page, rest
+    from knowledge_store.surfaces import page, page_login, rest
     from knowledge_store.surfaces.graphql import graphql_router
 
     table = tokens if isinstance(tokens, TokenTable) else TokenTable.of(tokens)
     if anonymous and not table.anonymous:
         table = table.allowing_anonymous()
+    access = Access(table, oidc)
+    directory = None
+    if scim is not None:
+        from knowledge_store.surfaces.scim import SCIM_PREFIX, scim_app
+
+        scim_asgi, directory = scim_app(store, scim, access)
+        if oidc is not None:
+            oidc.allowed = directory.refusal
+            oidc.groups_from_token = False
     mcp_server = create_mcp_server(store)
     mcp_asgi, mcp_endpoint = mcp_http_app(
-        mcp_server, table, allowed_hosts=allowed_hosts, stateless=stateless_mcp
+        mcp_server,
+        access,
+        allowed_hosts=allowed_hosts,
+        stateless=stateless_mcp,
+        sessions=mcp_sessions,
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with mcp_endpoint.running():
-            yield
+        try:
+            async with mcp_endpoint.running():
+                yield
+        finally:
+            if directory is not None:
+                directory.close()
 
     app = FastAPI(
         title="knowledge-store",
@@ -91,12 +124,25 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
-    app.state.knowledge_store = Service(store=store, tokens=table, mcp=mcp_server)
+    app.state.knowledge_store = Service(store=store, access=access, mcp=mcp_server)
     for router in rest.routers():
         app.include_router(router)
     app.include_router(graphql_router(), include_in_schema=False)
     app.include_router(page.router)
+    app.include_router(page_login.router)
     app.router.routes.append(Route("/mcp", endpoint=mcp_asgi))
+    if directory is not None:
+        app.mount(SCIM_PREFIX, cast(ASGIApp, scim_asgi))
+
+    async def resource_metadata(request: Request) -> JSONResponse:
+        """RFC 9728: this server as an OAuth protected resource (404 without --oidc)."""
+        found = access.metadata()
+        if found is None:
+            raise NotFound("this server takes no OAuth access tokens (no --oidc)")
+        return JSONResponse(found, headers={"Cache-Control": "max-age=3600"})
+
+    for path in (WELL_KNOWN, f"{WELL_KNOWN}/{{rest:path}}"):
+        app.add_api_route(path, resource_metadata, methods=["GET"], include_in_schema=False)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
@@ -117,7 +163,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, AuthError)
-        return error_response(exc)
+        return error_response(exc, request.app.state.knowledge_store.access)
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -52,7 +52,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from knowledge_store.errors import KnowledgeStoreError, StoreError
 from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.surfaces.access import Access
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
+from knowledge_store.surfaces.mcp_sessions import MAX_SESSIONS, BoundedSessions, SessionBounds
 from knowledge_store.surfaces.tools import (
     ADMIN_TOOLS,
     call_tool,
@@ -78,7 +80,7 @@ T = TypeVar("T")
 #: Where the HTTP auth wrapper leaves the resolved :class:`Caller` in the ASGI scope.
 CALLER_SCOPE_KEY = "knowledge_store.caller"
 POLL_SECONDS = 0.5
-_MAX_TRACKED_SESSIONS = 4096
+_MAX_TRACKED_SESSIONS = MAX_SESSIONS + 1  # every open HTTP session, and stdio's
 _INSTRUCTIONS = (
     "knowledge-store: a permission-aware knowledge base. Start with search_knowledge (chat"
     " answers with citations) or search; narrow with docs_search / code_sample_search; read a"
@@ -111,6 +113,10 @@ class ToolsWatcher:
         self._sessions.move_to_end(key)
         while len(self._sessions) > _MAX_TRACKED_SESSIONS:
             self._sessions.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        """A session ended: keep no reference to it."""
+        self._sessions.pop(key, None)
 
     async def check(self) -> bool:
         """Read ``is_empty``; on a flip notify everyone. True when it flipped."""
@@ -305,14 +311,16 @@ async def run_stdio(server: KnowledgeMCPServer) -> None:
 class _Authenticate:
     """ASGI wrapper: resolve the bearer token (or anonymity) before the MCP transport sees a request.
 
-    The caller goes into the scope for the handlers; a token-holding caller also
-    becomes the scope's ``user`` so that the SDK binds each session to the
-    credential that opened it (another credential gets 404 for that session).
+    The caller goes into the scope for the handlers, and becomes the scope's
+    ``user`` so that the SDK binds each session to the caller that opened it
+    (another caller gets 404 for that session) and :class:`.BoundedSessions`
+    counts sessions per caller: its identity, or for an anonymous caller its
+    client address.
     """
 
-    def __init__(self, app: ASGIApp, tokens: TokenTable) -> None:
+    def __init__(self, app: ASGIApp, access: Access) -> None:
         self.app = app
-        self.tokens = tokens
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -320,24 +328,25 @@ class _Authenticate:
             return
         token = bearer_token(Headers(scope=scope).get("authorization"))
         try:
-            caller = self.tokens.resolve(token)
+            caller = await self.access.resolve(token)
         except AuthError as exc:
             response = JSONResponse(
                 exc.to_dict(),
                 status_code=exc.status,
-                headers={"WWW-Authenticate": 'Bearer realm="knowledge-store"'},
+                headers={"WWW-Authenticate": self.access.challenge(exc)},
             )
             await response(scope, receive, send)
             return
         scope[CALLER_SCOPE_KEY] = caller
-        if token is not None:
-            scope["user"] = AuthenticatedUser(
-                AccessToken(
-                    token="sha256",  # never the token itself: the scope may be logged
-                    client_id=caller.principal,
-                    scopes=["admin"] if caller.admin else [],
-                )
+        client = scope.get("client")
+        scope["user"] = AuthenticatedUser(
+            AccessToken(
+                token="sha256",  # never the token itself: the scope may be logged
+                client_id=caller.principal,
+                scopes=["admin"] if caller.admin else [],
+                subject=f"anonymous@{client[0] if client else '?'}" if token is None else None,
             )
+        )
         await self.app(scope, receive, send)
 
 
@@ -355,16 +364,31 @@ class McpHttpEndpoint:
         security: TransportSecuritySettings | None,
         *,
         stateless: bool = False,
+        sessions: SessionBounds | None = None,
     ):
         self.server = server
         self.security = security
         self.stateless = stateless
+        self.sessions = sessions
         self._transport = StreamableHTTPASGIApp(self._manager())
 
     def _manager(self) -> StreamableHTTPSessionManager:
-        return StreamableHTTPSessionManager(
-            app=self.server, security_settings=self.security, stateless=self.stateless
+        if self.stateless:
+            return StreamableHTTPSessionManager(
+                app=self.server, security_settings=self.security, stateless=True
+            )
+        watcher = self.server.watcher
+        return BoundedSessions(
+            self.server,
+            security_settings=self.security,
+            bounds=self.sessions,
+            on_closed=lambda session_id: watcher.forget(f"http:{session_id}"),
         )
+
+    @property
+    def manager(self) -> StreamableHTTPSessionManager:
+        """The session manager of the current lifespan."""
+        return self._transport.session_manager
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -379,10 +403,11 @@ class McpHttpEndpoint:
 
 def mcp_http_app(
     server: KnowledgeMCPServer,
-    tokens: TokenTable,
+    tokens: TokenTable | Access,
     *,
     allowed_hosts: Sequence[str] | None = None,
     stateless: bool = False,
+    sessions: SessionBounds | None = None,
 ) -> tuple[ASGIApp, McpHttpEndpoint]:
     """The authenticated streamable HTTP endpoint (an ASGI app) and the endpoint to run.
 
@@ -392,7 +417,8 @@ def mcp_http_app(
     (handshake) requests keep no session — each POST is answered on its own, and
     there is no standalone stream to push ``tools/list_changed`` on — for a server
     of several processes, where a session's next request may reach another
-    process. 2026-era requests keep no session anyway.
+    process. 2026-era requests keep no session anyway. ``sessions``: the bounds on 2025
+    sessions (:class:`~.mcp_sessions.SessionBounds`; the defaults when None).
     """
     security = None
     if allowed_hosts:
@@ -403,8 +429,9 @@ def mcp_http_app(
             allowed_hosts=hosts,
             allowed_origins=[f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")],
         )
-    endpoint = McpHttpEndpoint(server, security, stateless=stateless)
-    return _Authenticate(endpoint, tokens), endpoint
+    endpoint = McpHttpEndpoint(server, security, stateless=stateless, sessions=sessions)
+    access = tokens if isinstance(tokens, Access) else Access(tokens)
+    return _Authenticate(endpoint, access), endpoint
 
 
 def run_blocking(fn: Callable[[], Awaitable[None]]) -> None:

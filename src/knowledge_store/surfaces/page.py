@@ -14,6 +14,8 @@ a navigation, so the page also takes the token from the ``ks_token`` cookie
 to ``/signin`` — the token never travels in a URL, so it is never written to
 an access log, a browser history or a Referer. A ``?token=…`` in a URL is
 refused, not used. With ``--anonymous`` a visitor without a token is ``everyone``.
+With ``--oidc-page-client`` the page also signs in with the IdP, and every form
+that changes state carries a CSRF token (:mod:`.page_login`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
 from knowledge_store.model import LIST_NAMES, Result, SearchAnswer
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
+from knowledge_store.surfaces.page_login import check_csrf, csrf_field, csrf_token, set_csrf
 from knowledge_store.surfaces.shapes import NOTHING_MATCHES
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
@@ -56,9 +59,9 @@ e = html.escape
 
 
 # -- identity ----------------------------------------------------------------------------------------
-def _caller(request: Request, svc: Service) -> Caller:
+async def _caller(request: Request, svc: Service) -> Caller:
     token = bearer_token(request.headers.get("authorization")) or request.cookies.get(COOKIE)
-    return svc.tokens.resolve(token or None)
+    return await svc.access.resolve(token or None)
 
 
 def _page(title: str, body: str, *, status: int = 200, who: Caller | None = None) -> HTMLResponse:
@@ -88,14 +91,31 @@ def _page(title: str, body: str, *, status: int = 200, who: Caller | None = None
 
 def _sign_in(request: Request, message: str, status: int) -> HTMLResponse:
     back = _local_target(request.url.path, _without_token(request))
+    if request.url.path.startswith("/login"):
+        back = "/"
+    csrf = csrf_token(request)
+    oidc = service(request).access.oidc
+    idp = ""
+    if oidc is not None and oidc.settings.page_client is not None:
+        idp = (
+            f'<p><a class="button" href="/login?{urlencode({"next": back})}">Sign in with'
+            f' {e(oidc.settings.issuer)}</a></p><p class="muted">or with a token:</p>'
+        )
     body = f"""<section class="card narrow"><h1>Sign in</h1>
-<p class="muted">{e(message)}</p>
-<form method="post" action="/signin" class="signin">
+<p class="muted">{e(message)}</p>{idp}
+<form method="post" action="/signin" class="signin">{csrf_field(csrf)}
 <input type="hidden" name="next" value="{e(back)}">
 <label for="token">Token</label>
 <input id="token" name="token" type="password" autocomplete="off" required>
 <button type="submit">Continue</button></form></section>"""
-    return _page("Sign in", body, status=status)
+    response = _page("Sign in", body, status=status)
+    set_csrf(response, request, csrf)
+    return response
+
+
+async def read_form(request: Request) -> dict[str, list[str]]:
+    """A small urlencoded form (sign-in, sign-out): at most a few fields."""
+    return parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=6)
 
 
 def _without_token(request: Request) -> str:
@@ -130,12 +150,14 @@ async def sign_in(request: Request) -> Response:
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
         return _sign_in(request, "Sign in from this server's own page.", 403)
-    form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
+    form = await read_form(request)
+    if not check_csrf(request, form):
+        return _sign_in(request, "Sign in from this server's own page (the form expired).", 403)
     token = (form.get("token") or [""])[0].strip()
     path, _, query = (form.get("next") or ["/"])[0].partition("?")
     target = _local_target(path, query)
     try:
-        svc.tokens.resolve(token or None)
+        await svc.access.resolve(token or None)
     except AuthError as exc:
         return _sign_in(request, exc.message, exc.status)
     response = RedirectResponse(target, status_code=303)
@@ -331,7 +353,7 @@ async def search_page(request: Request) -> Response:
     if refused is not None:
         return refused
     try:
-        who = _caller(request, svc)
+        who = await _caller(request, svc)
     except AuthError as exc:
         return _sign_in(request, exc.message, exc.status)
     q = request.query_params.get("q") or ""
@@ -443,7 +465,7 @@ async def entity_page(uid: str, request: Request) -> Response:
     if refused is not None:
         return refused
     try:
-        who = _caller(request, svc)
+        who = await _caller(request, svc)
     except AuthError as exc:
         return _sign_in(request, exc.message, exc.status)
     try:
@@ -457,13 +479,6 @@ async def entity_page(uid: str, request: Request) -> Response:
             who=who,
         )
     return _page(title, body, who=who)
-
-
-@router.get("/signout")
-async def sign_out() -> Response:
-    response = RedirectResponse("/", status_code=303)
-    response.delete_cookie(COOKIE, path="/")
-    return response
 
 
 @router.get("/static/{name}")

@@ -43,6 +43,7 @@ from knowledge_store.errors import InvalidRequest, StoreError
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.environment import EMBEDDER_ENV
+from knowledge_store.surfaces.oidc import ClaimsMapping, OidcSettings, OidcValidator
 
 if TYPE_CHECKING:
     from knowledge_store.surfaces.auth import TokenTable
@@ -101,7 +102,15 @@ def _warm(store: KnowledgeStore) -> None:
     graphquery.parse("MATCH (n) RETURN n.uid")
 
 
-def banner(host: str, port: int, *, anonymous: bool, tokens: int, workers: int = 1) -> str:
+def banner(
+    host: str,
+    port: int,
+    *,
+    anonymous: bool,
+    tokens: int,
+    workers: int = 1,
+    oidc: OidcSettings | None = None,
+) -> str:
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{port}"
     who = (
@@ -116,7 +125,13 @@ def banner(host: str, port: int, *, anonymous: bool, tokens: int, workers: int =
         f"  GraphQL      {base}/graphql\n"
         f"  MCP          {base}/mcp   (streamable HTTP)\n"
         f"  identity     {who}; {tokens} token(s) loaded\n"
-        f"  workers      {workers} process{'es' if workers > 1 else ''}\n"
+        + (
+            f"  OAuth        access tokens of {oidc.issuer} for {oidc.audience}"
+            f" (metadata: {oidc.metadata_url})\n"
+            if oidc is not None
+            else ""
+        )
+        + f"  workers      {workers} process{'es' if workers > 1 else ''}\n"
         "  Ctrl-C stops the server."
     )
 
@@ -131,16 +146,27 @@ def serve(
     mcp_stdio: bool = False,
     identity: str | None = None,
     workers: int | None = None,
+    oidc: str | None = None,
+    oidc_audience: str | None = None,
+    oidc_claims: Path | None = None,
+    oidc_page_client: str | None = None,
+    scim: Path | None = None,
 ) -> None:
     """Run until interrupted (HTTP) or until the client closes the pipe (stdio).
 
-    ``workers``: HTTP worker processes (default :data:`DEFAULT_WORKERS`)."""
+    ``workers``: HTTP worker processes (default :data:`DEFAULT_WORKERS`). ``oidc``: the
+    issuer whose access tokens (JWTs) are accepted beside the token file, for the
+    audience ``oidc_audience`` (default: this server's URL), mapped by ``oidc_claims``
+    (a JSON file, :class:`~.oidc.ClaimsMapping`); ``oidc_page_client``: the search page's
+    client id at the issuer (sign-in with the IdP). ``scim``: serve SCIM 2.0 at
+    ``/scim/v2``, keeping the directory in this SQLite file."""
     from knowledge_store.surfaces.auth import TokenTable
 
     if mcp_stdio:
-        if tokens is not None or anonymous or workers is not None:
+        if tokens is not None or anonymous or workers is not None or oidc or scim:
             raise InvalidRequest(
-                "--tokens, --anonymous and --workers are for HTTP; over stdio use --as"
+                "--tokens, --anonymous, --oidc, --scim and --workers are for HTTP; over stdio"
+                " use --as"
             )
         _serve_stdio(location, environment.identity(identity).principal)
         return
@@ -159,20 +185,52 @@ def serve(
             field="workers",
         )
     environment.embed_window_s()  # a bad $KS_EMBED_WINDOW_MS is refused here, not by each worker
-    table = TokenTable.load(tokens, anonymous=anonymous)
-    if not len(table) and not anonymous:
+    if oidc is None and (oidc_audience or oidc_claims or oidc_page_client):
         raise InvalidRequest(
-            "ks serve needs --tokens FILE (bearer tokens → identities; see docs/serving.md)"
-            " or --anonymous (callers without a token read as everyone)"
+            "--oidc-audience, --oidc-claims and --oidc-page-client go with --oidc ISSUER"
         )
+    table = TokenTable.load(tokens, anonymous=anonymous)
+    if not len(table) and not anonymous and oidc is None:
+        raise InvalidRequest(
+            "ks serve needs --tokens FILE (bearer tokens → identities; see docs/serving.md),"
+            " --oidc ISSUER (OAuth access tokens) or --anonymous (callers without a token"
+            " read as everyone)"
+        )
+    if scim is not None and processes > 1:
+        raise InvalidRequest(
+            "--scim keeps its directory in one process: serve it with --workers 1",
+            field="workers",
+        )
+    claims = ClaimsMapping.load(oidc_claims) if oidc_claims is not None else ClaimsMapping()
     sock = listen(host, port)
     try:
+        settings = None
+        if oidc is not None:
+            audience = oidc_audience or _own_url(host, int(sock.getsockname()[1]))
+            settings = OidcSettings(oidc, audience, claims, page_client=oidc_page_client)
         if processes == 1:
-            _serve_http(location, host, sock, table)
+            _serve_http(location, host, sock, table, settings, scim)
         else:
-            _serve_workers(location, host, sock, table, processes)
+            _serve_workers(location, host, sock, table, processes, settings)
     finally:
         sock.close()
+
+
+def _own_url(host: str, port: int) -> str:
+    """The server's URL as a client on this machine names it (the default OAuth audience)."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown if host not in ('0.0.0.0', '::') else '127.0.0.1'}:{port}"
+
+
+def _validator(settings: OidcSettings | None) -> OidcValidator | None:
+    """The access-token checker of ``settings``, its keys fetched now (a warning if it can't)."""
+    if settings is None:
+        return None
+    validator = OidcValidator(settings)
+    problem = validator.keys.prefetch()
+    if problem is not None:
+        log.warning("OIDC: %s; access tokens are refused until it answers", problem)
+    return validator
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -217,7 +275,14 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_http(location: str | Path | None, host: str, sock: socket.socket, table: object) -> None:
+def _serve_http(
+    location: str | Path | None,
+    host: str,
+    sock: socket.socket,
+    table: object,
+    oidc: OidcSettings | None = None,
+    scim: Path | None = None,
+) -> None:
     import uvicorn
 
     from knowledge_store.surfaces.auth import TokenTable
@@ -231,18 +296,25 @@ def _serve_http(location: str | Path | None, host: str, sock: socket.socket, tab
         store = with_embedding_slots(opened, window_s=environment.embed_window_s())
         _warm(store)
         allowed = list(LOOPBACK) if host in LOOPBACK else None
-        app = create_app(store, tokens=table, allowed_hosts=allowed)
+        app = create_app(
+            store, tokens=table, allowed_hosts=allowed, oidc=_validator(oidc), scim=scim
+        )
     except BaseException:
         opened.close()
         raise
     _close_at_shutdown(app, opened)  # a SIGTERM ends the process before a `with` could
     port = int(sock.getsockname()[1])  # the one chosen, for --port 0
-    print(banner(host, port, anonymous=table.anonymous, tokens=len(table)), flush=True)
+    print(banner(host, port, anonymous=table.anonymous, tokens=len(table), oidc=oidc), flush=True)
     uvicorn.Server(uvicorn_config(app, host=host, port=port)).run(sockets=[sock])
 
 
 def _serve_workers(
-    location: str | Path | None, host: str, sock: socket.socket, table: TokenTable, n: int
+    location: str | Path | None,
+    host: str,
+    sock: socket.socket,
+    table: TokenTable,
+    n: int,
+    oidc: OidcSettings | None = None,
 ) -> None:
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
@@ -254,10 +326,14 @@ def _serve_workers(
         tokens=table,
         allowed_hosts=tuple(LOOPBACK) if host in LOOPBACK else None,
         workers=n,
+        oidc=oidc,
     )
     port = int(sock.getsockname()[1])
     config = uvicorn_config(app, host=host, port=port, workers=n)
-    print(banner(host, port, anonymous=table.anonymous, tokens=len(table), workers=n), flush=True)
+    print(
+        banner(host, port, anonymous=table.anonymous, tokens=len(table), workers=n, oidc=oidc),
+        flush=True,
+    )
     supervisor = Multiprocess(config, sockets=[sock])
     supervisor.run()
     if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
@@ -284,6 +360,7 @@ class WorkerApp:
     tokens: TokenTable
     allowed_hosts: tuple[str, ...] | None
     workers: int
+    oidc: OidcSettings | None = None
 
     def __call__(self) -> Any:
         from uvicorn.config import STARTUP_FAILURE
@@ -308,7 +385,11 @@ class WorkerApp:
             store = with_embedding_slots(opened, slots, window_s=environment.embed_window_s())
             _warm(store)
             app = create_app(
-                store, tokens=self.tokens, allowed_hosts=self.allowed_hosts, stateless_mcp=True
+                store,
+                tokens=self.tokens,
+                allowed_hosts=self.allowed_hosts,
+                stateless_mcp=True,
+                oidc=_validator(self.oidc),
             )
         except BaseException:
             opened.close()
@@ -342,15 +423,20 @@ def _close_at_shutdown(app: Any, store: KnowledgeStore) -> None:
 
 
 def uvicorn_config(app: Any, *, host: str, port: int, workers: int = 1) -> Any:
-    """The server's uvicorn configuration; its access log never shows a token.
+    """The server's uvicorn configuration; its access log never shows a token, and a request
+    that does not arrive in time is cut (:mod:`.connections`).
 
     ``workers`` > 1: ``app`` is a :class:`WorkerApp`, called in each worker process."""
     import uvicorn
+
+    from knowledge_store.surfaces.connections import GuardedH11Protocol
 
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        # a request's headers and body must arrive (surfaces/connections.py): no slowloris
+        http=GuardedH11Protocol,
         log_level="info",
         # longer than clients' usual keep-alive (httpx: 5 s), so a client never reuses a
         # connection the server is closing at that very moment

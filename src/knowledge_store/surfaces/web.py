@@ -19,7 +19,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from knowledge_store.errors import KnowledgeStoreError
 from knowledge_store.store import KnowledgeStore
-from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable
+from knowledge_store.surfaces.access import Access
+from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.mcp import KnowledgeMCPServer, ToolsWatcher
 from knowledge_store.surfaces.workers import run_store
 
@@ -39,16 +40,17 @@ T = TypeVar("T")
 _bearer = HTTPBearer(
     auto_error=False,
     scheme_name="bearer",
-    description="A token from the server's token file (see docs/serving.md).",
+    description="A token from the server's token file, or an OAuth access token from the"
+    " server's OIDC issuer (see docs/serving.md).",
 )
 
 
 @dataclass
 class Service:
-    """What the HTTP app serves: the store, the token table, the MCP server and its watcher."""
+    """What the HTTP app serves: the store, who may call (:class:`Access`), the MCP server."""
 
     store: KnowledgeStore
-    tokens: TokenTable
+    access: Access
     mcp: KnowledgeMCPServer
 
     @property
@@ -79,14 +81,14 @@ async def caller(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Caller:
     """The caller of a request: its bearer token's identity, or ``everyone`` with --anonymous."""
-    return service(request).tokens.resolve(credentials.credentials if credentials else None)
+    return await service(request).access.resolve(credentials.credentials if credentials else None)
 
 
-async def require_admin(who: Annotated[Caller, Depends(caller)]) -> Caller:
+async def require_admin(request: Request, who: Annotated[Caller, Depends(caller)]) -> Caller:
     """The caller, if it holds the admin scope; else 403."""
     if not who.admin:
-        raise AuthError(
-            403, "this endpoint administers the store; it needs a token with the admin scope"
+        raise service(request).access.admin_refusal(
+            "this endpoint administers the store; it needs a token with the admin scope"
         )
     return who
 
@@ -95,11 +97,16 @@ AnyCaller = Annotated[Caller, Depends(caller)]
 AdminCaller = Annotated[Caller, Depends(require_admin)]
 
 
-def error_response(exc: KnowledgeStoreError | AuthError) -> JSONResponse:
-    """The one error shape, with the error's HTTP status (and a challenge on 401)."""
+def error_response(
+    exc: KnowledgeStoreError | AuthError, access: Access | None = None
+) -> JSONResponse:
+    """The one error shape, with the error's HTTP status (and a challenge on 401, and on a
+    403 for a missing scope: ``access`` writes it)."""
     if isinstance(exc, AuthError):
-        headers = (
-            {"WWW-Authenticate": 'Bearer realm="knowledge-store"'} if exc.status == 401 else {}
-        )
+        headers = {}
+        if exc.status == 401 or exc.error:
+            headers["WWW-Authenticate"] = (
+                access.challenge(exc) if access is not None else 'Bearer realm="knowledge-store"'
+            )
         return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
     return JSONResponse(exc.to_dict(), status_code=exc.http_status)

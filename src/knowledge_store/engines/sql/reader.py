@@ -120,10 +120,17 @@ class SqlReader:
         """The principals the identity holds, expanded once (on first use) in this snapshot."""
         if self._held_once is None:
             started = time.perf_counter()
-            rows = self._run(
-                self.dialect.expand_identity(), {"principal": self._identity.principal}
-            )
-            self._held_once = tuple(str(p) for (p,) in rows)
+            expand = self.dialect.expand_identity()
+            rows = self._run(expand, {"principal": self._identity.principal})
+            held = tuple(str(p) for (p,) in rows)
+            if self._identity.groups:  # a credential's groups: each expanded the same way
+                more = {
+                    str(p)
+                    for g in self._identity.groups
+                    for (p,) in self._run(expand, {"principal": g})
+                }
+                held = tuple(sorted(set(held) | more))
+            self._held_once = held
             self._expand_ms = ms(time.perf_counter() - started)
         return self._held_once
 
