@@ -220,6 +220,17 @@ def test_an_empty_page_is_rejected_and_fetched_in_full_next_time(site: Site) -> 
     assert [hit.conditional for hit in site.requested("/docs/new.html")] == [False]
 
 
+def test_a_page_nesting_200000_deep_is_one_rejection_and_the_rest_loads(site: Site) -> None:
+    """Issue 25 item 6: 5 min of CPU then RecursionError, and nothing published."""
+    deep = "<main><h1>Deep</h1>" + "<div>" * 200_000 + "x" + "</div>" * 200_000 + "</main>"
+    site.routes["/docs/new.html"].body = deep
+    result = crawl(site)
+    (rejection,) = result.rejections
+    assert rejection.uid == "new" and rejection.file == site.url("/docs/new.html")
+    assert "nest more than" in rejection.message
+    assert {"index", "api", "guide/setup"} <= set(entities(result))
+
+
 # -- bounds and politeness ---------------------------------------------------------------------
 
 

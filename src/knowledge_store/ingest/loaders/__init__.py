@@ -6,7 +6,8 @@ returns the good records and the rejected ones, and what it found present
 but did not read (see :class:`LoadResult`). Within one load a uid may appear
 once; a second occurrence is rejected naming the first. Only regular files
 inside the folder given are read; links out of it, FIFOs, devices and sockets
-are skipped and reported (:mod:`.files`).
+are skipped and reported (:mod:`.files`), and so is a file larger than its
+format's :data:`MAX_FILE_BYTES` — told before anything of it is read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from knowledge_store.ingest.loaders.base import (
     Options,
     SourceInfo,
 )
-from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_folder
+from knowledge_store.ingest.loaders.files import (
+    Skipped,
+    open_regular,
+    read_at_most,
+    too_large,
+    walk_folder,
+)
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
 from knowledge_store.ingest.loaders.markdown import read_markdown_page
@@ -38,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXTENSIONS",
     "FORMATS",
+    "MAX_FILE_BYTES",
     "FetchFailure",
     "LoadResult",
     "LoadedRecord",
@@ -57,6 +65,16 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "html": (".html", ".htm"),
 }
 _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix in suffixes}
+#: The largest file each format reads whole, in bytes; a larger one is skipped unread
+#: (JSON Lines files are read a line at a time, each line bounded). A Markdown body
+#: holds at most MAX_BODY_CHARS characters, 4 MB in UTF-8; HTML carries markup.
+MAX_FILE_BYTES: dict[str, int] = {
+    "learn": 64 * 1024**2,
+    "markdown": 8 * 1024**2,
+    "html": 32 * 1024**2,
+}
+#: How each format names its files in a reason.
+_FILES_OF = {"learn": "a Learn unit file", "markdown": "a Markdown file", "html": "an HTML file"}
 
 PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
 
@@ -146,7 +164,11 @@ def _read(
             yield from read_jsonl(opened, shown, options)
             continue
         with opened:
-            data = opened.read()
+            data = read_at_most(opened, MAX_FILE_BYTES[name])
+        if data is None:
+            size = os.stat(file).st_size
+            yield Skipped(shown, too_large(size, MAX_FILE_BYTES[name], _FILES_OF[name]))
+            continue
         if name == "learn":
             yield from read_learn(data, shown, options)
         else:
