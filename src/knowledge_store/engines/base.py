@@ -170,6 +170,7 @@ class ChunkRecord(NamedTuple):
     heading: tuple[str, ...]
     start: int
     end: int
+    location: dict[str, Any] | None
 
 
 class EntityCard(NamedTuple):

@@ -132,6 +132,8 @@ class ChunkHit(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
+    #: Where in a paged document (``{"page": 3}``; DESIGN §6): absent elsewhere.
+    location: dict[str, Any] | None = Field(None, exclude_if=_absent)
     href: str | None = Field(None, exclude=True)
 
 
@@ -154,6 +156,7 @@ class Evidence(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
+    location: dict[str, Any] | None = Field(None, exclude_if=_absent)
 
 
 class Result(Answer):
@@ -374,6 +377,7 @@ class ContentChunk(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
+    location: dict[str, Any] | None = Field(None, exclude_if=_absent)
 
 
 class ContentEdge(Answer):
