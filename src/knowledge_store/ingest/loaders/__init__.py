@@ -26,6 +26,11 @@ from knowledge_store.ingest.loaders.base import (
     Options,
     SourceInfo,
 )
+from knowledge_store.ingest.loaders.documents import (
+    DOCUMENT_FORMATS,
+    read_documents,
+    thread_messages,
+)
 from knowledge_store.ingest.loaders.files import (
     Skipped,
     open_regular,
@@ -56,13 +61,14 @@ __all__ = [
     "load_paths",
 ]
 
-FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html", "web")
+FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html", "web", *DOCUMENT_FORMATS)
 #: The file extensions each file format reads when it walks a folder (and auto-detection uses).
 EXTENSIONS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl",),
     "learn": (".json",),
     "markdown": (".md", ".markdown"),
     "html": (".html", ".htm"),
+    **{name: fmt.extensions for name, fmt in DOCUMENT_FORMATS.items()},
 }
 _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix in suffixes}
 #: The largest file each format reads whole, in bytes; a larger one is skipped unread
@@ -132,8 +138,9 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
         found
         if isinstance(found, Skipped)
         else (format or _FORMAT_OF[found.suffix.lower()], found, path)
+        if found.suffix.lower() in wanted
+        else Skipped(str(found), _unsupported(found, format))
         for found in walk_folder(path)
-        if isinstance(found, Skipped) or found.suffix.lower() in wanted
     ]
     if not any(isinstance(step, tuple) for step in plan):
         raise InvalidRequest(
@@ -142,15 +149,27 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
     return plan
 
 
+def _unsupported(found: Path, format: str | None) -> str:
+    """Why a file of a folder is not read: not of the format asked for, or of none."""
+    kind = found.suffix.lower() or "no extension"
+    if format is not None:
+        return f"not {format} ({kind}): this load reads --format {format}"
+    return f"unsupported type ({kind}); the types read are {', '.join(sorted(_FORMAT_OF))}"
+
+
 def _read(
     plan: Iterable[tuple[str, Path, Path] | Skipped], options: Options
 ) -> Iterator[LoadedRecord | Rejection | Skipped]:
     pages: list[Page] = []
+    documents: list[tuple[str, Path, Path]] = []
     for step in plan:
         if isinstance(step, Skipped):
             yield step
             continue
         name, file, folder = step
+        if name in DOCUMENT_FORMATS:
+            documents.append(step)
+            continue
         shown = str(file)
         try:
             opened = open_regular(file, folder)
@@ -178,6 +197,12 @@ def _read(
                 yield page
             else:
                 pages.append(page)
+    for outcome in read_documents(documents):
+        if isinstance(outcome, Skipped | Rejection):
+            yield outcome
+        else:
+            pages.extend(outcome)
+    thread_messages(pages)
     # Pages last: their links and folders are resolved against every page of the load.
     yield from site_records(pages, options)
 
@@ -187,7 +212,9 @@ def _source_info(
 ) -> SourceInfo:
     read = [step for step in steps if isinstance(step, tuple)]
     formats = sorted({name for name, _, _ in read})
-    pages = [folder for name, _, folder in read if name in _PAGE_READERS]
+    pages = [
+        folder for name, _, folder in read if name in _PAGE_READERS or name in DOCUMENT_FORMATS
+    ]
     name = source or (Path(os.path.abspath(pages[0])).name if pages else None)
     return SourceInfo(name, ",".join(formats), os.path.abspath(path))
 
