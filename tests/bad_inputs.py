@@ -15,6 +15,7 @@ case says — never a crash, a hang or the whole batch lost.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from knowledge_store.model import (
     MAX_TITLE_CHARS,
     MAX_UID_CHARS,
 )
+from tests.ingest import document_files as files
 
 #: The good record on line 1 of every case file (the bad one is line 2).
 GOOD: dict[str, Any] = {
@@ -467,6 +469,18 @@ def _sparse(size: int) -> Callable[[Path], None]:
     return write
 
 
+def _bytes(make: Callable[[], bytes]) -> Callable[[Path], None]:
+    made = functools.cache(make)  # once per run: both engines write the same file
+    return lambda path: path.write_bytes(made())
+
+
+def _deep_mime(levels: int) -> str:
+    parts = "".join(
+        f"--b{i}\nContent-Type: multipart/mixed; boundary=b{i + 1}\n\n" for i in range(levels)
+    )
+    return f"From: a@example.org\nSubject: deep\nContent-Type: multipart/mixed; boundary=b0\n\n{parts}x\n"
+
+
 def _nested_html(levels: int, opening: str = "<div>", closing: str = "</div>") -> str:
     return (
         "<html><head><title>Deep</title></head><body><main><h1>Deep</h1>"
@@ -538,6 +552,84 @@ FILE_CASES: tuple[FileCase, ...] = (
     FileCase("a 2 GB sparse HTML file", ".html", _sparse(2 * 1024**3), "skipped", "too large"),
     FileCase(
         "a 2 GB sparse Learn unit file", ".json", _sparse(2 * 1024**3), "skipped", "too large"
+    ),
+    # -- documents (issue 30): hostile files are refused within bounds, the rest publishes --------
+    FileCase(
+        "a DOCX zip bomb (600 MB unpacked)",
+        ".docx",
+        _bytes(lambda: files.zip_bomb(".docx")),
+        "skipped",
+        "zip bomb",
+    ),
+    FileCase(
+        "an XLSX zip bomb", ".xlsx", _bytes(lambda: files.zip_bomb(".xlsx")), "skipped", "zip bomb"
+    ),
+    FileCase(
+        "a PDF of 100,000 pages",
+        ".pdf",
+        _bytes(lambda: files.pdf_of_many_pages(100_000)),
+        "skipped",
+        "100,000 pages",
+    ),
+    FileCase(
+        "a PDF whose page tree loops",
+        ".pdf",
+        _bytes(files.pdf_with_a_looping_page_tree),
+        "skipped",
+        "pages",
+    ),
+    FileCase(
+        "an encrypted PDF",
+        ".pdf",
+        _bytes(lambda: files.pdf([[("Secret words.", 11)]], encrypted=True)),
+        "skipped",
+        "encrypted",
+    ),
+    FileCase(
+        "a scanned PDF (no text layer)",
+        ".pdf",
+        _bytes(files.scanned_pdf),
+        "skipped",
+        "no text layer",
+    ),
+    FileCase(
+        "a PDF that is not one",
+        ".pdf",
+        _bytes(lambda: b"%PDF-1.7\n" + bytes(4096)),
+        "skipped",
+        "not a PDF",
+    ),
+    FileCase(
+        "a DOCX that is not a zip",
+        ".docx",
+        _bytes(lambda: b"PK\x03\x04" + bytes(100)),
+        "skipped",
+        "zip",
+    ),
+    FileCase("a 1 GB sparse CSV", ".csv", _sparse(1024**3), "skipped", "too large"),
+    FileCase(
+        "a CSV with a 1 MB field",
+        ".csv",
+        _text("a,b\n" + "x" * 1_000_000 + ",y\n"),
+        "skipped",
+        "field",
+    ),
+    FileCase(
+        "a CSV past the body limit",
+        ".csv",
+        _text("name,value\n" + "someone,12345678\n" * 60_000),
+        "skipped",
+        "too large",
+    ),
+    FileCase(
+        "an e-mail of MIME parts nested 60 deep", ".eml", _text(_deep_mime(60)), "skipped", "nest"
+    ),
+    FileCase(
+        "a PDF",
+        ".pdf",
+        _bytes(lambda: files.pdf([[("the deepest words on page one", 11)]])),
+        "loaded",
+        "the deepest words",
     ),
 )
 

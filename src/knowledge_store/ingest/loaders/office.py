@@ -15,6 +15,7 @@ tables, the text of grouped shapes, and its speaker notes under ``### Notes``.
 from __future__ import annotations
 
 import io
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,14 +50,15 @@ def _core(properties: Any) -> tuple[str | None, dict[str, Any], str | None, str 
 # -- DOCX --------------------------------------------------------------------------------------
 
 
-def _heading_level(style: str) -> int | None:
+def _heading_level(style: str, below_title: int) -> int | None:
+    """``Title`` is level 1; ``Heading N`` is N, one deeper in a document with a title."""
     name = style.lower()
     if name == "title":
         return 1
     if name.startswith("heading "):
         number = name.removeprefix("heading ").strip()
         if number.isdigit():
-            return min(int(number), 6)
+            return min(int(number) + below_title, 6)
     return None
 
 
@@ -77,12 +79,20 @@ def _inline(paragraph: Any) -> tuple[str, list[str]]:
     return "".join(parts), links
 
 
-def _list_level(paragraph: Any) -> int | None:
+_LIST_STYLE = re.compile(r"list(?: (?:bullet|number|paragraph|continue))?(?: (\d))?$")
+
+
+def _list_level(paragraph: Any, style: str) -> int | None:
+    """How deep a list item is (0 at the top), from its numbering, else its style's
+    number (``List Bullet 2``); None for a paragraph that is not one."""
     p_pr = paragraph._p.pPr
-    if p_pr is None or p_pr.numPr is None:
+    if p_pr is not None and p_pr.numPr is not None:
+        ilvl = p_pr.numPr.ilvl
+        return int(ilvl.val) if ilvl is not None and ilvl.val is not None else 0
+    match = _LIST_STYLE.match(style.lower())
+    if match is None:
         return None
-    ilvl = p_pr.numPr.ilvl
-    return int(ilvl.val) if ilvl is not None and ilvl.val is not None else 0
+    return int(match.group(1)) - 1 if match.group(1) else 0
 
 
 def _table(table: Any) -> str:
@@ -102,6 +112,9 @@ def read_docx(data: bytes, name: str) -> list[Part] | Unreadable:
     blocks: list[str] = []
     links: list[str] = []
     code: list[str] = []
+    titled = any(
+        p.style is not None and p.style.name.lower() == "title" for p in document.paragraphs
+    )
     for item in document.iter_inner_content():
         if isinstance(item, Table):
             blocks.append(_table(item))
@@ -117,13 +130,13 @@ def read_docx(data: bytes, name: str) -> list[Part] | Unreadable:
         links.extend(found)
         if not text.strip():
             continue
-        level = _heading_level(style)
-        listed = _list_level(item)
+        level = _heading_level(style, 1 if titled else 0)
+        listed = _list_level(item, style)
         if level is not None:
             blocks.append(f"{'#' * level} {' '.join(text.split())}")
-        elif listed is not None or style.lower().startswith("list"):
+        elif listed is not None:
             marker = "1." if "number" in style.lower() else "-"
-            blocks.append(f"{'  ' * (listed or 0)}{marker} {' '.join(text.split())}")
+            blocks.append(f"{'  ' * listed}{marker} {' '.join(text.split())}")
         else:
             blocks.append("\n".join(escape_line(line) for line in text.splitlines()))
     if code:

@@ -62,8 +62,9 @@ def _outline(pdf: Any) -> dict[int, list[tuple[int, str]]]:
         for count, item in enumerate(pdf.get_toc(max_depth=_OUTLINE_DEPTH)):
             if count >= _MAX_OUTLINE:
                 break
-            title = " ".join((item.title or "").split())
-            index = item.page_index
+            title = " ".join((item.get_title() or "").split())
+            dest = item.get_dest()
+            index = dest.get_index() if dest is not None else None
             if title and index is not None and index >= 0:
                 by_page.setdefault(index, []).append((item.level + 1, title))
     except Exception:  # a damaged outline is no outline
