@@ -161,7 +161,9 @@ def test_version_7_gives_a_version_6_store_its_chunk_locations(database: str) ->
         paged = '<!-- ks:location {"page": 1} -->\n\nFirst page.\n\n'
         paged += '<!-- ks:location {"page": 2} -->\n\nSecond page.'
         store.ingest_records([{**DOCS[0], "body": paged}])
-        assert [c.location for c in store.content(DOCS[0]["uid"]).chunks] == [
+        assert [
+            c.location and c.location.to_dict() for c in store.content(DOCS[0]["uid"]).chunks
+        ] == [
             {"page": 1},
             {"page": 2},
         ]

@@ -320,7 +320,7 @@ def test_a_schema_3_store_gets_its_chunks_location_column_in_place(tmp_path: Pat
         paged += '<!-- ks:location {"page": 2} -->\n\nSecond page.'
         store.ingest_records([{**_RECORDS[0], "body": paged}], acl=["everyone"])
         chunks = store.content("doc-0").chunks
-        assert [c.location for c in chunks] == [{"page": 1}, {"page": 2}]
+        assert [c.location and c.location.to_dict() for c in chunks] == [{"page": 1}, {"page": 2}]
     assert "location" in _columns(where, "chunks")
     with sqlite3.connect(where / "catalog.sqlite") as conn:
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (

@@ -34,6 +34,7 @@ from knowledge_store.model import (
     AggregateSpec,
     Chunk,
     ChunkHit,
+    ChunkLocation,
     Content,
     Entity,
     Filters,
@@ -170,7 +171,7 @@ class ChunkRecord(NamedTuple):
     heading: tuple[str, ...]
     start: int
     end: int
-    location: dict[str, Any] | None
+    location: ChunkLocation | None
 
 
 class EntityCard(NamedTuple):

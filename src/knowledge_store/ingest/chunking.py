@@ -62,9 +62,10 @@ __all__ = [
     "token_counter",
 ]
 
-#: What a location may name: a page or slide (numbers from 1), a sheet and its rows
-#: (``"2-51"``), a chapter (a number), as the loaders of paged documents write them.
+#: What a location may name: a page, slide or chapter (numbers from 1), a sheet and its
+#: rows (``"2-51"``), as the loaders of paged documents write them.
 LOCATION_KEYS = ("page", "slide", "sheet", "rows", "chapter")
+_LOCATION_NUMBERS = ("page", "slide", "chapter")
 _LOCATION_LINE = re.compile(r"^<!-- ks:location (\{[^\n]{1,600}\}) -->[ \t]*$", re.MULTILINE)
 _LOCATION_VALUE_CHARS = 256
 
@@ -82,10 +83,11 @@ def _location(text: str) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict) or not value or set(value) - set(LOCATION_KEYS):
         return None
-    for item in value.values():
-        if isinstance(item, bool) or not isinstance(item, int | str):
-            return None
-        if isinstance(item, str) and (not item.strip() or len(item) > _LOCATION_VALUE_CHARS):
+    for key, item in value.items():
+        if key in _LOCATION_NUMBERS:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item < 2**31:
+                return None
+        elif not isinstance(item, str) or not item.strip() or len(item) > _LOCATION_VALUE_CHARS:
             return None
     return value
 

@@ -29,6 +29,7 @@ __all__ = [
     "Answer",
     "ChunkHit",
     "ChunkHits",
+    "ChunkLocation",
     "Content",
     "ContentChunk",
     "ContentEdge",
@@ -119,6 +120,17 @@ class VectorInfo(Answer):
     exhaustive: bool
 
 
+class ChunkLocation(Answer):
+    """Where a chunk of a paged document is: its page, slide or chapter, or its sheet and
+    rows (``"2-31"``); only what applies is given."""
+
+    page: int | None = Field(None, exclude_if=_absent)
+    slide: int | None = Field(None, exclude_if=_absent)
+    chapter: int | None = Field(None, exclude_if=_absent)
+    sheet: str | None = Field(None, exclude_if=_absent)
+    rows: str | None = Field(None, exclude_if=_absent)
+
+
 class ChunkHit(Answer):
     """One ranked chunk from ``lexical`` or ``vector``."""
 
@@ -133,7 +145,7 @@ class ChunkHit(Answer):
     start: int
     end: int
     #: Where in a paged document (``{"page": 3}``; DESIGN §6): absent elsewhere.
-    location: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    location: ChunkLocation | None = Field(None, exclude_if=_absent)
     href: str | None = Field(None, exclude=True)
 
 
@@ -156,7 +168,7 @@ class Evidence(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
-    location: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    location: ChunkLocation | None = Field(None, exclude_if=_absent)
 
 
 class Result(Answer):
@@ -377,7 +389,7 @@ class ContentChunk(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
-    location: dict[str, Any] | None = Field(None, exclude_if=_absent)
+    location: ChunkLocation | None = Field(None, exclude_if=_absent)
 
 
 class ContentEdge(Answer):

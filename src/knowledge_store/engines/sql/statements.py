@@ -24,6 +24,7 @@ from knowledge_store.model import (
     METRICS,
     ORDER_FIELDS,
     AggregateSpec,
+    ChunkLocation,
     Filters,
     Order,
     SqlHit,
@@ -70,12 +71,11 @@ def location_text(location: Mapping[str, Any] | None) -> str | None:
     return None if location is None else json.dumps(dict(location), ensure_ascii=False)
 
 
-def location_value(stored: Any) -> dict[str, Any] | None:
-    """A stored location (SQLite: JSON text; PostgreSQL: jsonb, read as a dict) as a dict."""
+def location_value(stored: Any) -> ChunkLocation | None:
+    """A stored location (SQLite: JSON text; PostgreSQL: jsonb, read as a dict)."""
     if stored is None:
         return None
-    value = json.loads(stored) if isinstance(stored, str) else stored
-    return dict(value)
+    return ChunkLocation.model_validate(json.loads(stored) if isinstance(stored, str) else stored)
 
 
 def _acl(d: SqlDialect, held: Sequence[str], params: dict[str, Any]) -> str:
