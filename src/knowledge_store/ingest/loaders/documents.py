@@ -43,6 +43,8 @@ __all__ = [
     "MAX_UNZIPPED_BYTES",
     "MAX_ZIP_ENTRIES",
     "DocumentFormat",
+    "format_of_type",
+    "part_records",
     "read_document",
     "read_documents",
     "thread_messages",
@@ -157,6 +159,31 @@ DOCUMENT_FORMATS: dict[str, DocumentFormat] = {
 }
 
 
+#: The content types a web server sends for each format (a crawl reads them as documents).
+_CONTENT_TYPES = {
+    "application/pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "text/csv": "csv",
+    "text/tab-separated-values": "csv",
+    "application/epub+zip": "epub",
+    "message/rfc822": "email",
+    "application/mbox": "mbox",
+    "text/plain": "text",
+}
+
+
+def format_of_type(content_type: str, url_path: str) -> str | None:
+    """The document format of a fetched body: by its content type, else (for a generic
+    ``application/octet-stream``) by its extension."""
+    found = _CONTENT_TYPES.get(content_type)
+    if found is None and content_type in ("application/octet-stream", ""):
+        suffix = os.path.splitext(url_path)[1].lower()
+        found = next((f.name for f in DOCUMENT_FORMATS.values() if suffix in f.extensions), None)
+    return found
+
+
 def read_text(data: bytes, name: str) -> list[Part] | Unreadable:
     """A plain text file as one part: its text as it is; its first line the title."""
     try:
@@ -234,24 +261,22 @@ def _prepare(step: Step, file: str) -> tuple[bytes, str] | Skipped | Rejection:
     return data, path.name
 
 
-def _pages(step: Step, file: str, parts: list[Part]) -> list[Page]:
-    """The document's pages: the document, then its parts, with their edges among them."""
-    _, path, folder = step
-    absolute = Path(os.path.abspath(path))
-    root = Path(os.path.abspath(folder))
-    uid = default_uid(absolute, root)
-    href = absolute.relative_to(root).as_posix()
-    dated = file_dates(absolute)
+def part_records(
+    parts: list[Part], *, uid: str, href: str, file_type: str, fallback_title: str
+) -> list[tuple[dict[str, Any], list[str]]]:
+    """Each part's canonical record and the links it holds to other files: the document
+    (``uid``, ``href``; titled ``fallback_title`` when it names no title), then its parts
+    (``uid#key``), with their edges among them."""
     by_name = {p.name: f"{uid}#{p.key}" for p in parts if p.name and p.key}
-    pages: list[Page] = []
+    out: list[tuple[dict[str, Any], list[str]]] = []
     for part in parts:
         record: dict[str, Any] = {
             "uid": uid if part.key is None else f"{uid}#{part.key}",
             "type": part.type,
-            "title": part.title or (absolute.stem if part.key is None else part.key),
+            "title": part.title or (fallback_title if part.key is None else part.key),
             "body": part.body,
             "href": href if part.key is None else f"{href}#{part.key}",
-            "attributes": {**part.attributes, "file_type": step[0]},
+            "attributes": {**part.attributes, "file_type": file_type},
         }
         for field, value in (("created_at", part.created_at), ("updated_at", part.updated_at)):
             if value is not None:
@@ -270,11 +295,27 @@ def _pages(step: Step, file: str, parts: list[Part]) -> list[Page]:
             links = []
         if edges:
             record["edges"] = edges
-        if part.key is not None:  # parts have no file of their own to date them by
-            dated.fill(record)
         if part.message_id:
             record["attributes"]["message_id"] = part.message_id
-        where = absolute if part.key is None else Path(f"{absolute}#{part.key}")
+        out.append((record, links))
+    return out
+
+
+def _pages(step: Step, file: str, parts: list[Part]) -> list[Page]:
+    """The document's pages (:func:`part_records`); its parts dated by the file."""
+    name, path, folder = step
+    absolute = Path(os.path.abspath(path))
+    root = Path(os.path.abspath(folder))
+    uid = default_uid(absolute, root)
+    href = absolute.relative_to(root).as_posix()
+    dated = file_dates(absolute)
+    pages: list[Page] = []
+    records = part_records(parts, uid=uid, href=href, file_type=name, fallback_title=absolute.stem)
+    for record, links in records:
+        part = record["uid"] != uid
+        if part:  # parts have no file of their own to date them by
+            dated.fill(record)
+        where = Path(f"{absolute}#{record['uid'].partition('#')[2]}") if part else absolute
         pages.append(Page(file, where, root, record, links))
     return pages
 
