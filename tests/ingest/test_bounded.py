@@ -14,7 +14,8 @@ from tests.ingest import bounded_calls as calls
 
 @pytest.fixture
 def runner() -> Iterator[Runner]:
-    bounded = Runner(Limits(seconds=5, cpu_seconds=2, memory_bytes=1024**3), workers=2)
+    # 20 s: time for a worker to start and fail on a loaded machine (the sleep takes all of it).
+    bounded = Runner(Limits(seconds=20, cpu_seconds=2, memory_bytes=1024**3), workers=2)
     yield bounded
     bounded.close()
 
@@ -29,7 +30,7 @@ def test_a_call_answers_in_a_worker_that_is_kept(runner: Runner) -> None:
 @pytest.mark.parametrize(
     ("call", "args", "says"),
     [
-        (calls.sleep, (60,), "longer than 5 s"),
+        (calls.sleep, (600,), "longer than 20 s"),
         (calls.allocate, (3 * 1024**3,), "more than 1 GiB of memory"),
         (calls.crash, (), "crashed (SIGSEGV)"),
         (calls.recurse, (0,), "nests too deeply"),

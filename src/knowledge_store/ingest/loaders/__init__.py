@@ -153,7 +153,7 @@ def _unsupported(found: Path, format: str | None) -> str:
     """Why a file of a folder is not read: not of the format asked for, or of none."""
     kind = found.suffix.lower() or "no extension"
     if format is not None:
-        return f"not {format} ({kind}): this load reads --format {format}"
+        return f"not {format} ({kind}): this load reads {format} files only"
     return f"unsupported type ({kind}); the types read are {', '.join(sorted(_FORMAT_OF))}"
 
 

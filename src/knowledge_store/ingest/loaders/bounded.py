@@ -126,7 +126,9 @@ class _Worker:
     def __init__(self, limits: Limits) -> None:
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()
+        # The caller's import path first (the package may be found through it only).
         code = (
+            f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r};"
             "from knowledge_store.ingest.loaders.bounded import worker_main;"
             f"worker_main({child_reads}, {child_writes}, {limits.memory_bytes})"
         )
@@ -136,7 +138,6 @@ class _Worker:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,  # parsers print warnings: the answer says what matters
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
         os.close(child_reads)
         os.close(child_writes)
