@@ -9,15 +9,23 @@ flipped in its index files and its catalog's payload, rows changed behind its ba
 "Failed safely": ``ks check`` finds the damage, every command answers (or, where the
 damage is random, says ``store_error``), ``ks rebuild`` works and repairs what is derived.
 
-    .venv/bin/python bench/bad_input.py [--engines embedded,postgres]
+Then the bad files (``FILE_CASES``: a page nesting 200,000 deep, a 2 GB sparse
+Markdown file …), each in a folder beside a good page, through a real ``ks ingest
+--skip-invalid`` process: the outcome, the wall-clock seconds and the process's
+peak RSS per case.
+
+    .venv/bin/python bench/bad_input.py [--engines embedded,postgres] [--files-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +40,21 @@ from knowledge_store.surfaces.cli import app
 from tests import postgres_support
 from tests.bad_inputs import (
     CASES,
+    FILE_CASES,
+    FileCase,
     Tally,
     api_file_problem,
     api_records_problem,
     cli_problem,
+    file_report_problem,
     write_case,
+    write_file_case,
 )
 from tests.engines import corruption
 
 
 def run(engine: str, folder: Path) -> dict[str, Tally]:
-    location = (
-        str(folder / "store")
-        if engine == "embedded"
-        else postgres_support.store_url(postgres_support.fresh_database("bad_input"))
-    )
+    location = _location(engine, folder)
     runner = CliRunner()
 
     def cli(*args: str) -> tuple[int, Any]:
@@ -97,17 +105,79 @@ def run_corruption(engine: str, folder: Path) -> corruption.Tally:
     return corruption.run_corpus(engine, new_location, HashingEmbedder(), cli_of)
 
 
+def _location(engine: str, folder: Path) -> str:
+    if engine == "embedded":
+        return str(folder / "store")
+    return postgres_support.store_url(postgres_support.fresh_database("bad_input"))
+
+
+def _ks(location: str, *args: str) -> tuple[int, Any, float, int]:
+    """``ks`` in a process of its own: exit code, JSON answer, seconds, peak RSS in bytes."""
+    env = {**os.environ, "KS_EMBEDDER": "hash:384"}
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "knowledge_store.surfaces.cli", "--store", location, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    assert process.stdout is not None
+    out = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.monotonic() - started
+    try:
+        answer = json.loads(out) if out.strip() else None
+    except ValueError:
+        answer = out.decode(errors="replace")
+    return process.returncode, answer, seconds, usage.ru_maxrss * 1024
+
+
+def run_files(engine: str, folder: Path) -> Tally:
+    """Each file case in a real ``ks ingest --skip-invalid`` process; prints its figures."""
+    location = _location(engine, folder)
+    tally = Tally()
+    for case in FILE_CASES:
+        home = write_file_case(case, folder)
+        code, answer, seconds, rss = _ks(
+            location, "ingest", str(home), "--acl", "everyone", "--skip-invalid", "--json"
+        )
+        problem = (
+            f"exit {code}: {str(answer)[:200]}"
+            if code != 0 or not isinstance(answer, dict)
+            else file_report_problem(case, answer, home)
+        )
+        tally.record(case.name, problem)
+        _print_case(case, problem, seconds, rss)
+    return tally
+
+
+def _print_case(case: FileCase, problem: str | None, seconds: float, rss: int) -> None:
+    outcome = case.outcome if problem is None else "MISBEHAVED"
+    print(f"    {case.name:<45} {outcome:<10} {seconds:6.2f} s  {rss / 1024**2:7.1f} MiB peak RSS")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engines", default="embedded,postgres")
+    parser.add_argument("--files-only", action="store_true")
     args = parser.parse_args()
-    print(f"{len(CASES)} cases")
+    print(f"{len(CASES)} record cases, {len(FILE_CASES)} file cases; load: {os.getloadavg()}")
     for engine in args.engines.split(","):
         with tempfile.TemporaryDirectory(prefix="ks-bad-input-") as folder:
-            for path, tally in run(engine, Path(folder)).items():
-                print(tally.line(f"{engine:>9}, {path:<11}"))
-                for problem in tally.misbehaved:
-                    print("    misbehaved:", problem)
+            if not args.files_only:
+                for path, tally in run(engine, Path(folder)).items():
+                    print(tally.line(f"{engine:>9}, {path:<11}"))
+                    for problem in tally.misbehaved:
+                        print("    misbehaved:", problem)
+        with tempfile.TemporaryDirectory(prefix="ks-bad-files-") as folder:
+            print(f"{engine:>9}, files (ks ingest FOLDER --skip-invalid, one process each):")
+            tally = run_files(engine, Path(folder))
+            print(tally.line(f"{engine:>9}, {'files':<11}"))
+            for problem in tally.misbehaved:
+                print("    misbehaved:", problem)
+    if args.files_only:
+        return
     for engine in args.engines.split(","):
         with tempfile.TemporaryDirectory(prefix="ks-corruption-") as folder:
             got = run_corruption(engine, Path(folder))

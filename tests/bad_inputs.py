@@ -6,15 +6,22 @@ them), the field its rejection must name and words its message must contain.
 tests/conformance/test_bad_input.py runs every case through the CLI and the Python
 API on both engines; bench/bad_input.py prints the figures (tried / rejected
 safely / misbehaved).
+
+:data:`FILE_CASES` are files a folder may hold (a page nesting 200,000 deep, a 2 GB
+sparse Markdown file …), each beside a good page: the good page publishes with
+``--skip-invalid``, and the bad file is rejected, skipped or loaded (bounded) as the
+case says — never a crash, a hang or the whole batch lost.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from knowledge_store.errors import InvalidRecord, KnowledgeStoreError
 from knowledge_store.model import (
@@ -28,6 +35,7 @@ from knowledge_store.model import (
     MAX_TITLE_CHARS,
     MAX_UID_CHARS,
 )
+from tests.ingest import document_files as files
 
 #: The good record on line 1 of every case file (the bad one is line 2).
 GOOD: dict[str, Any] = {
@@ -428,3 +436,273 @@ def api_records_problem(case: BadCase, ingest_records: Callable[[list[Any]], Any
     except Exception as exc:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     return "accepted"
+
+
+# -- files a folder may hold ----------------------------------------------------------------------
+
+#: The good page beside every file case.
+GOOD_PAGE = "# A good page\n\nIt is loaded whatever the file beside it holds.\n"
+
+
+@dataclass(frozen=True)
+class FileCase:
+    """A file beside a good page: how a folder ingest must treat it.
+
+    ``outcome``: ``rejected`` (one ``invalid_record`` naming the file; with
+    ``--skip-invalid`` the rest publishes), ``skipped`` (not read, in ``skipped`` with
+    its reason; the rest publishes) or ``loaded`` (read within bounds). ``says``: words
+    the reason must hold, or the loaded page's body.
+    """
+
+    name: str
+    suffix: str
+    write: Callable[[Path], None]
+    outcome: Literal["rejected", "skipped", "loaded"]
+    says: str
+
+    @property
+    def slug(self) -> str:
+        return "".join(c if c.isalnum() else "-" for c in self.name.lower()).strip("-")
+
+    @property
+    def file(self) -> str:
+        """Its name in the folder (each case's own: uids never meet across cases)."""
+        return self.slug + self.suffix
+
+
+def _text(text: str) -> Callable[[Path], None]:
+    return lambda path: path.write_text(text, encoding="utf-8")
+
+
+def _sparse(size: int) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        with path.open("wb") as out:
+            out.truncate(size)
+
+    return write
+
+
+def _bytes(make: Callable[[], bytes]) -> Callable[[Path], None]:
+    made = functools.cache(make)  # once per run: both engines write the same file
+    return lambda path: path.write_bytes(made())
+
+
+def _deep_mime(levels: int) -> str:
+    parts = "".join(
+        f"--b{i}\nContent-Type: multipart/mixed; boundary=b{i + 1}\n\n" for i in range(levels)
+    )
+    return f"From: a@example.org\nSubject: deep\nContent-Type: multipart/mixed; boundary=b0\n\n{parts}x\n"
+
+
+def _nested_html(levels: int, opening: str = "<div>", closing: str = "</div>") -> str:
+    return (
+        "<html><head><title>Deep</title></head><body><main><h1>Deep</h1>"
+        + opening * levels
+        + "the deepest words"
+        + closing * levels
+        + "</main></body></html>"
+    )
+
+
+FILE_CASES: tuple[FileCase, ...] = (
+    FileCase(
+        "HTML nested 200,000 deep",
+        ".html",
+        _text(_nested_html(200_000)),
+        "rejected",
+        "nest more than",
+    ),
+    FileCase(
+        "HTML nested 3,000 deep",
+        ".html",
+        _text(_nested_html(3000)),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase(
+        "HTML lists nested 1,000 deep",
+        ".html",
+        _text(_nested_html(1000, "<ul><li>", "</li></ul>")),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase(
+        "HTML quotes nested 1,200 deep",
+        ".html",
+        _text(_nested_html(1200, "<blockquote><p>quoted</p>", "</blockquote>")),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase(
+        "HTML with 25,000 tags",
+        ".html",
+        _text("<main><h1>Wide</h1>" + "<p><span>the deepest words</span></p>" * 12_500 + "</main>"),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase(
+        "Markdown quote nested 100,000 deep",
+        ".md",
+        _text("# Deep\n\n" + ">" * 100_000 + " the deepest words\n"),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase(
+        "Markdown lists nested 500 deep",
+        ".md",
+        _text("# Deep\n\n" + "".join("  " * i + "- the deepest words\n" for i in range(500))),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase(
+        "Markdown quotes and lists nested 600 deep",
+        ".md",
+        _text("# Deep\n\n" + "".join("> " * i + "- the deepest words\n" for i in range(600))),
+        "loaded",
+        "the deepest words",
+    ),
+    FileCase("a 2 GB sparse Markdown file", ".md", _sparse(2 * 1024**3), "skipped", "too large"),
+    FileCase("a 2 GB sparse HTML file", ".html", _sparse(2 * 1024**3), "skipped", "too large"),
+    FileCase(
+        "a 2 GB sparse Learn unit file", ".json", _sparse(2 * 1024**3), "skipped", "too large"
+    ),
+    # -- documents (issue 30): hostile files are refused within bounds, the rest publishes --------
+    FileCase(
+        "a DOCX zip bomb (600 MB unpacked)",
+        ".docx",
+        _bytes(lambda: files.zip_bomb(".docx")),
+        "skipped",
+        "zip bomb",
+    ),
+    FileCase(
+        "an XLSX zip bomb", ".xlsx", _bytes(lambda: files.zip_bomb(".xlsx")), "skipped", "zip bomb"
+    ),
+    FileCase(
+        "a PDF of 100,000 pages",
+        ".pdf",
+        _bytes(lambda: files.pdf_of_many_pages(100_000)),
+        "skipped",
+        "100,000 pages",
+    ),
+    FileCase(
+        "a PDF whose page tree loops",
+        ".pdf",
+        _bytes(files.pdf_with_a_looping_page_tree),
+        "skipped",
+        "pages",
+    ),
+    FileCase(
+        "an encrypted PDF",
+        ".pdf",
+        _bytes(lambda: files.pdf([[("Secret words.", 11)]], encrypted=True)),
+        "skipped",
+        "encrypted",
+    ),
+    FileCase(
+        "a scanned PDF (no text layer)",
+        ".pdf",
+        _bytes(files.scanned_pdf),
+        "skipped",
+        "no text layer",
+    ),
+    FileCase(
+        "a PDF that is not one",
+        ".pdf",
+        _bytes(lambda: b"%PDF-1.7\n" + bytes(4096)),
+        "skipped",
+        "not a PDF",
+    ),
+    FileCase(
+        "a DOCX that is not a zip",
+        ".docx",
+        _bytes(lambda: b"PK\x03\x04" + bytes(100)),
+        "skipped",
+        "zip",
+    ),
+    FileCase("a 1 GB sparse CSV", ".csv", _sparse(1024**3), "skipped", "too large"),
+    FileCase(
+        "a CSV with a 1 MB field",
+        ".csv",
+        _text("a,b\n" + "x" * 1_000_000 + ",y\n"),
+        "skipped",
+        "field",
+    ),
+    FileCase(
+        "a CSV past the body limit",
+        ".csv",
+        _text("name,value\n" + "someone,12345678\n" * 60_000),
+        "skipped",
+        "too large",
+    ),
+    FileCase(
+        "an e-mail of MIME parts nested 60 deep", ".eml", _text(_deep_mime(60)), "skipped", "nest"
+    ),
+    FileCase(
+        "a PDF",
+        ".pdf",
+        _bytes(lambda: files.pdf([[("the deepest words on page one", 11)]])),
+        "loaded",
+        "the deepest words",
+    ),
+)
+
+
+def write_file_case(case: FileCase, folder: Path) -> Path:
+    """A folder of its own holding the good page and the case's file; the folder."""
+    home = folder / case.slug
+    home.mkdir(parents=True)
+    (home / f"good-{case.slug}.md").write_text(GOOD_PAGE, encoding="utf-8")
+    case.write(home / case.file)
+    return home
+
+
+def file_report_problem(case: FileCase, report: dict[str, Any], home: Path) -> str | None:
+    """What is wrong with an ``--skip-invalid`` ingest report of the case's folder."""
+    path = str(home / case.file)
+    present = sum(report.get(count, 0) for count in ("added", "updated", "unchanged"))
+    rejected = [r for r in report.get("rejected", []) if r.get("file") == path]
+    skipped = [s for s in report.get("skipped", []) if s.get("path") == path]
+    if case.outcome == "rejected":
+        found = rejected[0]["message"] if rejected else None
+    elif case.outcome == "skipped":
+        found = skipped[0]["reason"] if skipped else None
+    else:
+        found = case.says if not rejected and not skipped and present == 2 else None
+    if present < 1:
+        return f"the good page was not published: {str(report)[:300]}"
+    if found is None:
+        return f"not {case.outcome}: {str(report)[:300]}"
+    if case.says.lower() not in found.lower():
+        return f"{found[:200]!r} does not say {case.says!r}"
+    return None
+
+
+def file_case_problem(
+    case: FileCase, run: Callable[..., tuple[int, Any]], folder: Path
+) -> str | None:
+    """``ks ingest FOLDER --skip-invalid --json`` as the case says; without
+    ``--skip-invalid``, a rejected file refuses the batch (exit 2, ``invalid_record``
+    naming it) and anything else publishes."""
+    home = write_file_case(case, folder)
+    code, answer = run("ingest", str(home), "--acl", "everyone", "--json")
+    if case.outcome == "rejected":
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        named = str(home / case.file) in json.dumps(error.get("details", {}))
+        if code != 2 or error.get("code") != "invalid_record" or not named:
+            return f"without --skip-invalid: exit {code}, answered {str(answer)[:300]}"
+    elif code != 0 or not isinstance(answer, dict):
+        return f"without --skip-invalid: exit {code}, answered {str(answer)[:300]}"
+    code, answer = run("ingest", str(home), "--acl", "everyone", "--skip-invalid", "--json")
+    if code != 0 or not isinstance(answer, dict):
+        return f"exit {code}, answered {str(answer)[:300]}"
+    return file_report_problem(case, answer, home)
+
+
+def sparse_files_cost_nothing(folder: Path) -> bool:
+    """Whether this file system keeps sparse files sparse (else the 2 GB cases take 2 GB)."""
+    probe = folder / ".sparse-probe"
+    _sparse(64 * 1024**2)(probe)
+    try:
+        return os.stat(probe).st_blocks * 512 < 1024**2
+    finally:
+        probe.unlink()

@@ -20,11 +20,14 @@ from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app
 from tests.bad_inputs import (
     CASES,
+    FILE_CASES,
     GOOD,
     Tally,
     api_file_problem,
     api_records_problem,
     cli_problem,
+    file_case_problem,
+    sparse_files_cost_nothing,
     write_case,
 )
 
@@ -84,6 +87,43 @@ def test_skip_invalid_publishes_the_good_record_and_reports_every_bad_one(
     assert [r.field for r in rejected] == [case.field for case in CASES]
     assert store.stats().entities == 1
     assert [h.uid for h in store.sql(k=10).hits] == ["good:1"]
+
+
+def _loaded_page_problem(store: KnowledgeStore, source: str, says: str) -> str | None:
+    """The loaded file's page holds its words, and the search page renders it."""
+    from knowledge_store.surfaces.http import create_app
+    from tests.surfaces.serve_estate import call
+
+    uids = [hit.uid for hit in store.sql({"source": [source]}, k=10).hits]
+    pages = [store.content(uid) for uid in uids]
+    bodies = [p.entity.body for p in pages if not p.entity.uid.split("/")[-1].startswith("good")]
+    if not bodies or says not in bodies[0]:
+        return f"the page of {source} does not hold {says!r}"
+    app = create_app(store, anonymous=True)
+    for uid in uids:
+        response = call(app, "GET", f"/entity/{uid}")
+        if response.status_code != 200:
+            return f"the entity page of {uid} answered {response.status_code}"
+    return None
+
+
+def test_every_bad_file_is_refused_skipped_or_read_within_bounds(
+    store: KnowledgeStore, tmp_path: Path, engine_kind: str
+) -> None:
+    """Issue 25 (items 6, 8): a page nesting 200,000 deep is one invalid_record and the rest
+    publishes with --skip-invalid; 3,000 deep is read flattened; a 2 GB sparse file is
+    skipped unread."""
+    assert sparse_files_cost_nothing(tmp_path), "the 2 GB cases need a file system with holes"
+    cli = _cli(str(store.engine.path))
+    tally = Tally()
+    for case in FILE_CASES:
+        problem = file_case_problem(case, cli, tmp_path)
+        if problem is None and case.outcome == "loaded":
+            problem = _loaded_page_problem(store, case.slug, case.says)
+        tally.record(case.name, problem)
+    print(tally.line(f"bad-file corpus, {engine_kind}, cli"))
+    assert not tally.misbehaved, "\n".join(tally.misbehaved)
+    assert tally.tried == len(FILE_CASES)
 
 
 @pytest.mark.parametrize(

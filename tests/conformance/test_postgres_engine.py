@@ -147,6 +147,28 @@ def test_version_5_fills_the_heading_field_of_a_version_4_store_in_place(databas
         assert [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits] == before
 
 
+def test_version_7_gives_a_version_6_store_its_chunk_locations(database: str) -> None:
+    url = postgres_support.store_url(database, "location")
+    with KnowledgeStore.open(url, embedder=HASH_SPEC) as store:
+        store.ingest_records(DOCS)
+        before = [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits]
+        with _engine(store).db.write() as conn:  # the store as version 6 left it
+            conn.execute("ALTER TABLE chunks DROP COLUMN location")
+            conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    with KnowledgeStore.open(url, embedder=HASH_SPEC) as store:
+        assert _engine(store).stats().to_dict()["needs_rebuild"] is False
+        assert [h.to_dict() for h in store.lexical("vacuum table index", k=20).hits] == before
+        paged = '<!-- ks:location {"page": 1} -->\n\nFirst page.\n\n'
+        paged += '<!-- ks:location {"page": 2} -->\n\nSecond page.'
+        store.ingest_records([{**DOCS[0], "body": paged}])
+        assert [
+            c.location and c.location.to_dict() for c in store.content(DOCS[0]["uid"]).chunks
+        ] == [
+            {"page": 1},
+            {"page": 2},
+        ]
+
+
 def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None:
     """Version 1 wrote year 1 as ``1-01-01T…`` (sorts wrong) and ACL-set keys as the
     principals' text (a long ACL overflowed its b-tree entry)."""

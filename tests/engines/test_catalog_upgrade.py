@@ -156,8 +156,13 @@ def test_an_older_store_opens_with_thin_entity_and_chunk_rows_and_reads_the_same
     assert "embedding" not in _columns(where, "chunks")
     with sqlite3.connect(where / "catalog.sqlite") as conn:
         assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
-            "3",
+            "4",
         )
+        # schema 4: every chunk has a location column, NULL for the chunks of this store
+        assert "location" in _columns(where, "chunks")
+        assert conn.execute(
+            "SELECT count(*) FROM chunks WHERE location IS NOT NULL"
+        ).fetchone() == (0,)
         # the deleted entity's body went with it; every other entity has exactly one
         bodies = dict(
             conn.execute(
@@ -220,8 +225,8 @@ def test_a_failed_vector_split_leaves_the_chunks_as_they_were_and_the_next_open_
         conn.execute("ALTER TABLE chunks RENAME TO chunks_inline")
         conn.execute(migrate.CHUNKS_DDL)
         conn.execute(
-            'INSERT INTO chunks SELECT id, entity, ordinal, text, heading, start, "end"'
-            " FROM chunks_inline"
+            'INSERT INTO chunks(id, entity, ordinal, text, heading, start, "end")'
+            ' SELECT id, entity, ordinal, text, heading, start, "end" FROM chunks_inline'
         )
         conn.execute(migrate.CHUNK_VECTORS_DDL)
         conn.execute("INSERT INTO chunk_vectors SELECT id, embedding FROM chunks_inline")
@@ -296,3 +301,28 @@ def test_an_open_waits_out_an_upgrade_longer_than_the_busy_timeout(
     assert "embedding" not in _columns(where, "chunks")
     with KnowledgeStore.open(where, embedder="hash:384") as store:
         assert _snapshot(store) == expected
+
+
+def test_a_schema_3_store_gets_its_chunks_location_column_in_place(tmp_path: Path) -> None:
+    """Schema 4: ``chunks.location`` added by ALTER TABLE (no row rewritten), NULL for the
+    chunks already there; the next ingest of a paged body stores its locations."""
+    where = tmp_path / "s"
+    with KnowledgeStore.open(where, embedder=HASH) as store:
+        store.ingest_records(_RECORDS, acl=["everyone"])
+        before = _snapshot(store)
+    with sqlite3.connect(where / "catalog.sqlite") as conn:
+        conn.execute("ALTER TABLE chunks DROP COLUMN location")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    assert "location" not in _columns(where, "chunks")
+    with KnowledgeStore.open(where, embedder=HASH) as store:
+        assert _snapshot(store) == before
+        paged = '<!-- ks:location {"page": 1} -->\n\nFirst page.\n\n'
+        paged += '<!-- ks:location {"page": 2} -->\n\nSecond page.'
+        store.ingest_records([{**_RECORDS[0], "body": paged}], acl=["everyone"])
+        chunks = store.content("doc-0").chunks
+        assert [c.location and c.location.to_dict() for c in chunks] == [{"page": 1}, {"page": 2}]
+    assert "location" in _columns(where, "chunks")
+    with sqlite3.connect(where / "catalog.sqlite") as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+            "4",
+        )

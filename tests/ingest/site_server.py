@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass
 class Route:
-    body: str = ""
+    body: str | bytes = ""
     status: int = 200
     content_type: str = "text/html; charset=utf-8"
     headers: dict[str, str] = field(default_factory=dict)
@@ -91,7 +91,7 @@ class Site:
             route = Route("not here", status=404, content_type="text/plain", etag=False)
         if route.delay_s:
             time.sleep(route.delay_s)
-        body = route.body.encode()
+        body = route.body.encode() if isinstance(route.body, str) else route.body
         headers = dict(route.headers)
         if route.etag and route.status == 200:
             headers["ETag"] = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'

@@ -76,8 +76,8 @@ def test_the_eval_corpus_loads_cleanly() -> None:
 
 def test_an_unknown_format_is_a_request_error_listing_the_formats() -> None:
     with pytest.raises(InvalidRequest) as caught:
-        load(FIXTURES / "records.jsonl", format="csv")
-    assert "'csv'" in caught.value.message
+        load(FIXTURES / "records.jsonl", format="docbook")
+    assert "'docbook'" in caught.value.message
     assert all(name in caught.value.message for name in FORMATS)
 
 
@@ -88,7 +88,7 @@ def test_a_missing_path_is_a_request_error(tmp_path: Path) -> None:
 
 
 def test_a_file_of_unknown_extension_needs_a_format(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "data.txt", record("a"))
+    data = write_jsonl(tmp_path / "data.dat", record("a"))
     with pytest.raises(InvalidRequest) as caught:
         load(data)
     assert (
@@ -99,7 +99,7 @@ def test_a_file_of_unknown_extension_needs_a_format(tmp_path: Path) -> None:
 
 
 def test_a_folder_with_nothing_to_load_is_a_request_error(tmp_path: Path) -> None:
-    (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
+    (tmp_path / "notes.dat").write_text("hello", encoding="utf-8")
     with pytest.raises(InvalidRequest):
         load(tmp_path)
 

@@ -220,6 +220,44 @@ def test_an_empty_page_is_rejected_and_fetched_in_full_next_time(site: Site) -> 
     assert [hit.conditional for hit in site.requested("/docs/new.html")] == [False]
 
 
+def test_a_page_nesting_200000_deep_is_one_rejection_and_the_rest_loads(site: Site) -> None:
+    """Issue 25 item 6: 5 min of CPU then RecursionError, and nothing published."""
+    deep = "<main><h1>Deep</h1>" + "<div>" * 200_000 + "x" + "</div>" * 200_000 + "</main>"
+    site.routes["/docs/new.html"].body = deep
+    result = crawl(site)
+    (rejection,) = result.rejections
+    assert rejection.uid == "new" and rejection.file == site.url("/docs/new.html")
+    assert "nest more than" in rejection.message
+    assert {"index", "api", "guide/setup"} <= set(entities(result))
+
+
+def test_a_pdf_linked_from_a_page_is_read_within_the_same_bounds(site: Site) -> None:
+    """Issue 30 item 5: a PDF on the site is fetched and loaded, a page a location; a hostile
+    one (100,000 pages) is one rejection naming its URL, and the rest loads."""
+    from tests.ingest import document_files as files
+
+    site.routes["/docs/api.html"].body = page(
+        "API", '<p>The <a href="spec.pdf">spec</a> and <a href="huge.pdf">the big one</a>.</p>'
+    )
+    site.routes["/docs/spec.pdf"] = Route(
+        files.pdf([[("The spec", 18), ("Promote the replica with one command.", 11)]]),
+        content_type="application/pdf",
+    )
+    site.routes["/docs/huge.pdf"] = Route(
+        files.pdf_of_many_pages(100_000), content_type="application/pdf"
+    )
+    result = crawl(
+        site, limits=CrawlLimits(delay_s=0, concurrency=4, timeout_s=5, max_bytes=50_000_000)
+    )
+    found = entities(result)
+    spec = found["spec.pdf"]
+    assert spec.href == site.url("/docs/spec.pdf") and spec.type == "document"
+    assert '<!-- ks:location {"page":1} -->' in spec.body and "Promote the replica" in spec.body
+    assert edges(found["api"], "xref") >= {"spec.pdf"}
+    (rejection,) = result.rejections
+    assert rejection.file == site.url("/docs/huge.pdf") and "100,000 pages" in rejection.message
+
+
 # -- bounds and politeness ---------------------------------------------------------------------
 
 

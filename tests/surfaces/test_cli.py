@@ -153,10 +153,10 @@ def test_stats_without_json_shows_the_engines_own_keys(cli_store: Path) -> None:
 
 
 def test_errors_have_one_shape_and_exit_codes(cli_store: Path, tmp_path: Path) -> None:
-    code, err = ks(cli_store, "ingest", "README.md", "--format", "docx", "--json")
+    code, err = ks(cli_store, "ingest", "README.md", "--format", "docbook", "--json")
     assert code == 2 and err["error"]["code"] == "invalid_request"
     assert "jsonl" in err["error"]["message"]
-    unknown = tmp_path / "records.txt"
+    unknown = tmp_path / "records.dat"
     unknown.write_text("{}")
     code, err = ks(cli_store, "ingest", str(unknown), "--json")
     assert code == 2 and "name its --format: one of jsonl" in err["error"]["message"]

@@ -36,6 +36,7 @@ from knowledge_store.model import (
     CheckReport,
     Chunk,
     ChunkHit,
+    ChunkLocation,
     Content,
     Entity,
     Filters,
@@ -172,6 +173,7 @@ class ChunkRecord(NamedTuple):
     heading: tuple[str, ...]
     start: int
     end: int
+    location: ChunkLocation | None
 
 
 class EntityCard(NamedTuple):

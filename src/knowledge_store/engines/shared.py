@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from knowledge_store.engines.sql.statements import location_value
 from knowledge_store.errors import InvalidRequest, NotFound, StoreError
 from knowledge_store.model import (
     ACL_FROM,
@@ -388,7 +389,7 @@ def content_answer(
     """The content API's answer from rows.
 
     ``entity``: the values of ``ENTITY_FIELDS`` (attributes decoded); ``chunks``:
-    ``(row id, ordinal, text, heading, start, end)`` with the heading a list (the row
+    ``(row id, ordinal, text, heading, start, end, location)`` with the heading a list (the row
     id stays inside: each chunk is named by its public id, ``chunk_ids``);
     ``edges``: per direction (``out``, ``in``), ``(label, uid, position, title, type, href)``.
     """
@@ -410,6 +411,7 @@ def content_answer(
                 heading=tuple(c[3]),
                 start=int(c[4]),
                 end=int(c[5]),
+                location=location_value(c[6]),
             )
             for c in chunks
         ],

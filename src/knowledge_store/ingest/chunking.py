@@ -22,17 +22,27 @@ Every chunk is ``body[start:end]`` exactly, with no leading or trailing
 whitespace. An opening fence with no closing fence is read as text, not as
 code running to the end of the body, so that one stray fence cannot make the
 rest of a page one chunk.
+
+**Locations.** A body read from a paged document (a PDF, slides, a spreadsheet)
+marks where each place starts with a line of its own,
+``<!-- ks:location {"page": 3} -->`` (:func:`location_marker`). A chunk never
+spans a marker: the body is chunked place by place, each place under the heading
+path the previous ones left open, and every chunk of a place carries its
+``location``. The marker lines belong to no chunk. A marker's JSON is an object of
+at most :data:`LOCATION_KEYS`, each a whole number or a short text; any other line
+is text.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from knowledge_store.errors import InvalidRequest, StoreError
 from knowledge_store.model import MAX_CHUNK_CHARS, MAX_TITLE_CHARS, Chunk
@@ -41,13 +51,61 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 __all__ = [
+    "LOCATION_KEYS",
     "Block",
     "bounded_spans",
     "chunk_markdown",
     "heading_paths",
+    "location_marker",
+    "location_segments",
     "scan_blocks",
     "token_counter",
 ]
+
+#: What a location may name: a page, slide or chapter (numbers from 1), a sheet and its
+#: rows (``"2-51"``), as the loaders of paged documents write them.
+LOCATION_KEYS = ("page", "slide", "sheet", "rows", "chapter")
+_LOCATION_NUMBERS = ("page", "slide", "chapter")
+_LOCATION_LINE = re.compile(r"^<!-- ks:location (\{[^\n]{1,600}\}) -->[ \t]*$", re.MULTILINE)
+_LOCATION_VALUE_CHARS = 256
+
+
+def location_marker(location: Mapping[str, Any]) -> str:
+    """The line that marks where ``location`` starts in a body (see the module docstring)."""
+    text = json.dumps(dict(location), ensure_ascii=False, separators=(",", ":"))
+    return f"<!-- ks:location {text} -->"
+
+
+def _location(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not value or set(value) - set(LOCATION_KEYS):
+        return None
+    for key, item in value.items():
+        if key in _LOCATION_NUMBERS:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item < 2**31:
+                return None
+        elif not isinstance(item, str) or not item.strip() or len(item) > _LOCATION_VALUE_CHARS:
+            return None
+    return value
+
+
+def location_segments(body: str) -> list[tuple[int, int, dict[str, Any] | None]]:
+    """``(start, end, location)`` of each place of ``body``: the text between its marker
+    lines (before the first: no location). One segment, the whole body, when it has none."""
+    segments: list[tuple[int, int, dict[str, Any] | None]] = []
+    start, current = 0, None
+    for match in _LOCATION_LINE.finditer(body):
+        location = _location(match.group(1))
+        if location is None:
+            continue
+        segments.append((start, match.start(), current))
+        start, current = match.end(), location
+    segments.append((start, len(body), current))
+    return [s for s in segments if s[0] < s[1] or len(segments) == 1]
+
 
 TokenCounter = Callable[[str], int]
 SpanCounter = Callable[[int, int], int]  # tokens of body[start:end]
@@ -161,9 +219,17 @@ def scan_blocks(body: str) -> list[Block]:
     return blocks
 
 
-def heading_paths(blocks: Sequence[Block]) -> Iterator[tuple[Block, tuple[str, ...]]]:
-    """Each block with the heading path it sits under (a heading: its own path)."""
-    stack: list[tuple[int, str]] = []
+HeadingStack = list[tuple[int, str]]
+
+
+def heading_paths(
+    blocks: Sequence[Block], stack: HeadingStack | None = None
+) -> Iterator[tuple[Block, tuple[str, ...]]]:
+    """Each block with the heading path it sits under (a heading: its own path).
+
+    ``stack``: the headings left open before the blocks (level, title), updated in place.
+    """
+    stack = [] if stack is None else stack
     for block in blocks:
         if block.kind == "heading":
             while stack and stack[-1][0] >= block.level:
@@ -250,9 +316,9 @@ class _Unit:
     strength: int  # 3 block end, 2 line end, 1 sentence end, 0 inside a sentence, -1 heading
 
 
-def _sections(blocks: Sequence[Block]) -> list[_Section]:
+def _sections(blocks: Sequence[Block], stack: HeadingStack) -> list[_Section]:
     sections: list[_Section] = []
-    for block, path in heading_paths(blocks):
+    for block, path in heading_paths(blocks, stack):
         if block.kind == "heading" or not sections:
             sections.append(_Section(path))
         sections[-1].blocks.append(block)
@@ -396,11 +462,37 @@ def chunk_markdown(
         raise InvalidRequest(
             f"overlap_tokens must be from 0 to max_tokens - 1 ({max_tokens - 1}), not {overlap_tokens}"
         )
-    count = (
-        _model_span_counter(body)
-        if count_tokens is None
-        else _text_span_counter(body, count_tokens)
-    )
+    stack: HeadingStack = []
+    placed: list[tuple[int, int, tuple[str, ...], dict[str, Any] | None]] = []
+    for start, end, location in location_segments(body):
+        text = body[start:end]
+        count = (
+            _model_span_counter(text)
+            if count_tokens is None
+            else _text_span_counter(text, count_tokens)
+        )
+        for left, right, path in bounded_spans(
+            text, _spans(text, stack, max_tokens, overlap_tokens, count)
+        ):
+            if left < right and not text[left:right].isspace():
+                placed.append((start + left, start + right, path, location))
+    return [
+        Chunk(
+            ordinal=ordinal,
+            text=body[start:end],
+            heading=tuple(h[:MAX_TITLE_CHARS] for h in path),
+            start=start,
+            end=end,
+            location=location,
+        )
+        for ordinal, (start, end, path, location) in enumerate(placed)
+    ]
+
+
+def _spans(
+    body: str, stack: HeadingStack, max_tokens: int, overlap_tokens: int, count: SpanCounter
+) -> list[tuple[int, int, tuple[str, ...]]]:
+    """The chunk spans of ``body`` under the headings ``stack`` leaves open (updated)."""
     spans: list[tuple[int, int, tuple[str, ...]]] = []
     group: list[_Section] = []
     group_tokens = 0
@@ -411,7 +503,7 @@ def chunk_markdown(
             spans.append((group[0].start, group[-1].end, group_path))
             group.clear()
 
-    for section in _sections(scan_blocks(body)):
+    for section in _sections(scan_blocks(body), stack):
         tokens = count(section.start, section.end)
         if tokens > max_tokens:
             flush()
@@ -428,18 +520,7 @@ def chunk_markdown(
         group.append(section)
         group_tokens, group_path = tokens, section.path
     flush()
-    return [
-        Chunk(
-            ordinal=ordinal,
-            text=body[start:end],
-            heading=tuple(h[:MAX_TITLE_CHARS] for h in path),
-            start=start,
-            end=end,
-        )
-        for ordinal, (start, end, path) in enumerate(
-            s for s in bounded_spans(body, spans) if not body[s[0] : s[1]].isspace() and s[0] < s[1]
-        )
-    ]
+    return spans
 
 
 def bounded_spans(

@@ -43,6 +43,7 @@ from protego import Protego
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.crawl_state import CrawlState, PageState
+from knowledge_store.ingest.loaders.documents import format_of_type
 from knowledge_store.ingest.loaders.html import HtmlPage, parse_html
 
 __all__ = [
@@ -68,7 +69,7 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 #: Link targets with these extensions are not fetched: they are not pages.
 # fmt: off
 _NOT_PAGES = frozenset({
-    "css", "js", "mjs", "map", "png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "pdf",
+    "css", "js", "mjs", "map", "png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp",
     "zip", "gz", "tgz", "tar", "bz2", "xz", "7z", "woff", "woff2", "ttf", "otf", "eot", "mp3",
     "mp4", "webm", "ogg", "wav", "avi", "mov", "exe", "dmg", "deb", "rpm", "whl", "jar", "iso",
 })
@@ -121,6 +122,8 @@ class Fetched:
     etag: str | None
     last_modified: str | None
     robots: frozenset[str] = frozenset()
+    #: A document (a PDF …), not a page: its format and bytes, for the document loaders.
+    document: tuple[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -416,6 +419,18 @@ class _Crawler:
             if status != 200:
                 return Skipped(url, f"HTTP {status}, not a page")
             kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            document = format_of_type(kind, urlsplit(url).path)
+            if kind not in _HTML_TYPES and document is not None:
+                return Fetched(
+                    url,
+                    requested,
+                    depth,
+                    HtmlPage(title=None, body=""),
+                    response.headers.get("etag"),
+                    response.headers.get("last-modified"),
+                    _header_robots(response),
+                    (document, body),
+                )
             if kind not in _HTML_TYPES:
                 return Skipped(url, f"not HTML ({kind or 'no content type'})")
             try:

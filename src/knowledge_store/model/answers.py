@@ -29,6 +29,7 @@ __all__ = [
     "Answer",
     "ChunkHit",
     "ChunkHits",
+    "ChunkLocation",
     "Content",
     "ContentChunk",
     "ContentEdge",
@@ -120,6 +121,17 @@ class VectorInfo(Answer):
     exhaustive: bool
 
 
+class ChunkLocation(Answer):
+    """Where a chunk of a paged document is: its page, slide or chapter, or its sheet and
+    rows (``"2-31"``); only what applies is given."""
+
+    page: int | None = Field(None, exclude_if=_absent)
+    slide: int | None = Field(None, exclude_if=_absent)
+    chapter: int | None = Field(None, exclude_if=_absent)
+    sheet: str | None = Field(None, exclude_if=_absent)
+    rows: str | None = Field(None, exclude_if=_absent)
+
+
 class ChunkHit(Answer):
     """One ranked chunk from ``lexical`` or ``vector``."""
 
@@ -133,6 +145,8 @@ class ChunkHit(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
+    #: Where in a paged document (``{"page": 3}``; DESIGN §6): absent elsewhere.
+    location: ChunkLocation | None = Field(None, exclude_if=_absent)
     href: str | None = Field(None, exclude=True)
 
 
@@ -155,6 +169,7 @@ class Evidence(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
+    location: ChunkLocation | None = Field(None, exclude_if=_absent)
 
 
 class Result(Answer):
@@ -398,6 +413,7 @@ class ContentChunk(Answer):
     heading: tuple[str, ...]
     start: int
     end: int
+    location: ChunkLocation | None = Field(None, exclude_if=_absent)
 
 
 class ContentEdge(Answer):

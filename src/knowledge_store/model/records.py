@@ -149,13 +149,16 @@ class Entity:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A slice ``body[start:end]`` of an entity, with the heading path it sits under."""
+    """A slice ``body[start:end]`` of an entity, with the heading path it sits under and,
+    in a paged document, where it is (``{"page": 3}``, ``{"slide": 2}``, ``{"sheet":
+    "Budget", "rows": "2-51"}``; None elsewhere)."""
 
     ordinal: int
     text: str
     heading: tuple[str, ...]
     start: int
     end: int
+    location: Mapping[str, Any] | None = None
 
     def context_text(self, title: str) -> str:
         """What is embedded and indexed: the entity title, the heading path, the text."""

@@ -14,6 +14,7 @@ exist (``NotFound``).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -268,14 +269,29 @@ class XrefResolution(Answer):
     anchor: str | None = None
 
 
+_PAGE_SUFFIXES = (".md", ".markdown", ".html", ".htm")
+
+
 def _href_variants(base: str) -> list[str]:
     variants = [base]
+    stem, dot, suffix = base.rpartition(".")
+    if dot and f".{suffix.lower()}" in _PAGE_SUFFIXES:  # a page saved as .md or as .html
+        variants += [stem + other for other in _PAGE_SUFFIXES]
     parts = urlsplit(base)
     if parts.scheme and parts.netloc and parts.path:
         variants.append(parts.path + (f"?{parts.query}" if parts.query else ""))
     for v in list(variants):
         variants.append(v[:-1] if v.endswith("/") and len(v) > 1 else v + "/")
     return list(dict.fromkeys(variants))
+
+
+def _path_tails(base: str) -> list[str]:
+    """A relative file path without its leading ``./`` and ``../`` (with its page-suffix
+    variants), or nothing for a URL or a bare word."""
+    if urlsplit(base).scheme or ("/" not in base and "." not in base):
+        return []
+    parts = [p for p in posixpath.normpath(base).split("/") if p not in ("", ".", "..")]
+    return _href_variants("/".join(parts)) if parts else []
 
 
 def xref(r: StoreReader, ref: str) -> XrefResolution:
@@ -299,6 +315,18 @@ def xref(r: StoreReader, ref: str) -> XrefResolution:
             ]
             pick = exact if len(exact) == 1 else matches
             return _resolution(ref, "href", pick, anchor if sep else None)
+        # A relative link from another page (../guide/intro.html, records.md): the pages
+        # whose href is that path, or ends with it.
+        for tail in _path_tails(base):
+            answer = _query(
+                r,
+                "MATCH (n) WHERE n.href = $tail OR n.href ENDS WITH $end"
+                " RETURN n ORDER BY n.uid LIMIT $limit",
+                {"tail": tail, "end": "/" + tail, "limit": _MAX_CANDIDATES},
+            )
+            if answer.rows:
+                matches = [XrefMatch.from_node(r[0]) for r in answer.rows]
+                return _resolution(ref, "href", matches, anchor if sep else None)
     answer = _query(
         r,
         "MATCH (n) WHERE n.title = $title RETURN n ORDER BY n.uid LIMIT $limit",

@@ -433,6 +433,7 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
                         "heading": c.heading,
                         "start": c.start,
                         "end": c.end,
+                        "location": c.location,
                     }
                     for c in (chunks[i] for i in evidence.get(uid, ()) if i in chunks)
                 ],

@@ -6,8 +6,10 @@ Every value that came from data goes through :func:`~.terminal.safe`.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -44,6 +46,9 @@ def web_options(
     return WebOptions(limits=limits, uid_prefix=uid_prefix)
 
 
+_UNSUPPORTED = re.compile(r"unsupported type \(([^)]*)\)")
+
+
 def summary(report: IngestReport) -> str:
     """One line: what a publish did."""
     skipped = f" · skipped {len(report.skipped)}" if report.skipped else ""
@@ -56,8 +61,19 @@ def summary(report: IngestReport) -> str:
 def show_ingest(out: Console, err: Console, report: IngestReport) -> None:
     out.print(summary(report))
     show_rejected(err, report.rejected)
+    unsupported: Counter[str] = Counter()
     for s in report.skipped:
+        kind = _UNSUPPORTED.match(s.reason)
+        if kind is not None:  # one line for all of them: a docs folder's images …
+            unsupported[kind.group(1)] += 1
+            continue
         err.print(f"[yellow]skipped[/] {safe(s.path)}: {safe(s.reason)}")
+    if unsupported:
+        kinds = ", ".join(f"{safe(kind)} {n}" for kind, n in unsupported.most_common())
+        err.print(
+            f"[yellow]skipped[/] {sum(unsupported.values())} file(s) of types no loader reads"
+            f" ({kinds}); --json lists them"
+        )
     if report.deleted_uids:
         out.print(f"[dim]{uids_line(report.deleted, report.deleted_uids)}[/]")
     out.print(f"[dim]content root {report.content_root}[/]")

@@ -27,12 +27,13 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from markdown_it import MarkdownIt
 
 from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
-from knowledge_store.model import LIST_NAMES, Result, SearchAnswer
+from knowledge_store.model import LIST_NAMES, ChunkLocation, Result, SearchAnswer
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
+from knowledge_store.surfaces.body_html import body_html as render_body
+from knowledge_store.surfaces.body_html import location_label, location_link
 from knowledge_store.surfaces.page_login import check_csrf, csrf_field, csrf_token, set_csrf
 from knowledge_store.surfaces.shapes import NOTHING_MATCHES
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
@@ -47,7 +48,6 @@ _CSP = (
     " connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 _STATIC = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
-_MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 #: Below this cosine similarity, a result that only the vector list found is marked as a
 #: weak match. bench/vector_floor.py on the postgres-docs set (1,500 queries, MiniLM):
 #: 3.0 % of the relevant best hits fall below 0.30 (5.8 % below 0.35, 9.8 % below 0.40);
@@ -217,7 +217,19 @@ def _vector_only_similarity(answer: SearchAnswer) -> dict[str, float]:
     }
 
 
-def _passage(heading: str, text: str, terms: QueryTerms) -> str:
+def _place(href: str | None, location: ChunkLocation | None) -> str:
+    """Where a passage is in its document (``page 3``), a link where the format allows."""
+    if location is None:
+        return ""
+    place = location.to_dict()
+    label = e(location_label(place))
+    link = location_link(href, place)
+    shown = f'<a href="{e(link)}" rel="noopener noreferrer">{label}</a>' if link else label
+    return f'<span class="place">{shown}</span> · '
+
+
+def _passage(heading: str, text: str, terms: QueryTerms, place: str = "") -> str:
+    heading = place + heading
     shown = f'<div class="heading">{heading}</div>' if heading else ""
     return shown + f'<p class="snippet">{snippet_html(text, terms)}</p>'
 
@@ -227,10 +239,18 @@ def _result_card(n: int, r: Result, terms: QueryTerms, similarity: float | None)
     evidence = ""
     if r.evidence:
         first, *rest = r.evidence
-        evidence = _passage(_heading(list(first.heading), r.title), first.text, terms)
+        evidence = _passage(
+            _heading(list(first.heading), r.title),
+            first.text,
+            terms,
+            _place(r.href, first.location),
+        )
         if rest:
             more = "".join(
-                _passage(_heading(list(ev.heading), r.title), ev.text, terms) for ev in rest
+                _passage(
+                    _heading(list(ev.heading), r.title), ev.text, terms, _place(r.href, ev.location)
+                )
+                for ev in rest
             )
             evidence += (
                 f"<details><summary>{len(rest)} more passage{'s' if len(rest) > 1 else ''}"
@@ -404,7 +424,8 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     first_line, _, rest = body.lstrip().partition("\n")
     if first_line.lstrip("#").strip() == entity["title"] and first_line.startswith("#"):
         body = rest  # the page title is already the h1
-    body_html = _MD.render(body)
+    targets = {x["href"]: x["uid"] for x in out_edges if x.get("href")}
+    body_html = render_body(body, href=entity["href"], targets=targets)
     related = store.get_related(uid, identity=who.identity, k=15)
     related_items = "".join(
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"

@@ -41,6 +41,7 @@ from knowledge_store.engines.sql.publish import (
     plan_row,
     publish_row,
 )
+from knowledge_store.engines.sql.statements import location_text
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     ENTITY_FIELDS,
@@ -378,8 +379,8 @@ class Catalog:
             vectors: list[tuple[int, bytes]] = []
             for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
                 cur = conn.execute(
-                    'INSERT INTO chunks(entity, ordinal, text, heading, start, "end")'
-                    " VALUES (?,?,?,?,?,?)",
+                    'INSERT INTO chunks(entity, ordinal, text, heading, start, "end", location)'
+                    " VALUES (?,?,?,?,?,?,?)",
                     (
                         entity_row,
                         chunk.ordinal,
@@ -387,6 +388,7 @@ class Catalog:
                         json.dumps(list(chunk.heading), ensure_ascii=False),
                         chunk.start,
                         chunk.end,
+                        location_text(chunk.location),
                     ),
                 )
                 chunk_id = int(cur.lastrowid or 0)

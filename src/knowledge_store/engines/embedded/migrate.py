@@ -20,6 +20,9 @@ once (each re-checks under the write lock, so one of them does the work):
   size it is now (100k chunks: 343 MB, now 70 MB). ``chunks`` is rebuilt, not
   altered: ``ALTER TABLE … DROP COLUMN`` rewrites each row where it lies and
   leaves every page as sparse as before. Its AUTOINCREMENT mark is kept.
+- **chunk locations** (schema 4): ``chunks.location``, where a chunk of a paged
+  document is (``{"page": 3}``, JSON; NULL elsewhere). Added in place, NULL for
+  every stored chunk — no stored body has location markers, so none is missing.
 
 A crash in a step rolls it back: the store opens as it was and the next open
 runs the step again.
@@ -40,6 +43,7 @@ __all__ = [
     "CHUNKS_DDL",
     "CHUNK_VECTORS_DDL",
     "ENTITY_BODIES_DDL",
+    "LOCATION_SCHEMA",
     "SPLIT_VECTORS_SCHEMA",
     "THIN_ROWS_SCHEMA",
     "upgrade",
@@ -52,6 +56,9 @@ THIN_ROWS_SCHEMA = 2
 
 #: The catalog schema version that moved chunk vectors out of the chunk rows.
 SPLIT_VECTORS_SCHEMA = 3
+
+#: The catalog schema version that gave chunks their location.
+LOCATION_SCHEMA = 4
 
 #: The columns schema 2 moved out of ``entities`` into ``entity_bodies``.
 _MOVED = ("body", "attributes")
@@ -70,7 +77,8 @@ CHUNKS_DDL = """CREATE TABLE IF NOT EXISTS chunks (
     text      TEXT NOT NULL,
     heading   TEXT NOT NULL,            -- JSON list
     start     INTEGER NOT NULL,
-    "end"     INTEGER NOT NULL
+    "end"     INTEGER NOT NULL,
+    location  TEXT                      -- JSON object: page, slide, sheet/rows; NULL elsewhere
 )"""
 CHUNKS_BY_ENTITY_DDL = "CREATE INDEX IF NOT EXISTS chunks_by_entity ON chunks (entity, ordinal)"
 
@@ -171,6 +179,29 @@ def _split_vectors(conn: sqlite3.Connection) -> None:
     )
 
 
+def _chunk_columns(conn: sqlite3.Connection) -> set[str]:
+    return {str(r[1]) for r in conn.execute("PRAGMA table_info(chunks)")}
+
+
+def _version(conn: sqlite3.Connection) -> int | None:
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:  # a new, empty file
+        return None
+    return None if row is None else int(row[0])
+
+
+def _needs_location(conn: sqlite3.Connection) -> bool:
+    version = _version(conn)
+    return version is not None and version < LOCATION_SCHEMA
+
+
+def _add_location(conn: sqlite3.Connection) -> None:
+    if "location" not in _chunk_columns(conn):  # schema 3's rebuilt table has it already
+        conn.execute("ALTER TABLE chunks ADD COLUMN location TEXT")  # in place: no rewrite
+    _set_version(conn, LOCATION_SCHEMA)
+
+
 def upgrade(conn: sqlite3.Connection) -> None:
     """Bring the catalog on ``conn`` (autocommit) up to this version's schema.
 
@@ -182,6 +213,7 @@ def upgrade(conn: sqlite3.Connection) -> None:
         (_needs_source_columns, _add_source_columns),
         (_needs_thin_rows, _thin_rows),
         (_needs_split_vectors, _split_vectors),
+        (_needs_location, _add_location),
     )
     for due, step in steps:
         if not due(conn):

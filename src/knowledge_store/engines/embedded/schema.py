@@ -12,15 +12,16 @@ from knowledge_store.engines.embedded.migrate import (
     CHUNKS_BY_ENTITY_DDL,
     CHUNKS_DDL,
     ENTITY_BODIES_DDL,
-    SPLIT_VECTORS_SCHEMA,
+    LOCATION_SCHEMA,
 )
 from knowledge_store.engines.sql.dialect import ENTITY_CARD_COLUMNS, ENTITY_CARD_INDEX, SQLITE
 from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
 from knowledge_store.model import FACET_NAMES
 
-# 2: body and attributes in entity_bodies; 3: chunk vectors in chunk_vectors (migrate.py)
-SCHEMA_VERSION = SPLIT_VECTORS_SCHEMA
+# 2: body and attributes in entity_bodies; 3: chunk vectors in chunk_vectors; 4: chunk
+# locations (migrate.py)
+SCHEMA_VERSION = LOCATION_SCHEMA
 
 _FACET_COLUMNS = "".join(f"\n    {facet_column(SQLITE, name)}," for name in FACET_NAMES)
 _FACET_INDEXES = "".join(f"\n{facet_index(name)};" for name in FACET_NAMES)

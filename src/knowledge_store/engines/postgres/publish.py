@@ -45,6 +45,7 @@ from knowledge_store.engines.sql.publish import (
     publish_row,
 )
 from knowledge_store.engines.sql.sources import SourceSync, record_source
+from knowledge_store.engines.sql.statements import location_text
 from knowledge_store.errors import StoreError
 from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
 
@@ -62,17 +63,18 @@ __all__ = [
 _STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS ks_stage (
     id bigint, entity bigint, ordinal integer, text text, heading text,
-    start integer, "end" integer, embedding vector
+    start integer, "end" integer, embedding vector, location text
 ) ON COMMIT DELETE ROWS"""
 
 _INSERT_CHUNKS = """
 INSERT INTO chunks (id, entity, ordinal, text, heading, start, "end", embedding, tsv,
-                    len_body, len_title, len_ident, len_heading)
+                    len_body, len_title, len_ident, len_heading, location)
 SELECT s.id, s.entity, s.ordinal, s.text, s.heading::jsonb, s.start, s."end", s.embedding, x.tsv,
        (SELECT coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0) FROM unnest(x.tsv) AS u),
        (SELECT coalesce(sum(w.tf), 0) FROM ks_words(e.title) AS w),
        ks_ident_length(x.ctx),
-       (SELECT coalesce(sum(w.tf), 0) FROM ks_words(ks_last_heading(e.title, s.heading::jsonb)) AS w)
+       (SELECT coalesce(sum(w.tf), 0) FROM ks_words(ks_last_heading(e.title, s.heading::jsonb)) AS w),
+       s.location::jsonb
 FROM ks_stage AS s
 JOIN entities AS e ON e.id = s.entity
 CROSS JOIN LATERAL (SELECT ks_context(e.title, s.heading::jsonb, s.text) AS ctx) AS c
@@ -269,10 +271,10 @@ def _insert_chunks(
     conn.execute(_STAGE)
     next_id = iter(ids)
     with conn.cursor().copy(
-        'COPY ks_stage (id, entity, ordinal, text, heading, start, "end", embedding)'
+        'COPY ks_stage (id, entity, ordinal, text, heading, start, "end", embedding, location)'
         " FROM STDIN WITH (FORMAT BINARY)"
     ) as copy:
-        copy.set_types(["int8", "int8", "int4", "text", "text", "int4", "int4", "vector"])
+        copy.set_types(["int8", "int8", "int4", "text", "text", "int4", "int4", "vector", "text"])
         for prepared in upserts:
             entity = entity_ids[prepared.entity.uid]
             vectors = np.asarray(prepared.vectors, dtype=np.float32)
@@ -287,6 +289,7 @@ def _insert_chunks(
                         chunk.start,
                         chunk.end,
                         vector,
+                        location_text(chunk.location),
                     )
                 )
     conn.execute("ANALYZE ks_stage")

@@ -493,6 +493,10 @@ $$""",
     *REDERIVE_LEXICAL,
 )
 
+# Where a chunk of a paged document is ({"page": 3}); NULL elsewhere, and for every chunk
+# stored before (no stored body has location markers). Adding a NULL column rewrites nothing.
+_V7 = ("ALTER TABLE chunks ADD COLUMN IF NOT EXISTS location jsonb",)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "entities, chunks, edges, ACL sets, publishes, BM25 statistics", _V1),
     Migration(2, "dates with four-digit years; ACL-set keys hashed", _V2),
@@ -500,6 +504,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "the facet columns", _V4),
     Migration(5, "the heading field of the SQL BM25", _V5),
     Migration(6, "the embedded engine's word analysis: Lucene's stop words only", _V6),
+    Migration(7, "chunk locations (page, slide, sheet and rows)", _V7),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

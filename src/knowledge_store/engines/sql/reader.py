@@ -25,7 +25,7 @@ from knowledge_store.engines.shared import ChunkIds, content_answer
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.aggregate import aggregate_answer
 from knowledge_store.engines.sql.dialect import SqlDialect
-from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS
+from knowledge_store.engines.sql.statements import EDGE_DIRECTIONS, location_value
 from knowledge_store.engines.sql.traversal import Traversal, graph_hits, traverse
 from knowledge_store.model import (
     AggregateAnswer,
@@ -157,7 +157,19 @@ class SqlReader:
         return {
             r[0]: record(
                 ChunkRecord,
-                (r[0], public(r[1], r[9]), r[1], r[2], r[3], r[4], r[5], heading(r[6]), r[7], r[8]),
+                (
+                    r[0],
+                    public(r[1], r[9]),
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4],
+                    r[5],
+                    heading(r[6]),
+                    r[7],
+                    r[8],
+                    location_value(r[10]),
+                ),
             )
             for r in self._cards(chunk_ids)
         }
@@ -201,6 +213,7 @@ class SqlReader:
                         "heading": heading(r[6]),
                         "start": r[7],
                         "end": r[8],
+                        "location": location_value(r[10]),
                         "href": r[4],
                     }
                 )

@@ -13,7 +13,8 @@ every value is bound. The engines only execute.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from knowledge_store.engines.sql.dialect import SqlDialect, Visibility
@@ -23,6 +24,7 @@ from knowledge_store.model import (
     METRICS,
     ORDER_FIELDS,
     AggregateSpec,
+    ChunkLocation,
     Filters,
     Order,
     SqlHit,
@@ -44,6 +46,8 @@ __all__ = [
     "derived_candidates",
     "entity_cards",
     "load_entity",
+    "location_text",
+    "location_value",
     "metric_sql",
     "probe_chunks",
     "sort_key",
@@ -57,8 +61,21 @@ Statement = tuple[str, dict[str, Any]]
 
 #: What a hydrated chunk is read with (see :func:`chunk_cards`).
 CHUNK_COLUMNS = (
-    'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end", c.ordinal'
+    'c.id, e.uid, e.title, e.type, e.href, c.text, c.heading, c.start, c."end", c.ordinal,'
+    " c.location"
 )
+
+
+def location_text(location: Mapping[str, Any] | None) -> str | None:
+    """A chunk's location as the catalogs store it: JSON text, or NULL."""
+    return None if location is None else json.dumps(dict(location), ensure_ascii=False)
+
+
+def location_value(stored: Any) -> ChunkLocation | None:
+    """A stored location (SQLite: JSON text; PostgreSQL: jsonb, read as a dict)."""
+    if stored is None:
+        return None
+    return ChunkLocation.model_validate(json.loads(stored) if isinstance(stored, str) else stored)
 
 
 def _acl(d: SqlDialect, held: Sequence[str], params: dict[str, Any]) -> str:
@@ -180,7 +197,7 @@ def content_entity(d: SqlDialect, held: Sequence[str], uid: str) -> Statement:
 def content_chunks(d: SqlDialect, entity_row: int) -> Statement:
     """The chunks of an entity (by row id, already checked), in order."""
     return (
-        'SELECT id, ordinal, text, heading, start, "end" FROM chunks'
+        'SELECT id, ordinal, text, heading, start, "end", location FROM chunks'
         f" WHERE entity = {d.param('entity')} ORDER BY ordinal",
         {"entity": entity_row},
     )

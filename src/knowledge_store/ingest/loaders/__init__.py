@@ -6,7 +6,8 @@ returns the good records and the rejected ones, and what it found present
 but did not read (see :class:`LoadResult`). Within one load a uid may appear
 once; a second occurrence is rejected naming the first. Only regular files
 inside the folder given are read; links out of it, FIFOs, devices and sockets
-are skipped and reported (:mod:`.files`).
+are skipped and reported (:mod:`.files`), and so is a file larger than its
+format's :data:`MAX_FILE_BYTES` — told before anything of it is read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,18 @@ from knowledge_store.ingest.loaders.base import (
     Options,
     SourceInfo,
 )
-from knowledge_store.ingest.loaders.files import Skipped, open_regular, walk_folder
+from knowledge_store.ingest.loaders.documents import (
+    DOCUMENT_FORMATS,
+    read_documents,
+    thread_messages,
+)
+from knowledge_store.ingest.loaders.files import (
+    Skipped,
+    open_regular,
+    read_at_most,
+    too_large,
+    walk_folder,
+)
 from knowledge_store.ingest.loaders.jsonl import read_jsonl
 from knowledge_store.ingest.loaders.learn import read_learn
 from knowledge_store.ingest.loaders.markdown import read_markdown_page
@@ -38,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXTENSIONS",
     "FORMATS",
+    "MAX_FILE_BYTES",
     "FetchFailure",
     "LoadResult",
     "LoadedRecord",
@@ -48,15 +61,26 @@ __all__ = [
     "load_paths",
 ]
 
-FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html", "web")
+FORMATS: tuple[str, ...] = ("jsonl", "learn", "markdown", "html", "web", *DOCUMENT_FORMATS)
 #: The file extensions each file format reads when it walks a folder (and auto-detection uses).
 EXTENSIONS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl",),
     "learn": (".json",),
     "markdown": (".md", ".markdown"),
     "html": (".html", ".htm"),
+    **{name: fmt.extensions for name, fmt in DOCUMENT_FORMATS.items()},
 }
 _FORMAT_OF = {suffix: name for name, suffixes in EXTENSIONS.items() for suffix in suffixes}
+#: The largest file each format reads whole, in bytes; a larger one is skipped unread
+#: (JSON Lines files are read a line at a time, each line bounded). A Markdown body
+#: holds at most MAX_BODY_CHARS characters, 4 MB in UTF-8; HTML carries markup.
+MAX_FILE_BYTES: dict[str, int] = {
+    "learn": 64 * 1024**2,
+    "markdown": 8 * 1024**2,
+    "html": 32 * 1024**2,
+}
+#: How each format names its files in a reason.
+_FILES_OF = {"learn": "a Learn unit file", "markdown": "a Markdown file", "html": "an HTML file"}
 
 PageReader = Callable[[bytes, Path, Path, str], Page | Rejection]
 
@@ -114,8 +138,9 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
         found
         if isinstance(found, Skipped)
         else (format or _FORMAT_OF[found.suffix.lower()], found, path)
+        if found.suffix.lower() in wanted
+        else Skipped(str(found), _unsupported(found, format))
         for found in walk_folder(path)
-        if isinstance(found, Skipped) or found.suffix.lower() in wanted
     ]
     if not any(isinstance(step, tuple) for step in plan):
         raise InvalidRequest(
@@ -124,15 +149,27 @@ def _plan(path: Path, format: str | None) -> list[tuple[str, Path, Path] | Skipp
     return plan
 
 
+def _unsupported(found: Path, format: str | None) -> str:
+    """Why a file of a folder is not read: not of the format asked for, or of none."""
+    kind = found.suffix.lower() or "no extension"
+    if format is not None:
+        return f"not {format} ({kind}): this load reads {format} files only"
+    return f"unsupported type ({kind}); the types read are {', '.join(sorted(_FORMAT_OF))}"
+
+
 def _read(
     plan: Iterable[tuple[str, Path, Path] | Skipped], options: Options
 ) -> Iterator[LoadedRecord | Rejection | Skipped]:
     pages: list[Page] = []
+    documents: list[tuple[str, Path, Path]] = []
     for step in plan:
         if isinstance(step, Skipped):
             yield step
             continue
         name, file, folder = step
+        if name in DOCUMENT_FORMATS:
+            documents.append(step)
+            continue
         shown = str(file)
         try:
             opened = open_regular(file, folder)
@@ -146,7 +183,11 @@ def _read(
             yield from read_jsonl(opened, shown, options)
             continue
         with opened:
-            data = opened.read()
+            data = read_at_most(opened, MAX_FILE_BYTES[name])
+        if data is None:
+            size = os.stat(file).st_size
+            yield Skipped(shown, too_large(size, MAX_FILE_BYTES[name], _FILES_OF[name]))
+            continue
         if name == "learn":
             yield from read_learn(data, shown, options)
         else:
@@ -157,6 +198,12 @@ def _read(
                 yield prefixed_rejection(page, absolute, root, options.uid_prefix)
             else:
                 pages.append(page)
+    for outcome in read_documents(documents):
+        if isinstance(outcome, Skipped | Rejection):
+            yield outcome
+        else:
+            pages.extend(outcome)
+    thread_messages(pages)
     # Pages last: their links and folders are resolved against every page of the load.
     yield from site_records(pages, options)
 
@@ -166,7 +213,9 @@ def _source_info(
 ) -> SourceInfo:
     read = [step for step in steps if isinstance(step, tuple)]
     formats = sorted({name for name, _, _ in read})
-    pages = [folder for name, _, folder in read if name in _PAGE_READERS]
+    pages = [
+        folder for name, _, folder in read if name in _PAGE_READERS or name in DOCUMENT_FORMATS
+    ]
     name = source or (Path(os.path.abspath(pages[0])).name if pages else None)
     return SourceInfo(name, ",".join(formats), os.path.abspath(path))
 

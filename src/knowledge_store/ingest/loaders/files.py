@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["Skipped", "inside", "open_regular", "walk_folder"]
+__all__ = ["Skipped", "inside", "open_regular", "read_at_most", "too_large", "walk_folder"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,24 @@ def open_regular(path: Path, folder: Path) -> BinaryIO | Skipped:
         os.close(fd)
         return Skipped(str(path), "it changed between the check and the read; not read")
     return os.fdopen(fd, "rb")
+
+
+def too_large(size: int, limit: int, what: str) -> str:
+    """The reason a file of ``size`` bytes is not read (``what``: "a Markdown file" …)."""
+    return (
+        f"too large: {size:,} bytes; the limit for {what} is {limit:,} bytes"
+        ' (docs/sources.md, "Limits")'
+    )
+
+
+def read_at_most(opened: BinaryIO, limit: int) -> bytes | None:
+    """The whole of ``opened``, or None when it holds more than ``limit`` bytes.
+
+    Its size is checked before anything is read (a 2 GB sparse file costs nothing),
+    and the read stops one byte past the limit whatever the size said (a file that
+    grows while it is read, a size a file system gets wrong).
+    """
+    if os.fstat(opened.fileno()).st_size > limit:
+        return None
+    data = opened.read(limit + 1)
+    return None if len(data) > limit else data

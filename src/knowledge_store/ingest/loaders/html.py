@@ -9,6 +9,14 @@ fenced code keeping the language of ``class="language-x"`` / ``lang-x``.
 The dates a page declares (``article:modified_time``, JSON-LD ``dateModified``
 …, see :func:`~knowledge_store.ingest.dates.declared_dates`) become its
 ``created_at`` / ``updated_at``.
+
+Bounds (a page is input nobody checked): a page whose elements nest deeper than
+:data:`MAX_HTML_DEPTH` (told from its tags, :mod:`.nesting`, before any parse) is
+refused; a page with more than :data:`BOUNDED_TAGS` tags is parsed in a bounded
+worker (:mod:`.bounded`: :data:`HTML_LIMITS`), since its parse time may grow with
+the square of its depth; below the main content, what nests deeper than
+:data:`FLAT_DEPTH` is kept as its text (the conversion to Markdown walks the tree
+recursively). A refused page is one rejection naming it; the rest of the load goes on.
 """
 
 from __future__ import annotations
@@ -24,11 +32,34 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from knowledge_store.errors import Rejection
 from knowledge_store.ingest.dates import Dates, declared_dates
 from knowledge_store.ingest.loaders.base import decode_utf8
+from knowledge_store.ingest.loaders.bounded import Limits, Refused, shared_runner
+from knowledge_store.ingest.loaders.nesting import nesting_depth
 from knowledge_store.ingest.loaders.pages import Page, default_uid
 
-__all__ = ["DEFAULT_TYPE", "HtmlPage", "html_record", "parse_html", "read_html_page"]
+__all__ = [
+    "BOUNDED_TAGS",
+    "DEFAULT_TYPE",
+    "FLAT_DEPTH",
+    "HTML_LIMITS",
+    "MAX_HTML_DEPTH",
+    "HtmlPage",
+    "html_record",
+    "parse_html",
+    "read_html_page",
+]
 
 DEFAULT_TYPE = "page"
+#: A page nesting deeper than this is refused unparsed (the PostgreSQL manual's deepest
+#: page nests 17 deep).
+MAX_HTML_DEPTH = 10_000
+#: Below the main content, elements deeper than this are kept as their text.
+FLAT_DEPTH = 100
+#: A page with more start tags than this is parsed in a bounded worker (the PostgreSQL
+#: manual's largest page has 7,321; lexbor parses 20,000 nested ones in 0.4 s).
+BOUNDED_TAGS = 20_000
+#: The bounds of that worker's parse.
+HTML_LIMITS = Limits(seconds=30.0, cpu_seconds=30, memory_bytes=2 * 1024**3)
+_START_TAG = re.compile(r"<[A-Za-z]")
 _DROPPED_TAGS = ("nav", "aside", "script", "style", "form", "noscript", "template", "footer")
 _CHROME_WORDS = frozenset(
     {
@@ -112,6 +143,8 @@ class HtmlPage:
     base: str | None = None
     dates: Dates = field(default_factory=Dates)
     robots: frozenset[str] = frozenset()
+    #: Why the page was not read (too deep, its parse passed a bound); None when it was.
+    problem: str | None = None
 
 
 def _robots(tree: LexborHTMLParser) -> frozenset[str]:
@@ -124,7 +157,42 @@ def _robots(tree: LexborHTMLParser) -> frozenset[str]:
 
 
 def parse_html(html: str) -> HtmlPage:
-    """The :class:`HtmlPage` of an HTML document."""
+    """The :class:`HtmlPage` of an HTML document, read within the bounds of the module
+    docstring (a page past one has only its ``problem``)."""
+    depth = nesting_depth(html, stop_above=MAX_HTML_DEPTH)
+    if depth > MAX_HTML_DEPTH:
+        return HtmlPage(
+            title=None,
+            body="",
+            problem=f"its elements nest more than {MAX_HTML_DEPTH:,} deep (the limit);"
+            " it is not read",
+        )
+    tags = sum(1 for _ in _START_TAG.finditer(html))
+    if tags <= BOUNDED_TAGS:
+        return _parse(html, depth)
+    page = shared_runner().call(_parse, html, depth, limits=HTML_LIMITS)
+    if isinstance(page, Refused):
+        return HtmlPage(title=None, body="", problem=f"{page.reason} ({tags:,} tags)")
+    assert isinstance(page, HtmlPage)
+    return page
+
+
+def _flatten_deep(main: LexborNode) -> None:
+    """Elements more than :data:`FLAT_DEPTH` below ``main`` become their text."""
+    todo = [(main, 0)]
+    while todo:
+        node, depth = todo.pop()
+        for child in list(node.iter(include_text=False)):
+            if not child.is_element_node:
+                continue
+            if depth + 1 >= FLAT_DEPTH:
+                child.replace_with(child.text(separator="\n"))
+            else:
+                todo.append((child, depth + 1))
+
+
+def _parse(html: str, depth: int) -> HtmlPage:
+    """The page, parsed (``depth``: its nesting, estimated)."""
     tree = LexborHTMLParser(html)
     title_node = tree.css_first("title")
     title = title_node.text(strip=True) if title_node is not None else ""
@@ -140,6 +208,8 @@ def parse_html(html: str) -> HtmlPage:
     body = ""
     links: list[str] = []
     if main is not None:
+        if depth >= FLAT_DEPTH:
+            _flatten_deep(main)
         _strip_chrome(main, is_body=main.tag in ("body", "html", "-undef"))
         links = [node.attributes.get("href") or "" for node in main.css("a[href]")]
         for node in main.css("a[title]"):  # a tooltip, not content: `[text](href)` is enough
@@ -168,7 +238,10 @@ def parse_html(html: str) -> HtmlPage:
 def html_record(
     page: HtmlPage, *, uid: str, file: str, fallback_title: str, href: str
 ) -> dict[str, Any] | Rejection:
-    """The canonical record of a parsed page, or a rejection when its main content is empty."""
+    """The canonical record of a parsed page, or a rejection when it was not read (its
+    ``problem``) or its main content is empty."""
+    if page.problem is not None:
+        return Rejection(file, None, uid, None, page.problem)
     if not page.body:
         return Rejection(
             file,

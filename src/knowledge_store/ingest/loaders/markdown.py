@@ -130,6 +130,7 @@ def read_markdown_page(data: bytes, path: Path, root: Path, file: str) -> Page |
     record.setdefault("uid", uid)
     record.setdefault("type", DEFAULT_TYPE)
     record.setdefault("title", _first_h1(body) or path.stem)
+    record.setdefault("href", path.relative_to(root).as_posix())  # as an HTML page's
     record["body"] = body
     record["attributes"] = attributes
     return Page(file, path, root, record, markdown_links(body))

@@ -48,8 +48,11 @@ from knowledge_store.ingest.crawl import (
 from knowledge_store.ingest.crawl_state import CrawlState, PageState
 from knowledge_store.ingest.dates import Dates, http_date
 from knowledge_store.ingest.loaders.base import FetchFailure, LoadedRecord, Options
+from knowledge_store.ingest.loaders.bounded import Refused, shared_runner
+from knowledge_store.ingest.loaders.documents import DOCUMENT_LIMITS, part_records, read_document
 from knowledge_store.ingest.loaders.html import html_record
 from knowledge_store.ingest.loaders.pages import add_structure_edges, page_entities
+from knowledge_store.ingest.loaders.parts import Unreadable
 
 __all__ = [
     "CrawlReport",
@@ -205,6 +208,8 @@ def _page(
     """A fetched page's entities (or rejections) and the state to remember for it."""
     uid = site.uid(outcome.url)
     name = unquote(urlsplit(outcome.url).path.rstrip("/").rsplit("/", 1)[-1]) or source
+    if outcome.document is not None:
+        return _document(outcome, site, source, options, uid, name)
     record = html_record(
         outcome.page, uid=uid, file=outcome.url, fallback_title=name, href=outcome.url
     )
@@ -219,6 +224,30 @@ def _page(
     uids = tuple(item.entity.uid for item in items if isinstance(item, LoadedRecord))
     links = tuple(followed_links(outcome, site.scope))
     return items, PageState(outcome.etag, outcome.last_modified, uids, links)
+
+
+def _document(
+    outcome: Fetched, site: _Site, source: str, options: Options, uid: str, name: str
+) -> tuple[list[LoadedRecord | Rejection], PageState | None]:
+    """A fetched document (a PDF …) read by the document loaders, within their bounds;
+    one that can't be read is a rejection naming its URL and why."""
+    assert outcome.document is not None
+    fmt, data = outcome.document
+    answer = shared_runner().call(read_document, fmt, data, name, limits=DOCUMENT_LIMITS)
+    if isinstance(answer, Refused | Unreadable):
+        return [Rejection(outcome.url, None, uid, None, answer.reason)], None
+    items: list[LoadedRecord | Rejection] = []
+    records = part_records(answer, uid=uid, href=outcome.url, file_type=fmt, fallback_title=name)
+    for record, _ in records:
+        Dates(None, http_date(outcome.last_modified)).fill(record)
+        record["source"] = source
+        if record["uid"] == uid:
+            add_structure_edges(record, site.parent(outcome.url), ())
+        items.extend(page_entities(record, file=outcome.url, options=options))
+    if any(isinstance(item, Rejection) for item in items):
+        return items, None
+    uids = tuple(item.entity.uid for item in items if isinstance(item, LoadedRecord))
+    return items, PageState(outcome.etag, outcome.last_modified, uids, ())
 
 
 def load_site(url: str, options: Options, web: WebOptions) -> SiteLoad:
