@@ -203,3 +203,29 @@ def test_mail_threads_are_partof_edges_and_subjects_are_titles(tmp_path: Path) -
     assert edges(one, "partOf") == {"archive"}
     assert edges(two, "partOf") == {"archive#message-1"}
     assert edges(later, "partOf") == {"archive#message-2"}
+
+
+def test_a_uid_prefix_names_every_part_and_the_edges_among_them(tmp_path: Path) -> None:
+    """A source's uid prefix goes before the parts' uids too (a chapter, a message), and
+    their edges follow: a part whose document was renamed under it would be cut off."""
+    (tmp_path / "replica.epub").write_bytes(files.epub())
+    first = files.message("Replica lag", "Ann <ann@example.org>", "1@example.org")
+    reply = files.message(
+        "Re: Replica lag", "Bob <bob@example.org>", "2@example.org", "1@example.org"
+    )
+    (tmp_path / "archive.mbox").write_text(files.mbox([first, reply]))
+    result = load_paths(
+        [tmp_path], format=None, source="lib", default_acl=["everyone"], uid_prefix="lib:"
+    )
+    found = entities(result)
+    assert set(found) == {
+        "lib:replica",
+        "lib:replica#chapter-1",
+        "lib:replica#chapter-2",
+        "lib:archive",
+        "lib:archive#message-1",
+        "lib:archive#message-2",
+    }
+    assert edges(found["lib:replica#chapter-1"], "partOf") == {"lib:replica"}
+    assert edges(found["lib:replica#chapter-2"], "xref") == {"lib:replica#chapter-1"}
+    assert edges(found["lib:archive#message-2"], "partOf") == {"lib:archive#message-1"}

@@ -193,12 +193,31 @@ def prefixed_rejection(rejection: Rejection, path: Path, root: Path, prefix: str
     return dataclasses.replace(rejection, uid=f"{prefix}{rejection.uid}")
 
 
-def _with_prefix(page: Page, prefix: str) -> Page:
-    """``page`` with ``prefix`` before its uid, if its uid is its path."""
-    uid = page.record.get("uid")
-    if not prefix or uid != default_uid(page.path, page.root):
-        return page
-    return dataclasses.replace(page, record={**page.record, "uid": f"{prefix}{uid}"})
+def _with_prefix(pages: list[Page], prefix: str) -> list[Page]:
+    """``pages`` with ``prefix`` before every uid taken from a path — a page's, and a
+    document part's (``book#chapter-2``: its document's path, then ``#``) — and the edges
+    among them renamed alike (a part's ``partOf`` its document, a reply's its message)."""
+    if not prefix:
+        return pages
+    renamed: dict[str, str] = {}
+    for page in pages:
+        uid = page.record.get("uid")
+        path_uid = default_uid(page.path, page.root)
+        if isinstance(uid, str) and (uid == path_uid or uid.startswith(f"{path_uid}#")):
+            renamed[uid] = f"{prefix}{uid}"
+    out = []
+    for page in pages:
+        record = dict(page.record)
+        record["uid"] = renamed.get(record.get("uid"), record.get("uid"))  # type: ignore[arg-type]
+        if isinstance(record.get("edges"), list):
+            record["edges"] = [
+                {**edge, "to": renamed.get(edge["to"], edge["to"])}
+                if isinstance(edge, dict) and isinstance(edge.get("to"), str)
+                else edge
+                for edge in record["edges"]
+            ]
+        out.append(dataclasses.replace(page, record=record))
+    return out
 
 
 def site_records(pages: list[Page], options: Options) -> Iterator[LoadedRecord | Rejection]:
@@ -207,7 +226,7 @@ def site_records(pages: list[Page], options: Options) -> Iterator[LoadedRecord |
     A page without dates of its own takes them from its file (:func:`folder_dates`);
     without a source, the name of the folder it was loaded from.
     """
-    pages = [_with_prefix(page, options.uid_prefix) for page in pages]
+    pages = _with_prefix(pages, options.uid_prefix)
     by_path = {page.path: page for page in pages}
     indexes = _folder_indexes(pages)
     dates = _dates(pages)
