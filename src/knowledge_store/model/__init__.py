@@ -144,7 +144,10 @@ from knowledge_store.model.vocabulary import (
     check_labels,
     check_list_bound,
     filter_field,
+    list_names,
     near_misses,
+    register_list,
+    unregister_list,
 )
 
 __all__ = [
@@ -269,9 +272,12 @@ __all__ = [
     "filter_field",
     "format_timestamp",
     "last_heading",
+    "list_names",
     "name_problem",
     "near_misses",
     "normalize_timestamp",
+    "register_list",
     "stored_timestamp",
     "text_problem",
+    "unregister_list",
 ]

@@ -42,6 +42,7 @@ __all__ = [
     "ContentRequest",
     "DocsSearchRequest",
     "FacetsRequest",
+    "FuzzyRequest",
     "GraphRequest",
     "KnowledgeRequest",
     "LearningPathRequest",
@@ -133,6 +134,18 @@ class LexicalRequest(Request):
     @model_validator(mode="after")
     def _not_blank(self) -> Self:
         _words(self, "lexical")
+        return self
+
+
+class FuzzyRequest(LexicalRequest):
+    """Typo-tolerant BM25 over chunks: each word no readable chunk holds is searched as the
+    nearest word (one edit away) that some do."""
+
+    needs: ClassVar[dict[str, str]] = {"query": _needs_words("fuzzy")}
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> Self:
+        _words(self, "fuzzy")
         return self
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from knowledge_store.engines.base import RankedChunks, Reader, Vector
+from knowledge_store.engines.components import ListQuery
 from knowledge_store.errors import NotFound
 from knowledge_store.graphquery.check import checked_query
 from knowledge_store.ingest.embedding import Embedder
@@ -43,6 +44,7 @@ from knowledge_store.requests import (
     ContentRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FuzzyRequest,
     GraphRequest,
     KnowledgeRequest,
     LearningPathRequest,
@@ -151,6 +153,14 @@ class TypesSeen:
         return types
 
 
+#: What an empty lexical answer adds when its words were searched: the words as written
+#: match nothing; a misspelling is what the fuzzy list tolerates.
+_NO_WORD = (
+    "no chunk you can read holds these words as written; if one is misspelt, the fuzzy"
+    " list (`ks fuzzy`, the fuzzy operation) searches the nearest words the store holds"
+)
+
+
 def _unsearched(words: tuple[str, ...]) -> str:
     """Why a lexical query whose every word the index drops found nothing."""
     listed = ", ".join(repr(w) for w in words)
@@ -233,16 +243,37 @@ class StoreReader:
         self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = lexical_request(text, k=k, filters=filters, explain=explain)
+        return self._words_list(
+            "lexical", lexical_request(text, k=k, filters=filters, explain=explain)
+        )
+
+    def fuzzy(
+        self, text: str | FuzzyRequest, *, k: int = 10, filters: Any = None, explain: bool = False
+    ) -> ChunkHits:
+        """BM25 over chunks with misspelt words corrected (``replicaton`` → ``replication``)."""
+        request = request_of(FuzzyRequest, text, query=text, k=k, filters=filters, explain=explain)
+        return self._words_list("fuzzy", request)
+
+    def _words_list(self, name: str, request: LexicalRequest) -> ChunkHits:
+        """The answer of a list that ranks chunks by words (``lexical``, ``fuzzy``)."""
         started = time.perf_counter()
-        ranked = self.engine.lexical(request.query, request.k, request.filters.value, hydrate=True)
+        query = ListQuery(request.query, request.k, request.filters.value, hydrate=True)
+        ranked = self.engine.rank(name, query)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
         details = None
         if request.explain:
             details = self._explained(ranked.details, started, t_rank)
-        dropped = None if hits else unsearched_words(request.query)
-        warnings = () if dropped is None else (_unsearched(dropped),)
+        warnings = tuple(
+            f"searched {word!r} as {to!r}, the nearest word the chunks you can read hold"
+            for word, to in ranked.details.get("corrected", {}).items()
+        )
+        if not hits:
+            dropped = unsearched_words(request.query)
+            if dropped is not None:
+                warnings += (_unsearched(dropped),)
+            elif name == "lexical" and request.filters.value.is_empty:
+                warnings += (_NO_WORD,)
         return self._answer(hits, None, details, warnings)
 
     def vector(
@@ -260,7 +291,8 @@ class StoreReader:
         if vec is None:
             vec = self.embed(request.query)
         t_embed = time.perf_counter()
-        ranked = self.engine.vector(vec, request.k, request.filters.value, hydrate=True)
+        asked = ListQuery(request.query, request.k, request.filters.value, vec, hydrate=True)
+        ranked = self.engine.rank("vector", asked)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
         details = None

@@ -62,7 +62,14 @@ from knowledge_store.model import (
 )
 from knowledge_store.retrieval.adaptive import AdaptiveParams, AdaptiveWeights, adaptive_weights
 from knowledge_store.retrieval.fusion import Fused, RankedList, convex, rrf
-from knowledge_store.retrieval.retrievers import Ranking, Request, Retriever, make_retrievers
+from knowledge_store.retrieval.retrievers import (
+    BUILT_IN,
+    Ranking,
+    Request,
+    Retriever,
+    make_retrievers,
+    retriever_names,
+)
 
 if TYPE_CHECKING:
     from knowledge_store.retrieval.reader import StoreReader
@@ -264,6 +271,10 @@ def plan(
             maximum=GRAPH_MAX_DEPTH,
         )
     fusion = Fusion.of(mode, None)
+    if retrievers is None:
+        # the default lists, and any other registered list a weight names (``fuzzy=1``)
+        named = [n for n in weights or {} if n not in BUILT_IN and n in retriever_names()]
+        retrievers = [*BUILT_IN, *named] if named else None
     configured = tuple(make_retrievers(retrievers))
     names = [r.name for r in configured]
     unknown = sorted(set(weights or {}) - set(names))

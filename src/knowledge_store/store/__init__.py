@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_store.engines.base import Engine, EngineSettings
+from knowledge_store.engines.registry import open_engine  # the engine of a location
 from knowledge_store.errors import ModelMismatch
 from knowledge_store.ingest.embedding import (
     Embedder,
@@ -46,6 +47,7 @@ from knowledge_store.requests import (
     DocsSearchRequest,
     FacetsRequest,
     FilterSpec,
+    FuzzyRequest,
     GraphRequest,
     KnowledgeRequest,
     LearningPathRequest,
@@ -99,31 +101,6 @@ def _identity(who: IdentityLike) -> Identity:
     if isinstance(who, Identity):
         return who
     return Identity(who or "everyone")
-
-
-def open_engine(
-    location: str | Path, settings: EngineSettings | None = None, *, create: bool = True
-) -> Engine:
-    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL.
-
-    ``create=False`` opens only a store that exists: anything else is ``NotFound``
-    ("no store at …"), and nothing is left behind where none was.
-    """
-    text = str(location)
-    chosen = settings or EngineSettings()
-    if text.startswith(("postgresql://", "postgres://", "pg:")):
-        from knowledge_store.engines.postgres.engine import PostgresEngine
-
-        return PostgresEngine.open(
-            text,
-            create=create,
-            keep_server=chosen.keep_server,
-            lexical_ranker=chosen.lexical_ranker,
-            graph_time_limit_s=chosen.graph_time_limit_s,
-        )
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine
-
-    return EmbeddedEngine(Path(text), create=create, graph_time_limit_s=chosen.graph_time_limit_s)
 
 
 class KnowledgeStore(Administration):
@@ -239,6 +216,20 @@ class KnowledgeStore(Administration):
         request = lexical_request(text, k=k, filters=filters, explain=explain)
         with self.reader(identity) as r:
             return r.noted(r.lexical(request), request.filters.value)
+
+    def fuzzy(
+        self,
+        text: str | FuzzyRequest,
+        *,
+        identity: IdentityLike = None,
+        k: int = 10,
+        filters: Any = None,
+        explain: bool = False,
+    ) -> ChunkHits:
+        """BM25 over chunks, each misspelt word searched as the nearest word the store holds."""
+        with self.reader(identity) as r:
+            answer = r.fuzzy(text, k=k, filters=filters, explain=explain)
+            return r.noted(answer, _filters_of(text, filters))
 
     def vector(
         self,

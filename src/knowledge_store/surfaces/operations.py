@@ -54,6 +54,7 @@ from knowledge_store.requests import (
     DeleteRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FuzzyRequest,
     GraphRequest,
     IngestRequest,
     KnowledgeRequest,
@@ -306,6 +307,22 @@ OPERATIONS: tuple[Operation, ...] = (
         rest=(Rest("POST", "/lexical"),),
         graphql="lexical",
         cli=Cli("lexical", ("query",), metavars={"query": "TEXT"}),
+    ),
+    Operation(
+        "fuzzy",
+        FuzzyRequest,
+        _read("fuzzy"),
+        (ChunkHits,),
+        "BM25 over chunks, tolerating typos: a misspelt word is searched as the nearest word"
+        " the store holds",
+        "Rank chunks by BM25 like lexical, after replacing each word that no chunk you can"
+        " read holds with the word one edit away (a letter added, dropped, changed or two"
+        " swapped) that most of them hold: 'replicaton' is searched as 'replication'. Use it"
+        " when lexical finds nothing for a word that may be misspelt. The answer's warnings"
+        " say which words were replaced. Returns chunks like lexical." + _FILTERS,
+        rest=(Rest("POST", "/fuzzy"),),
+        graphql="fuzzy",
+        cli=Cli("fuzzy", ("query",), metavars={"query": "TEXT"}),
     ),
     Operation(
         "vector",

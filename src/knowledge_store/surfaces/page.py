@@ -29,7 +29,7 @@ from markdown_it import MarkdownIt
 
 from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
-from knowledge_store.model import LIST_NAMES, Result, SearchAnswer
+from knowledge_store.model import Result, SearchAnswer
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.shapes import NOTHING_MATCHES
 from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
@@ -162,9 +162,9 @@ def _heading(heading: list[str], title: str) -> str:
 
 
 def _ranks(ranks: dict[str, int | None]) -> str:
+    """A cell per list of the answer (the four, then any other list the search ran)."""
     cells = []
-    for name in LIST_NAMES:
-        rank = ranks.get(name)
+    for name, rank in ranks.items():
         if rank is None:
             cells.append(f'<span class="rank off" title="not in the {name} list">{name} —</span>')
         else:

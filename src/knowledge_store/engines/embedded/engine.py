@@ -39,7 +39,10 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
-from knowledge_store.engines.base import PreparedEntity, Published, Vector
+from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.components import Components
+from knowledge_store.engines.embedded import components as _components  # noqa: F401  (registers)
+from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.embedded.admin import EmbeddedAdmin
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
@@ -76,7 +79,7 @@ from knowledge_store.model import (
     StoreStats,
 )
 
-__all__ = ["EmbeddedEngine"]
+__all__ = ["EmbeddedEngine", "open_store"]
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +151,8 @@ class EmbeddedEngine:
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
+        #: The index components by list (``engines.components``; registered by .components, .fuzzy).
+        self.components = Components(self.name, self)
         with self._writer(wait=False) as acquired:
             if acquired:
                 self._recover()
@@ -606,6 +611,13 @@ class EmbeddedEngine:
         if self._dense is not None:
             self._dense.close()
         self.catalog.close()
+
+
+def open_store(location: str, settings: EngineSettings, create: bool) -> EmbeddedEngine:
+    """The engine registry's opener (``engines.registry``): the store in directory ``location``."""
+    return EmbeddedEngine(
+        Path(location), create=create, graph_time_limit_s=settings.graph_time_limit_s
+    )
 
 
 def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:

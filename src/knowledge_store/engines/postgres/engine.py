@@ -23,8 +23,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import numpy as np
 from psycopg import sql
 
-from knowledge_store.engines.base import PreparedEntity, Published, Vector
+from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.components import Components
 from knowledge_store.engines.postgres import acl
+from knowledge_store.engines.postgres import components as _components  # noqa: F401  (registers)
+from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
@@ -78,7 +81,7 @@ from knowledge_store.model import (
     compose_context,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "split_location"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "open_store", "split_location"]
 
 DEFAULT_SCHEMA = "ks"
 #: ANALYZE after a publish that changed at least this many chunks (fresh planner statistics).
@@ -91,6 +94,17 @@ _SNAPSHOT = (
     " (SELECT value FROM meta WHERE key = 'membership_version'),"
     " (SELECT value FROM meta WHERE key = 'needs_rebuild')"
 )
+
+
+def open_store(location: str, settings: EngineSettings, create: bool) -> PostgresEngine:
+    """The engine registry's opener (``engines.registry``): ``pg:DIR`` or a URL."""
+    return PostgresEngine.open(
+        location,
+        create=create,
+        keep_server=settings.keep_server,
+        lexical_ranker=settings.lexical_ranker,
+        graph_time_limit_s=settings.graph_time_limit_s,
+    )
 
 
 def split_location(text: str) -> tuple[str, str | None]:
@@ -147,6 +161,8 @@ class PostgresEngine:
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
         self.chunk_ids = self._chunk_ids()
+        #: The index components by list (``engines.components``; registered by .components, .fuzzy).
+        self.components = Components(self.name, self)
 
     @classmethod
     def open(
