@@ -49,6 +49,7 @@ from knowledge_store.model import (
     StoreStats,
     VectorInfo,
 )
+from knowledge_store.model.queries import TextAnalysis
 
 if TYPE_CHECKING:
     from knowledge_store.engines.components import ListQuery
@@ -321,6 +322,8 @@ class Engine(Protocol):
     """What every engine implements; tested by the conformance suite."""
 
     name: str
+    #: How the engine's lexical index reads text (query terms, highlighting).
+    text_analysis: TextAnalysis
 
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 

@@ -44,6 +44,7 @@ from knowledge_store.requests import (
     ContentRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FilterSpec,
     FuzzyRequest,
     GraphRequest,
     KnowledgeRequest,
@@ -153,6 +154,9 @@ class TypesSeen:
         return types
 
 
+#: The reads whose answers carry the store's notes on their FILTERS (a type nobody can read).
+_NOTED = frozenset({"search", "lexical", "fuzzy", "vector", "sql", "aggregate"})
+
 #: What an empty lexical answer adds when its words were searched: the words as written
 #: match nothing; a misspelling is what the fuzzy list tolerates.
 _NO_WORD = (
@@ -231,6 +235,17 @@ class StoreReader:
         if not notes:
             return answer
         return answer.model_copy(update={"warnings": (*answer.warnings, *notes)})
+
+    def answer(self, method: str, request: Request) -> Any:
+        """The answer of the read ``method`` (``search``, ``content``, ``get_related``…) to its
+        validated ``request`` — what every surface serves, the store's notes on the request's
+        FILTERS included (:meth:`noted`) — on this reader: the operation table's way in
+        (``surfaces.operations.read_on``), for a request that makes several reads."""
+        found = getattr(self, method)(request)
+        if method in _NOTED:
+            spec = getattr(request, "filters", None)
+            return self.noted(found, spec.value if isinstance(spec, FilterSpec) else Filters())
+        return found
 
     # -- primitives ---------------------------------------------------------------------------
     def _chunk_hits(self, ranked: RankedChunks) -> list[ChunkHit]:

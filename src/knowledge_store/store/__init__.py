@@ -41,6 +41,7 @@ from knowledge_store.model import (
     SqlHits,
     StoreStats,
 )
+from knowledge_store.model.queries import TextAnalysis
 from knowledge_store.requests import (
     AggregateRequest,
     ContentRequest,
@@ -78,6 +79,7 @@ from knowledge_store.store.admin import Administration
 
 __all__ = [
     "DEFAULT_STORE",
+    "EngineSettings",
     "KnowledgeStore",
     "get_learning_path",
     "get_related",
@@ -155,6 +157,11 @@ class KnowledgeStore(Administration):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def text_analysis(self) -> TextAnalysis:
+        """How this store's lexical index reads text: a query's terms, where a text holds them."""
+        return self.engine.text_analysis
 
     # -- embedder ----------------------------------------------------------------------
     @property

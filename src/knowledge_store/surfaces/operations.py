@@ -85,6 +85,7 @@ from knowledge_store.surfaces.shapes import (
 )
 
 if TYPE_CHECKING:
+    from knowledge_store.retrieval.reader import StoreReader
     from knowledge_store.store import KnowledgeStore
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "Operation",
     "Rest",
     "operation",
+    "read_on",
 ]
 
 #: What an operation runs: the store, the caller (identity, admin scope), the validated request.
@@ -165,16 +167,23 @@ class Operation:
         """The answer model (the first, where a caller's scope chooses between two)."""
         return self.answers[0]
 
+    @property
+    def reads(self) -> str | None:
+        """The reader method of a read (None: an operation that is not one read)."""
+        return getattr(self.run, "reads", None)
+
 
 # -- what runs ------------------------------------------------------------------------------------
 def _read(method: str) -> Runner:
-    """A read: the store method ``method``, with the request, as the caller."""
+    """A read: the store method ``method``, with the request, as the caller (one reader);
+    :func:`read_on` runs it on a reader the caller holds (the reader method of that name)."""
 
     def run(store: KnowledgeStore, caller: Caller, request: Any) -> Answer:
         answer: Answer = getattr(store, method)(request, identity=caller.identity)
         return answer
 
     run.__name__ = method
+    run.reads = method  # type: ignore[attr-defined]
     return run
 
 
@@ -663,3 +672,13 @@ _BY_NAME = {op.name: op for op in OPERATIONS}
 def operation(name: str) -> Operation:
     """The operation called ``name``."""
     return _BY_NAME[name]
+
+
+def read_on(reader: StoreReader, name: str, fields: Mapping[str, Any]) -> Any:
+    """The read operation ``name`` on an open ``reader``: ``fields`` validated by its request
+    model (every bound of every surface), answered as every surface answers it — for a
+    surface that makes several reads for one request (the search page) on one reader."""
+    op = _BY_NAME[name]
+    if op.reads is None:
+        raise ValueError(f"{name} is not a read")
+    return reader.answer(op.reads, op.request.model_validate(dict(fields)))

@@ -44,6 +44,7 @@ from knowledge_store.engines.components import Components
 from knowledge_store.engines.embedded import components as _components  # noqa: F401  (registers)
 from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.embedded.admin import EmbeddedAdmin
+from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
@@ -153,6 +154,8 @@ class EmbeddedEngine:
         self.chunk_ids = self.catalog.chunk_ids()
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
+        #: How the lexical index reads text (the search page highlights with it).
+        self.text_analysis = Analyzers()
         with self._writer(wait=False) as acquired:
             if acquired:
                 self._recover()

@@ -25,6 +25,7 @@ from psycopg import sql
 
 from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
 from knowledge_store.engines.components import Components
+from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.postgres import acl
 from knowledge_store.engines.postgres import components as _components  # noqa: F401  (registers)
 from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (registers)
@@ -163,6 +164,9 @@ class PostgresEngine:
         self.chunk_ids = self._chunk_ids()
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
+        #: How the lexical statements read text: the reference analysis they mirror in SQL
+        #: (schema.py; tests/conformance/test_postgres_analysis.py holds them together).
+        self.text_analysis = Analyzers()
 
     @classmethod
     def open(
