@@ -76,6 +76,10 @@ from knowledge_store.model.text import (
 from knowledge_store.model.values import DEFAULT_ORDER, AggregateSpec, GraphQuery, Order
 from knowledge_store.model.vocabulary import (
     ACL_FROM,
+    DEFAULT_DEPTH,
+    DEFAULT_DIRECTION,
+    DEFAULT_K,
+    DEFAULT_KNOWLEDGE_K,
     DEFAULT_QUERY_GRAPH_LIMIT,
     DIMENSIONS,
     DIRECTIONS,
@@ -152,6 +156,10 @@ from knowledge_store.model.vocabulary import (
 
 __all__ = [
     "ACL_FROM",
+    "DEFAULT_DEPTH",
+    "DEFAULT_DIRECTION",
+    "DEFAULT_K",
+    "DEFAULT_KNOWLEDGE_K",
     "DEFAULT_ORDER",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DELETED_UIDS_SHOWN",

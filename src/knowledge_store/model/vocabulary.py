@@ -17,6 +17,10 @@ from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 
 __all__ = [
     "ACL_FROM",
+    "DEFAULT_DEPTH",
+    "DEFAULT_DIRECTION",
+    "DEFAULT_K",
+    "DEFAULT_KNOWLEDGE_K",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DIMENSIONS",
     "DIRECTIONS",
@@ -248,6 +252,17 @@ ORDER_FIELDS: tuple[str, ...] = ("updated_at", "created_at", "title")
 ORDER_SPECS: tuple[str, ...] = tuple(
     spec for f in ORDER_FIELDS for spec in (f, f"{f}:asc", f"{f}:desc")
 )
+
+# -- defaults: each declared once; every request model, and so every surface, reads it -------------
+
+#: Results a read returns when the request does not say (search, the primitives, the docs tools).
+DEFAULT_K = 10
+#: Sources ``search_knowledge`` returns when the request does not say (a chat's context).
+DEFAULT_KNOWLEDGE_K = 5
+#: Hops of the graph primitive, of ``get_related`` and of fused search's graph stage.
+DEFAULT_DEPTH = 1
+#: Which way a graph walk follows edges when the request does not say.
+DEFAULT_DIRECTION: Direction = "both"
 
 # -- bounds ------------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from rich.progress import Progress
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.records import json_objects, read_lines
-from knowledge_store.model import Filters, Identity
+from knowledge_store.model import DEFAULT_DEPTH, Filters, Identity
 from knowledge_store.retrieval.fusion import RankedList, parse_weights
 from knowledge_store.retrieval.retrievers import Request, Retriever, make_retrievers
 from knowledge_store.retrieval.search import CANDIDATES, MODES, Fuser, Fusion, fuse_stages
@@ -134,7 +134,7 @@ def collect(
     identity: Identity | None = None,
     candidates: int = CANDIDATES,
     retrievers: Sequence[str | Retriever] | None = None,
-    depth: int = 1,
+    depth: int = DEFAULT_DEPTH,
     progress: bool = False,
     lists: Mapping[str, list[RankedList]] | None = None,
 ) -> Collected:

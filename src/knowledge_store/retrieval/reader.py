@@ -86,7 +86,7 @@ def request_of(model: type[R], given: object, **fields: Any) -> R:
 
 
 def lexical_request(
-    text: str | LexicalRequest, *, k: int, filters: Any, explain: bool
+    text: str | LexicalRequest, *, k: int | None, filters: Any, explain: bool
 ) -> LexicalRequest:
     """The lexical request of a text, or the request itself."""
     return request_of(LexicalRequest, text, query=text, k=k, filters=filters, explain=explain)
@@ -95,7 +95,7 @@ def lexical_request(
 def search_request(
     text: str | SearchRequest | None,
     *,
-    k: int,
+    k: int | None,
     filters: Any,
     mode: str | None,
     weights: Mapping[str, float] | None,
@@ -115,7 +115,7 @@ def search_request(
 
 
 def vector_request(
-    query: str | np.ndarray | VectorRequest, *, k: int, filters: Any, explain: bool
+    query: str | np.ndarray | VectorRequest, *, k: int | None, filters: Any, explain: bool
 ) -> VectorRequest:
     """The vector request of a text, a query vector, or the request itself."""
     if isinstance(query, np.ndarray):
@@ -255,7 +255,12 @@ class StoreReader:
         return self.engine.chunk_hits(ranked.ids, ranked.scores)[1]
 
     def lexical(
-        self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False
+        self,
+        text: str | LexicalRequest,
+        *,
+        k: int | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
         return self._words_list(
@@ -263,7 +268,12 @@ class StoreReader:
         )
 
     def fuzzy(
-        self, text: str | FuzzyRequest, *, k: int = 10, filters: Any = None, explain: bool = False
+        self,
+        text: str | FuzzyRequest,
+        *,
+        k: int | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks with misspelt words corrected (``replicaton`` → ``replication``)."""
         request = request_of(FuzzyRequest, text, query=text, k=k, filters=filters, explain=explain)
@@ -295,7 +305,7 @@ class StoreReader:
         self,
         query: str | np.ndarray | VectorRequest,
         *,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -347,7 +357,9 @@ class StoreReader:
             "reader": self.explain(),
         }
 
-    def sql(self, filters: Any = None, *, order: str | None = None, k: int = 10) -> SqlHits:
+    def sql(
+        self, filters: Any = None, *, order: str | None = None, k: int | None = None
+    ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         request = request_of(SqlRequest, filters, filters=filters, order=order, k=k)
         return self.engine.sql(request.filters.value, request.order_value, request.k)
@@ -365,10 +377,10 @@ class StoreReader:
         self,
         starts: Sequence[str] | GraphRequest,
         *,
-        depth: int = 1,
+        depth: int | None = None,
         labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency.
 
@@ -420,7 +432,7 @@ class StoreReader:
         self,
         text: str | SearchRequest | None = None,
         *,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         mode: str | None = None,
         weights: Mapping[str, float] | None = None,
@@ -450,21 +462,29 @@ class StoreReader:
 
     # -- docs tools ------------------------------------------------------------------------------
     def docs_search(
-        self, text: str | DocsSearchRequest | None = None, *, k: int = 10, filters: Any = None
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        k: int | None = None,
+        filters: Any = None,
     ) -> SearchAnswer:
         """Fused search over every type but ``codeSample``."""
         request = request_of(DocsSearchRequest, text, query=text, k=k, filters=filters)
         return knowledge.docs_search(self, request)
 
     def code_sample_search(
-        self, text: str | DocsSearchRequest | None = None, *, k: int = 10, filters: Any = None
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        k: int | None = None,
+        filters: Any = None,
     ) -> knowledge.CodeSamples:
         """Fused search over ``codeSample`` entities: each with its code, language and page."""
         request = request_of(DocsSearchRequest, text, query=text, k=k, filters=filters)
         return knowledge.code_sample_search(self, request)
 
     def search_knowledge(
-        self, text: str | KnowledgeRequest, *, k: int = 5, filters: Any = None
+        self, text: str | KnowledgeRequest, *, k: int | None = None, filters: Any = None
     ) -> knowledge.Knowledge:
         """Fused search as cited passages and one context block, for a chat model."""
         request = request_of(KnowledgeRequest, text, query=text, k=k, filters=filters)
@@ -475,9 +495,9 @@ class StoreReader:
         uid: str | RelatedRequest,
         *,
         labels: Sequence[str] = (),
-        depth: int = 1,
-        direction: str = "both",
-        k: int = 10,
+        depth: int | None = None,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> docs_tools.Related:
         """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
         request = request_of(

@@ -35,6 +35,7 @@ from knowledge_store.engines.base import EntityCard, RankedChunks
 from knowledge_store.engines.components import ListQuery
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import (
+    DEFAULT_DEPTH,
     DEFAULT_ORDER,
     MAX_K,
     Filters,
@@ -104,7 +105,7 @@ class Request:
     filters: Filters = field(default_factory=Filters)
     k: int = 100
     seeds: tuple[str, ...] = ()
-    depth: int = 1
+    depth: int = DEFAULT_DEPTH
 
     @property
     def has_text(self) -> bool:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from knowledge_store.engines.base import EntityCard
 from knowledge_store.errors import BoundExceeded, InvalidRequest
 from knowledge_store.model import (
+    DEFAULT_DEPTH,
     FUSION_MODES,
     GRAPH_MAX_DEPTH,
     LIST_NAMES,
@@ -112,7 +113,6 @@ ADAPTIVE_BASE = "convex"
 ADAPTIVE = AdaptiveParams(question=0.5, identifier=1.0)
 #: How many fused entities of the query stage seed the expand stage.
 SEEDS = 10
-DEFAULT_DEPTH = 1
 EVIDENCE_PER_RESULT = 3
 _SUCCESSOR_ROUNDS = 3
 

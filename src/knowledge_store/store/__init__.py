@@ -215,7 +215,7 @@ class KnowledgeStore(Administration):
         text: str | LexicalRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -229,7 +229,7 @@ class KnowledgeStore(Administration):
         text: str | FuzzyRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -243,7 +243,7 @@ class KnowledgeStore(Administration):
         query: str | np.ndarray | VectorRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -257,7 +257,7 @@ class KnowledgeStore(Administration):
         text: str | SearchRequest | None = None,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         mode: str | None = None,
         weights: Mapping[str, float] | None = None,
@@ -277,7 +277,7 @@ class KnowledgeStore(Administration):
         *,
         identity: IdentityLike = None,
         order: str | None = None,
-        k: int = 10,
+        k: int | None = None,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         with self.reader(identity) as r:
@@ -301,10 +301,10 @@ class KnowledgeStore(Administration):
         starts: Sequence[str] | GraphRequest,
         *,
         identity: IdentityLike = None,
-        depth: int = 1,
+        depth: int | None = None,
         labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
         with self.reader(identity) as r:
@@ -336,7 +336,7 @@ class KnowledgeStore(Administration):
         text: str | DocsSearchRequest | None = None,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
     ) -> SearchAnswer:
         """Fused search over every type but ``codeSample``."""
@@ -348,7 +348,7 @@ class KnowledgeStore(Administration):
         text: str | DocsSearchRequest | None = None,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
     ) -> CodeSamples:
         """Fused search over ``codeSample`` entities: each with its code, language and page."""
@@ -360,7 +360,7 @@ class KnowledgeStore(Administration):
         text: str | KnowledgeRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 5,
+        k: int | None = None,
         filters: Any = None,
     ) -> Knowledge:
         """Fused search as cited passages and one context block, for a chat model."""
@@ -373,9 +373,9 @@ class KnowledgeStore(Administration):
         *,
         identity: IdentityLike = None,
         labels: Sequence[str] = (),
-        depth: int = 1,
-        direction: str = "both",
-        k: int = 10,
+        depth: int | None = None,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> Related:
         """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
         with self.reader(identity) as r:
@@ -455,9 +455,9 @@ def get_related(
     *,
     identity: IdentityLike = None,
     labels: Sequence[str] = (),
-    depth: int = 1,
-    direction: str = "both",
-    k: int = 10,
+    depth: int | None = None,
+    direction: str | None = None,
+    k: int | None = None,
 ) -> Related:
     """Entities linked to ``uid`` within ``depth`` ≤ 3 hops, ranked as the graph primitive."""
     with _reading(source, identity) as r:
