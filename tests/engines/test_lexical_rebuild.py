@@ -43,7 +43,7 @@ REBUILDER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    import knowledge_store.engines.embedded.engine as engine_module
+    import knowledge_store.engines.embedded.derived as derived_module
     from knowledge_store.engines.embedded.lexical import LexicalIndex
     from knowledge_store.store import KnowledgeStore
 
@@ -57,7 +57,7 @@ REBUILDER = textwrap.dedent(
                 sys.exit(f"gate {name} never opened")
             time.sleep(0.02)
 
-    engine_module._REBUILD_BATCH = batch
+    derived_module.REBUILD_BATCH = batch
     leftovers, add, added = LexicalIndex.remove_leftovers, LexicalIndex.add, []
 
     def held(self):

@@ -119,8 +119,9 @@ def vector_request(
 ) -> VectorRequest:
     """The vector request of a text, a query vector, or the request itself."""
     if isinstance(query, np.ndarray):
+        given = {"k": k, "filters": filters}
         return VectorRequest.of_array(
-            query, k=k, explain=explain, **({} if filters is None else {"filters": filters})
+            query, explain=explain, **{name: v for name, v in given.items() if v is not None}
         )
     return request_of(VectorRequest, query, query=query, k=k, filters=filters, explain=explain)
 
@@ -156,13 +157,6 @@ class TypesSeen:
 
 #: The reads whose answers carry the store's notes on their FILTERS (a type nobody can read).
 _NOTED = frozenset({"search", "lexical", "fuzzy", "vector", "sql", "aggregate"})
-
-#: What an empty lexical answer adds when its words were searched: the words as written
-#: match nothing; a misspelling is what the fuzzy list tolerates.
-_NO_WORD = (
-    "no chunk you can read holds these words as written; if one is misspelt, the fuzzy"
-    " list (`ks fuzzy`, the fuzzy operation) searches the nearest words the store holds"
-)
 
 
 def _unsearched(words: tuple[str, ...]) -> str:
@@ -293,12 +287,9 @@ class StoreReader:
             f"searched {word!r} as {to!r}, the nearest word the chunks you can read hold"
             for word, to in ranked.details.get("corrected", {}).items()
         )
-        if not hits:
-            dropped = unsearched_words(request.query)
-            if dropped is not None:
-                warnings += (_unsearched(dropped),)
-            elif name == "lexical" and request.filters.value.is_empty:
-                warnings += (_NO_WORD,)
+        dropped = None if hits else unsearched_words(request.query)
+        if dropped is not None:
+            warnings += (_unsearched(dropped),)
         return self._answer(hits, None, details, warnings)
 
     def vector(

@@ -31,7 +31,6 @@ import logging
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,13 +44,18 @@ from knowledge_store.engines.embedded import components as _components  # noqa: 
 from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.embedded.admin import EmbeddedAdmin
 from knowledge_store.engines.embedded.analysis import Analyzers
-from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
+from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
-from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
-from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
+from knowledge_store.engines.embedded.derived import (
+    DENSE_FILE,
+    REBUILD_BATCH,
+    DenseDerived,
+    Derived,
+    LexicalDerived,
+)
 from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.reader import EmbeddedReader
-from knowledge_store.engines.embedded.views import View, Views, rebuilding
+from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
     check_own_directory,
@@ -84,7 +88,6 @@ __all__ = ["EmbeddedEngine", "open_store"]
 
 log = logging.getLogger(__name__)
 
-_DENSE_FILE = "dense.hnsw"
 #: What a store directory holds (and a killed first open may have left): the catalog and its
 #: ``-wal`` / ``-shm`` / ``-journal``, the lexical index, the write lock, the dense index and
 #: the temp files of a killed save (``dense.hnsw.tmp<pid>``).
@@ -95,11 +98,6 @@ _STORE_FILE = re.compile(
 
 def _is_store_file(name: str) -> bool:
     return _STORE_FILE.fullmatch(name) is not None
-
-
-_REBUILD_BATCH = 2000
-#: Why a failed publish rebuilds the lexical index (it had taken that publish's changes).
-_UNDONE = "a publish that failed after the index took its changes"
 
 
 def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
@@ -143,10 +141,14 @@ class EmbeddedEngine:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
         self._write_lock = WriteLock(self.path)
-        # Files of another schema are replaced by whoever holds the write lock first.
-        self.lexical_index = LexicalIndex(self.path / "lexical")
-        self._dense: DenseIndex | None = None
-        self.views = Views(self)
+        #: The derived indexes (``.derived``), each a component with its own watermark: the
+        #: writer catches them up, applies publishes to them and rebuilds them, in this order.
+        self.lexical = LexicalDerived(self.catalog, self.path / "lexical", self._write_lock)
+        self.dense_index = DenseDerived(self.catalog, self.path / DENSE_FILE)
+        self.derived: tuple[Derived, ...] = (self.lexical, self.dense_index)
+        #: The Tantivy index itself (the lexical component's).
+        self.lexical_index = self.lexical.index
+        self.views = Views(self.catalog, self.lexical, self.dense_index)
         self.owners = ChunkOwners(self.catalog)
         self._admin = EmbeddedAdmin(self)
         #: Why the derived indexes could not catch up last time (None: they did).
@@ -168,18 +170,11 @@ class EmbeddedEngine:
     def admin(self) -> EmbeddedAdmin:
         return self._admin
 
-    # -- opening the derived indexes --------------------------------------------------
+    # -- the derived indexes ------------------------------------------------------------------
     @property
     def dense(self) -> DenseIndex | None:
-        """The HNSW index of the store's model (reopened when a re-embedding changed the
-        dimension: the file of the old one loads empty, and catching up rebuilds it)."""
-        model = self.model()
-        return None if model is None else self._dense_of(model[1])
-
-    def _dense_of(self, dimension: int) -> DenseIndex:
-        if self._dense is None or self._dense.dimension != dimension:
-            self._dense = DenseIndex(self.path / _DENSE_FILE, dimension)
-        return self._dense
+        """The HNSW index of the store's model (see :class:`~.derived.DenseDerived`)."""
+        return self.dense_index.index
 
     # -- the single writer ----------------------------------------------------------------
     @contextmanager
@@ -193,8 +188,8 @@ class EmbeddedEngine:
         """At open, holding the write lock: repair what a killed writer or an older
         version left, then catch the derived indexes up (a failure is logged, never
         raised: the catalog-backed primitives answer regardless)."""
-        remove_dense_leftovers(self.path / _DENSE_FILE)
-        self.lexical_index.remove_leftovers()
+        for index in self.derived:
+            index.remove_leftovers()
         self.catalog.repair_timestamps()
         try:  # the publish inside the last commit, not the sidecar's (a kill may split them)
             self.lexical_index.reload()
@@ -202,36 +197,14 @@ class EmbeddedEngine:
             self._derived_failed(exc)
         self._catch_up_or_log()
         if self.derived_error is None:
-            self.lexical_index.forget_rebuild()  # one killed before it emptied the index
+            self.lexical.forget_cut_rebuild()  # one killed before it emptied the index
 
-    def _catch_up(self, *, persist: bool = True) -> None:
-        """Bring the derived indexes to the catalog's latest publish (idempotent).
-
-        An index *ahead* of the catalog holds a publish that never committed (a
-        writer died between its index commit and its catalog commit): rebuilt.
-        Behind means a writer died, or its index update failed: a killed writer's
-        leftovers go first (a delete file its Tantivy commit wrote without recording
-        it would collide with this commit's).
-        """
+    def _catch_up(self) -> None:
+        """Bring every derived index to the catalog's latest publish (idempotent; each
+        component knows how: ``Derived.catch_up``)."""
         latest, _ = self.catalog.latest_publish()
-        if why := self._lexical_rebuild_reason(latest):
-            # unusable files, ahead of the catalog, or empty (new, replaced for another
-            # schema, or a rebuild cut short): every chunk, a batch at a time, instead of
-            # replaying the whole ops log in one list
-            self._rebuild_lexical(latest, why)
-        elif self.lexical_index.watermark < latest:
-            self.lexical_index.remove_leftovers()
-            with self.catalog.read() as conn:
-                self._apply_lexical(conn, self.lexical_index.watermark, latest)
-        dense = self.dense
-        if dense is not None and dense.watermark > latest:
-            dense.clear()
-        if dense is not None and dense.watermark < latest:
-            remove_dense_leftovers(self.path / _DENSE_FILE)
-            with self.catalog.read() as conn:
-                self._apply_dense(conn, dense, dense.watermark, latest)
-            if persist:
-                dense.save(latest)
+        for index in self.derived:
+            index.catch_up(latest)
         self.derived_error = None
 
     def _catch_up_or_log(self) -> None:
@@ -246,87 +219,6 @@ class EmbeddedEngine:
     def _derived_failed(self, exc: StoreError) -> None:
         self.derived_error = exc.message
         log.warning("derived indexes behind the catalog: %s", exc.message)
-
-    def _apply_lexical(self, conn: sqlite3.Connection, since: int, latest: int) -> None:
-        ops = self.catalog.ops_since(since, conn)
-        touched = sorted({op.chunk for op in ops})
-        readd = sorted({op.chunk for op in ops if op.op != "del"})
-        if touched:
-            self.lexical_index.delete_chunks(touched)
-        self.lexical_index.add(self._lexical_docs(conn, readd))
-        self.lexical_index.commit(latest)
-
-    def _lexical_docs(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[LexicalDoc]:
-        """The lexical index's documents for ``chunk_ids``, each with its ACL's principals."""
-        rows = self.catalog.chunk_rows(conn, chunk_ids)
-        acls = self.catalog.acl_sets_principals(conn, {r.acl_set for r in rows})
-        return [_lexical_doc(r, acls.get(r.acl_set, ())) for r in rows]
-
-    def _apply_dense(
-        self, conn: sqlite3.Connection, dense: DenseIndex, since: int, latest: int
-    ) -> None:
-        """Apply the chunk ops since ``since`` in memory and mark ``latest`` (no save)."""
-        ops = self.catalog.ops_since(since, conn)
-        removed = sorted({op.chunk for op in ops if op.op == "del"})
-        added = sorted({op.chunk for op in ops if op.op == "add"})
-        if removed:
-            dense.remove(removed)
-        ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
-        if len(ids):
-            dense.add(ids, vectors)
-        dense.mark(latest)
-
-    def _lexical_rebuild_reason(self, latest: int) -> str | None:
-        """Why the lexical index must be rebuilt from the catalog (None: it can catch up)."""
-        index = self.lexical_index
-        if index.stale is not None:
-            index.reload()  # another process may have rebuilt it since this one looked
-        if index.stale is not None:
-            return f"the index {index.stale}"
-        if index.watermark > latest:
-            return "the index held a publish the catalog never committed"
-        if index.watermark == 0 < latest:
-            cut = index.rebuilding()
-            if cut is not None:
-                return f"a rebuild by process {cut.pid} ({cut.reason}) was cut short"
-            return "the index was empty"
-        return None
-
-    def _rebuild_lexical(self, latest: int, why: str) -> None:
-        """The lexical index from every chunk of the catalog, :data:`_REBUILD_BATCH` at a time
-        (memory stays flat; replaying the ops log held every document of the store at once).
-
-        The write lock held. Index files this process can't use are replaced here, and the
-        sidecar records the rebuild and its progress (the other processes' readers say so)
-        until its commit: one killed midway leaves an empty index, which the next holder of
-        the write lock rebuilds.
-        """
-        started = time.perf_counter()
-        with self.catalog.read() as conn:
-            ids = self.catalog.all_chunk_ids(conn)
-            self._clear_lexical(why, len(ids))
-            if len(ids) > _REBUILD_BATCH:
-                log.warning("lexical index: indexing %d chunks from the catalog", len(ids))
-            for i in range(0, len(ids), _REBUILD_BATCH):
-                self.lexical_index.add(self._lexical_docs(conn, ids[i : i + _REBUILD_BATCH]))
-                self.lexical_index.rebuilt(min(i + _REBUILD_BATCH, len(ids)))
-        self.lexical_index.commit(latest)
-        if len(ids) > _REBUILD_BATCH:
-            log.warning(
-                "lexical index: %d chunks indexed in %.1f s",
-                len(ids),
-                time.perf_counter() - started,
-            )
-
-    def _clear_lexical(self, why: str, total: int) -> None:
-        """The start of a rebuild of ``total`` chunks: recorded, then the index emptied (a
-        lexical index that can't even be cleared is recreated)."""
-        self.lexical_index.begin_rebuild(why, total)
-        try:
-            self.lexical_index.clear()
-        except StoreError as exc:
-            log.warning("the lexical index can't be cleared (%s); recreating it", exc)
-            self.lexical_index.recreate()
 
     # -- readers --------------------------------------------------------------------------------
     @contextmanager
@@ -399,28 +291,20 @@ class EmbeddedEngine:
         meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self._writer():
             self._catch_up_or_log()
-            dense: DenseIndex | None = self._dense_of(dimension)
-            lexical_done = False
             try:
                 with self.catalog.write() as conn:
                     publish, root = self.catalog.replace_embeddings(
                         conn, ids, matrix, meta, base_root=base_root
                     )
-                    self.lexical_index.commit(publish)
-                    lexical_done = True
-                    if dense is not None:
-                        dense.clear()
-                        dense.add(keys, matrix)
-                        dense.mark(publish)
+                    self.lexical.mark(publish)  # its texts are unchanged: the watermark moves
+                    self.dense_index.reembed(publish, keys, matrix, dimension)
             except BaseException:
-                if lexical_done:
-                    self._rebuild_lexical(self.catalog.latest_publish()[0], _UNDONE)
-                self.lexical_index.rollback()
-                self._dense = None  # the recorded model's index reopens from its file
+                self._abort()
+                self.dense_index.forget()  # the recorded model's index reopens from its file
                 self._catch_up_or_log()
                 raise
-            if dense is not None:
-                dense.save(publish)
+            for index in self.derived:
+                index.published(publish)
             return root
 
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
@@ -460,8 +344,6 @@ class EmbeddedEngine:
         with self._writer():
             _check_model(self.model(), model)
             self._catch_up_or_log()
-            dense = self.dense
-            lexical_done = False
             try:
                 with self.catalog.write() as conn:
                     latest = self.catalog.latest_publish(conn)
@@ -474,39 +356,35 @@ class EmbeddedEngine:
                         return record_source(conn, SQLITE, source, Published.of(plan))
                     self.catalog.apply(conn, plan, kind=kind)
                     record_source(conn, SQLITE, source, Published.of(plan))
-                    self._follow(conn, dense, plan.publish)
-                    lexical_done = True
+                    self._follow(conn, plan.publish)
             except BaseException:
-                # Nothing of this publish may survive in a derived index.
-                if lexical_done:
-                    self._rebuild_lexical(self.catalog.latest_publish()[0], _UNDONE)
-                self.lexical_index.rollback()
-                if dense is not None:
-                    dense.reload()
-                    self._catch_up_or_log()
+                self._abort()
                 raise
-            if dense is None and self.dense is not None:  # the first publish set the model
-                self._catch_up_or_log()
-            if self.dense is not None and self.dense.watermark == plan.publish:
-                self.dense.save(plan.publish)
+            for index in self.derived:
+                index.published(plan.publish)
             return Published.of(plan)
 
-    def _follow(self, conn: sqlite3.Connection, dense: DenseIndex | None, publish: int) -> None:
-        """Inside a publish's catalog transaction: bring the derived indexes to ``publish``.
+    def _abort(self) -> None:
+        """A publish failed: nothing of it may survive in a derived index (each is brought
+        back to the catalog's latest publish; one that can't be is logged, as at open)."""
+        latest = self.catalog.latest_publish()[0]
+        for index in self.derived:
+            try:
+                index.abort(latest)
+            except StoreError as exc:
+                self._derived_failed(exc)
+
+    def _follow(self, conn: sqlite3.Connection, publish: int) -> None:
+        """Inside a publish's catalog transaction: bring every derived index to ``publish``.
 
         An index that fails (StoreError) is rolled back to what it committed and left
         behind, the reason kept: the catalog commits regardless.
         """
-        try:
-            self._apply_lexical(conn, self.lexical_index.watermark, publish)
-        except StoreError as exc:
-            self.lexical_index.rollback()
-            self._derived_failed(exc)
-        if dense is not None:
+        for index in self.derived:
             try:
-                self._apply_dense(conn, dense, dense.watermark, publish)
+                index.follow(conn, publish)
             except StoreError as exc:
-                dense.reload()
+                index.undo()
                 self._derived_failed(exc)
 
     # -- sources and crawl state (engines.sql.sources) ----------------------------------------------
@@ -545,12 +423,12 @@ class EmbeddedEngine:
             segments = self.lexical_index.num_segments()
         except StoreError as exc:
             segments, self.derived_error = 0, exc.message
-        dense = self._dense  # not loaded just for stats: its file's header says as much
-        on_disk = file_watermark(self.path / _DENSE_FILE)
+        dense = self.dense_index.loaded()  # not loaded just for stats: its file's header says
+        on_disk = file_watermark(self.path / DENSE_FILE)
         error = self.derived_error
         if error is None and self.lexical_index.watermark != latest:
             # another process rebuilds the lexical index (or must): say so, with its progress
-            rebuild = rebuilding(self)
+            rebuild = self.lexical.rebuilding()
             error = None if rebuild is None else rebuild[0]
         indexes = {
             "publish": latest,
@@ -580,39 +458,30 @@ class EmbeddedEngine:
         (both logged); a lexical index that can't even be cleared is recreated.
         """
         with self._writer():
-            remove_dense_leftovers(self.path / _DENSE_FILE)
-            self.lexical_index.remove_leftovers()
+            for index in self.derived:
+                index.remove_leftovers()
             latest, _ = self.catalog.latest_publish()
             with self.catalog.read() as conn:
                 ids = self.catalog.all_chunk_ids(conn)
-            self._clear_lexical("`ks rebuild`", len(ids))
-            dense = self.dense
-            if dense is not None:
-                dense.clear()
+            for index in self.derived:
+                index.rebuild_start("`ks rebuild`", len(ids))
             with Progress(disable=not progress, transient=True) as bar:
                 task = bar.add_task("rebuilding indexes", total=len(ids))
-                for i in range(0, len(ids), _REBUILD_BATCH):
-                    part = ids[i : i + _REBUILD_BATCH]
+                for i in range(0, len(ids), REBUILD_BATCH):
+                    part = ids[i : i + REBUILD_BATCH]
                     with self.catalog.read() as conn:
-                        docs = self._lexical_docs(conn, part)
-                        if dense is not None:
-                            vids, vectors = self.catalog.chunk_vectors(conn, part, dense.dimension)
-                    self.lexical_index.add(docs)
-                    self.lexical_index.rebuilt(i + len(part))
-                    if dense is not None and len(vids):
-                        dense.add(vids, vectors)
+                        for index in self.derived:
+                            index.rebuild_batch(conn, part, i + len(part))
                     bar.advance(task, len(part))
-            self.lexical_index.commit(latest)
-            if dense is not None:
-                dense.save(latest)
+            for index in self.derived:
+                index.rebuild_done(latest)
             self.views.reset()
             self.derived_error = None
 
     def close(self) -> None:
         self.owners.close()
-        self.lexical_index.close()
-        if self._dense is not None:
-            self._dense.close()
+        for index in self.derived:
+            index.close()
         self.catalog.close()
 
 
@@ -620,21 +489,4 @@ def open_store(location: str, settings: EngineSettings, create: bool) -> Embedde
     """The engine registry's opener (``engines.registry``): the store in directory ``location``."""
     return EmbeddedEngine(
         Path(location), create=create, graph_time_limit_s=settings.graph_time_limit_s
-    )
-
-
-def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
-    return LexicalDoc(
-        chunk_id=row.chunk_id,
-        uid=row.uid,
-        acl=acl,
-        type=row.type,
-        source=row.source,
-        status=row.status,
-        facets=row.facets,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        title=row.title,
-        heading=row.heading,
-        text=row.text,
     )
