@@ -32,7 +32,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ from knowledge_store.engines.base import EngineSettings, PreparedEntity, Publish
 from knowledge_store.engines.components import Components
 from knowledge_store.engines.embedded import components as _components  # noqa: F401  (registers)
 from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
-from knowledge_store.engines.embedded.admin import EmbeddedAdmin
+from knowledge_store.engines.embedded.admin import embedded_admin
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
@@ -65,6 +65,7 @@ from knowledge_store.engines.shared import (
     deletion,
     no_store,
 )
+from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.engines.sql.sources import (
@@ -150,7 +151,7 @@ class EmbeddedEngine:
         self.lexical_index = self.lexical.index
         self.views = Views(self.catalog, self.lexical, self.dense_index)
         self.owners = ChunkOwners(self.catalog)
-        self._admin = EmbeddedAdmin(self)
+        self._admin = embedded_admin(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
@@ -167,7 +168,7 @@ class EmbeddedEngine:
         return self
 
     @property
-    def admin(self) -> EmbeddedAdmin:
+    def admin(self) -> AclAdministration:
         return self._admin
 
     # -- the derived indexes ------------------------------------------------------------------
@@ -179,9 +180,13 @@ class EmbeddedEngine:
     # -- the single writer ----------------------------------------------------------------
     @contextmanager
     def _writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the store's write lock (see ``writelock``); readers pass ``wait=False``."""
+        """Hold the store's write lock (see ``writelock``); ``wait=False``: only if free."""
         with self._write_lock.hold(wait=wait) as held:
             yield held
+
+    def write_lock(self) -> AbstractContextManager[bool]:
+        """The store's write lock, held for a block (every writer of the catalog takes it)."""
+        return self._writer()
 
     # -- derived index catch-up (the write lock held) -------------------------------------------
     def _recover(self) -> None:
@@ -407,7 +412,7 @@ class EmbeddedEngine:
         with self._writer():  # what is derived from uids can't change before the publish
             with self.catalog.read() as conn:
                 stored = self.catalog.content_hashes(list(uids), conn)
-                doomed = deletion(uids, stored, lambda uid: self._admin.derived_from(conn, uid))
+                doomed = deletion(uids, stored, lambda uid: derived_from(conn, SQLITE, uid))
             return self.publish([], doomed, kind="delete")
 
     def is_empty(self) -> bool:
