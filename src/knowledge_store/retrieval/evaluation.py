@@ -21,7 +21,12 @@ from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.records import json_objects, read_lines
 from knowledge_store.model import DEFAULT_DEPTH, Filters, Identity
 from knowledge_store.retrieval.fusion import RankedList, parse_weights
-from knowledge_store.retrieval.retrievers import Request, Retriever, make_retrievers
+from knowledge_store.retrieval.retrievers import (
+    Request,
+    Retriever,
+    make_retrievers,
+    weighted_retrievers,
+)
 from knowledge_store.retrieval.search import CANDIDATES, MODES, Fuser, Fusion, fuse_stages
 
 __all__ = [
@@ -228,7 +233,14 @@ def evaluate(
     queries = [(q, t) for q, t in queries if q in qrels]
     if not queries:
         raise InvalidRequest("no query has a judgement in the qrels file")
-    collected = collect(store, queries, filters=filters, identity=identity, progress=progress)
+    collected = collect(
+        store,
+        queries,
+        filters=filters,
+        identity=identity,
+        progress=progress,
+        retrievers=weighted_retrievers(weights),
+    )
     fusion = Fusion.of(mode, weights)
     runs = {
         "lexical": run_variant(collected, Variant("lexical", single="lexical")),
@@ -318,7 +330,15 @@ def compare(
             field="group_by",
             value=group_by,
         )
-    collected = collect(store, queries, filters=filters, identity=identity, progress=progress)
+    weighted = [v.fusion.weights for v in (variant_a, variant_b) if isinstance(v.fusion, Fusion)]
+    collected = collect(
+        store,
+        queries,
+        filters=filters,
+        identity=identity,
+        progress=progress,
+        retrievers=weighted_retrievers(*weighted),
+    )
     asked = dict(queries)
     result = compare_runs(
         {q: qrels[q] for q in asked},

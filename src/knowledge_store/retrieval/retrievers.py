@@ -67,6 +67,7 @@ __all__ = [
     "register_retriever",
     "retriever_names",
     "unregister_retriever",
+    "weighted_retrievers",
 ]
 
 #: Chunk hits a chunk retriever asks for per entity candidate. Chunks fold to their
@@ -400,6 +401,14 @@ def unregister_retriever(name: str) -> None:
 def retriever_names() -> tuple[str, ...]:
     """Every registered name, the default ones first."""
     return BUILT_IN + tuple(n for n in _FACTORIES if n not in BUILT_IN)
+
+
+def weighted_retrievers(*weights: Mapping[str, float] | None) -> list[str] | None:
+    """The retrievers a search with ``weights`` runs when none are configured: the default
+    ones, and any other registered list a weight names (``{"fuzzy": 1}`` adds ``fuzzy``);
+    None: just the default ones. The planner and the evaluation both ask here."""
+    named = [n for w in weights for n in (w or {}) if n not in BUILT_IN and n in _FACTORIES]
+    return [*BUILT_IN, *dict.fromkeys(named)] if named else None
 
 
 def make_retrievers(configured: Sequence[str | Retriever] | None = None) -> list[Retriever]:

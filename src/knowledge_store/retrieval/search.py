@@ -64,12 +64,11 @@ from knowledge_store.model import (
 from knowledge_store.retrieval.adaptive import AdaptiveParams, AdaptiveWeights, adaptive_weights
 from knowledge_store.retrieval.fusion import Fused, RankedList, convex, rrf
 from knowledge_store.retrieval.retrievers import (
-    BUILT_IN,
     Ranking,
     Request,
     Retriever,
     make_retrievers,
-    retriever_names,
+    weighted_retrievers,
 )
 
 if TYPE_CHECKING:
@@ -271,10 +270,8 @@ def plan(
             maximum=GRAPH_MAX_DEPTH,
         )
     fusion = Fusion.of(mode, None)
-    if retrievers is None:
-        # the default lists, and any other registered list a weight names (``fuzzy=1``)
-        named = [n for n in weights or {} if n not in BUILT_IN and n in retriever_names()]
-        retrievers = [*BUILT_IN, *named] if named else None
+    if retrievers is None:  # the default lists, and any other a weight names (``fuzzy=1``)
+        retrievers = weighted_retrievers(weights)
     configured = tuple(make_retrievers(retrievers))
     names = [r.name for r in configured]
     unknown = sorted(set(weights or {}) - set(names))
