@@ -22,6 +22,7 @@ from knowledge_store.ingest.records import json_objects, read_lines
 from knowledge_store.model import DEFAULT_DEPTH, Filters, Identity
 from knowledge_store.retrieval.fusion import RankedList, parse_weights
 from knowledge_store.retrieval.retrievers import (
+    BUILT_IN,
     Request,
     Retriever,
     make_retrievers,
@@ -129,6 +130,9 @@ class Variant:
     single: str | None = None
     fusion: Fuser | None = None
     expand: bool = True
+    #: The query-stage lists this fusion takes (None: every collected one), as a search
+    #: with its weights would run them (a list no weight names is not in a default search).
+    lists: frozenset[str] | None = None
 
 
 def collect(
@@ -205,6 +209,8 @@ def run_variant(collected: Collected, variant: Variant, *, depth: int = CANDIDAT
                 )
             run[qid] = _run_of([uid for uid, _ in chosen.items[:depth]])
             continue
+        if variant.lists is not None:
+            lists = [lst for lst in lists if lst.name in variant.lists]
         fusion = variant.fusion or Fusion.of(None)
         if isinstance(fusion, Fusion):
             fusion, _ = fusion.for_query(text)
@@ -273,8 +279,10 @@ def parse_config(text: str) -> Variant:
             value=text,
             allowed=[*MODES, *SINGLE_LISTS],
         )
-    fusion = Fusion.of(name, parse_weights(weights) if sep else None)
-    return Variant(text, fusion=fusion, expand=fusion.weight("graph") > 0)
+    given = parse_weights(weights) if sep else None
+    fusion = Fusion.of(name, given)
+    lists = frozenset(weighted_retrievers(given) or BUILT_IN)
+    return Variant(text, fusion=fusion, expand=fusion.weight("graph") > 0, lists=lists)
 
 
 def read_query_types(path: str | Path, field_name: str) -> dict[str, str]:

@@ -320,7 +320,8 @@ def run(reader: StoreReader, p: Plan, *, after_each: Hook | None = None) -> Run:
             if after_each is not None:
                 after_each(retriever.name)
     query_lists = [rk.entity_list() for rk in out.rankings.values() if rk.ran]
-    expanders = [r for r in p.retrievers if r.stage == "expand"]
+    # an expand list of weight 0 could change nothing in the fused ranking: it does not run
+    expanders = [r for r in p.retrievers if r.stage == "expand" and p.fusion.weight(r.name) > 0]
 
     def expand(seeds: tuple[str, ...]) -> list[RankedList]:
         seeded = dataclasses.replace(request, seeds=seeds)

@@ -239,6 +239,8 @@ class LexicalDerived:
             return Pin(publish, pinned, message, details, keep=False)
         if self._lock.busy():
             return None  # a writer is at it: its commit is coming
+        if publish < pinned.watermark <= self._catalog.latest_publish()[0]:
+            return None  # a publish landed since the reader's snapshot: it looks again
         what = "ahead of" if pinned.watermark > publish else "behind"
         return Pin(
             publish,
