@@ -122,15 +122,17 @@ def stop_server() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def sweep(places: Iterable[Path]) -> list[Path]:
+def sweep(places: Iterable[Path], *, suite: bool = True) -> list[Path]:
     """Stop every postmaster still serving a data directory of this run — the suite's servers
     (``ks-pg-<run>-*`` in the temporary directory) and any ``pgdata`` under ``places`` (the
     run's temporary directory, where ``pg:DIR`` stores of the tests live) — and delete the
-    suite's directories. Returns the data directories whose server had to be stopped."""
-    suite = sorted(Path(tempfile.gettempdir()).glob(f"ks-pg-{os.environ[RUN_VARIABLE]}-*"))
+    suite's directories (``suite=False``: only ``places``; a test must not stop the servers
+    other workers of the run still use). Returns the data directories stopped."""
+    roots = Path(tempfile.gettempdir()).glob(f"ks-pg-{os.environ[RUN_VARIABLE]}-*")
+    suite_roots = sorted(roots) if suite else []
     found = {p.parent for root in places for p in Path(root).rglob("postmaster.pid")}
-    found |= {root / "pgdata" for root in suite}
+    found |= {root / "pgdata" for root in suite_roots}
     stopped = [pgdata for pgdata in sorted(found) if stop(pgdata)]
-    for root in suite:
+    for root in suite_roots:
         shutil.rmtree(root, ignore_errors=True)
     return stopped

@@ -20,6 +20,6 @@ def test_a_server_left_running_is_stopped_by_the_sweep(tmp_path: Path) -> None:
     server = get_server(tmp_path / "left" / "pgdata", cleanup_mode=None)
     pid = server.get_pid()
     assert pid is not None and psutil.pid_exists(pid)
-    assert postgres_support.sweep([tmp_path]) == [tmp_path / "left" / "pgdata"]
+    assert postgres_support.sweep([tmp_path], suite=False) == [tmp_path / "left" / "pgdata"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert postgres_support.sweep([tmp_path]) == []  # nothing left to stop
+    assert postgres_support.sweep([tmp_path], suite=False) == []  # nothing left to stop
