@@ -201,7 +201,7 @@ def ensure(
     engine.set_model(model[0], model[1], "default")
     seconds = publish_all(engine, batches)
     for group, member in MEMBERSHIPS:
-        engine.add_member(group, member)
+        engine.admin.add_member(group, member)
     data = {"chunks": chunks, "seconds": seconds, "root": engine.content_root()}
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(data))

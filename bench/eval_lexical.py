@@ -1,7 +1,7 @@
 """Lexical (BM25) variants on every shared eval set: the lexical list alone and fused search.
 
 Each variant is a Tantivy index built in ``bench/.cache/lexical/`` from the
-store's own chunk documents (the catalog's ``_lexical_docs``), queried its own
+store's own chunk documents (the lexical component's ``docs``), queried its own
 way — a subclass of the embedded engine's :class:`LexicalIndex` whose schema,
 documents, analyzers, ACL and filter clauses are the engine's (a phrase variant
 adds word positions on ``body``). The store's lexical index is swapped
@@ -137,7 +137,7 @@ def variant_index(store: KnowledgeStore, lex: Lex) -> LexicalIndex:
             ids = engine.catalog.all_chunk_ids(conn)
         for i in range(0, len(ids), 5000):
             with engine.catalog.read() as conn:
-                index.add(engine._lexical_docs(conn, ids[i : i + 5000]))
+                index.add(engine.lexical.docs(conn, ids[i : i + 5000]))
         index.commit(latest)
     return index
 

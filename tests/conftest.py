@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,9 @@ import pytest
 from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+#: This test run, named before any xdist worker starts (they inherit it): the PostgreSQL
+#: servers it starts live in directories named after it, which the run sweeps at its end.
+os.environ.setdefault("KS_TEST_RUN", uuid.uuid4().hex[:12])
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from knowledge_store.ingest.embedding import Embedder, open_embedder
@@ -133,6 +138,35 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "real_model(reason): uses the real embedding model; the reason says what of it is measured",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_stopped() -> Iterator[None]:
+    """This process's PostgreSQL server, if a test started one, stops (by PID) when the
+    session ends — in every xdist worker too, where ``atexit`` never runs."""
+    yield
+    support = sys.modules.get("tests.postgres_support")
+    if support is not None:
+        support.stop_server()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The run's controller (or a run without workers) sweeps: no PostgreSQL server that
+    this run started outlives it (``postgres_support.sweep``), whatever a worker did."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from tests import postgres_support
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    places = [factory.getbasetemp()] if factory is not None else []
+    stopped = postgres_support.sweep(places)
+    if stopped:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"stopped {len(stopped)} PostgreSQL server(s) left running: "
+                + ", ".join(map(str, stopped))
+            )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

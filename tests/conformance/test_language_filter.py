@@ -55,6 +55,7 @@ ARGUMENTS: dict[str, dict[str, Any]] = {
     "code_sample_search": {"query": "install client"},
     "search_knowledge": {"query": "install client"},
     "lexical": {"query": "install client"},
+    "fuzzy": {"query": "instal client"},
     "vector": {"query": "install client"},
     "sql": {},
     "aggregate": {"metric": "count", "dimension": "language"},

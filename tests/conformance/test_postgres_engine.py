@@ -550,7 +550,7 @@ def test_no_input_value_reaches_the_sql_text(
         text = "MATCH (a {uid: $u})-[:xref*1..2]-(b) RETURN b.uid"
         r.query_graph(checked_query(text, {"u": mark}), {"u": mark})
         r.content(mark)
-    engine.acl_explain(who.principal, "guide:monitoring")
+    engine.admin.acl_explain(who.principal, "guide:monitoring")
     assert len(seen) > 10
     for statement in seen:
         assert mark not in statement, statement

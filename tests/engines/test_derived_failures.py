@@ -151,7 +151,7 @@ def test_an_emptied_lexical_index_is_rebuilt_a_batch_at_a_time(
     """A lexical index of another schema is recreated empty on open; catching it up used to
     replay every publish's ops in one list (a million chunks' documents at once). It is now
     the batched rebuild: the same answers, never more than a batch of documents in hand."""
-    import knowledge_store.engines.embedded.engine as engine_module
+    import knowledge_store.engines.embedded.derived as derived_module
 
     path = tmp_path / "store"
     with KnowledgeStore.open(path, embedder=embedder) as store:
@@ -162,7 +162,7 @@ def test_an_emptied_lexical_index_is_rebuilt_a_batch_at_a_time(
     assert len(before) == 8
     sidecar = path / "lexical" / "ks-lexical.json"
     sidecar.write_text(sidecar.read_text().replace('"schema": "', '"schema": "0-'))
-    monkeypatch.setattr(engine_module, "_REBUILD_BATCH", 3)
+    monkeypatch.setattr(derived_module, "REBUILD_BATCH", 3)
     batches: list[int] = []
     add = LexicalIndex.add
 

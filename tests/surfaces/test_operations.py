@@ -455,7 +455,7 @@ ABSENT: dict[tuple[str, str], str] = {
     },
     **{
         ("mcp", name): "MCP tools go by intent (DESIGN §6): search and fetch_content cover it"
-        for name in ("lexical", "vector", "content", "graph_facets", "stats")
+        for name in ("lexical", "fuzzy", "vector", "content", "graph_facets", "stats")
     },
     ("rest", "fetch_content"): "the model-sized view of GET /v1/content/{uid}",
     ("graphql", "fetch_content"): "the model-sized view of the content field",

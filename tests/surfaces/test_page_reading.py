@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.http import create_app
 from knowledge_store.surfaces.page import VECTOR_FLOOR
 from knowledge_store.surfaces.snippets import (
-    ANALYZERS,
     highlight_spans,
     inline_html,
     plain_text,
@@ -31,6 +31,8 @@ from knowledge_store.surfaces.snippets import (
 )
 from tests.surfaces.serve_estate import BOB, LiveServer, call
 
+#: The embedded engine's analysis (what ``KnowledgeStore.text_analysis`` gives the page).
+ANALYZERS = Analyzers()
 MARKS = re.compile(r"<mark>(.*?)</mark>")
 
 
@@ -47,7 +49,7 @@ def test_stop_words_and_pieces_of_words_are_never_marked() -> None:
     # A question: how, are, the, before, a are its function words (both engines drop them).
     terms = ANALYZERS.query_terms("how are the settings before a vacuum")
     text = "Before you vacuum, the Settings are read; therefore they are before us. Forever."
-    html = snippet_html(text, terms)
+    html = snippet_html(text, terms, ANALYZERS)
     assert marked(html) == ["vacuum", "Settings"]
     assert "there<mark>" not in html and "<mark>for</mark>" not in html
 
@@ -57,7 +59,7 @@ def test_a_stem_marks_its_inflections_and_identifiers_are_marked_whole() -> None
     text = "VACUUM and vacuums; edit pg_hba.conf (not pg_hba.confx); ERR-1042 ≠ ERR-10420."
     # pg_hba.confx holds the word pg_hba and ERR-10420 the word ERR, as the index sees them
     # (the body field splits at punctuation): those words match; the identifiers don't.
-    assert marked(snippet_html(text, terms)) == [
+    assert marked(snippet_html(text, terms, ANALYZERS)) == [
         "VACUUM",
         "vacuums",
         "pg_hba.conf",
@@ -74,7 +76,7 @@ def test_markdown_is_stripped_from_snippets() -> None:
     )
     text = plain_text(body)
     assert text == "Run VACUUM on orders — see the manual. one item two a b c d VACUUM orders;"
-    html = snippet_html(body, ANALYZERS.query_terms("vacuum"))
+    html = snippet_html(body, ANALYZERS.query_terms("vacuum"), ANALYZERS)
     for raw in ("**", "`", "](", "# ", "|", "```"):
         assert raw not in html
     assert plain_text("# Only a heading") == "Only a heading"
@@ -86,14 +88,18 @@ def test_titles_keep_code_spans_and_drop_other_markup() -> None:
 
 
 def test_snippets_escape_what_they_show() -> None:
-    html = snippet_html("<script>alert(1)</script> vacuum &", ANALYZERS.query_terms("vacuum"))
+    html = snippet_html(
+        "<script>alert(1)</script> vacuum &", ANALYZERS.query_terms("vacuum"), ANALYZERS
+    )
     assert "<script>" not in html and "&lt;script&gt;" in html and "&amp;" in html
 
 
 def test_the_window_is_the_one_with_the_most_terms() -> None:
     filler = "lorem ipsum " * 60
     text = f"{filler} vacuum alone {filler} vacuum freeze wraparound together {filler}"
-    html = snippet_html(text, ANALYZERS.query_terms("vacuum freeze wraparound"), width=120)
+    html = snippet_html(
+        text, ANALYZERS.query_terms("vacuum freeze wraparound"), ANALYZERS, width=120
+    )
     assert marked(html) == ["vacuum", "freeze", "wraparound"]
     assert html.startswith("…") and html.endswith("…")
 
@@ -105,7 +111,7 @@ def test_marks_are_whole_tokens_the_query_matches(text: str, query: str) -> None
     terms = ANALYZERS.query_terms(query)
     allowed = set(terms.words) | set(terms.idents)
     plain = plain_text(text)
-    for start, end, term in highlight_spans(plain, terms):
+    for start, end, term in highlight_spans(plain, terms, ANALYZERS):
         assert term in allowed
         assert plain[start:end].strip() == plain[start:end] != ""
         before = plain[start - 1] if start else " "
@@ -113,7 +119,7 @@ def test_marks_are_whole_tokens_the_query_matches(text: str, query: str) -> None
         # never a piece of a word: no ASCII letter or digit continues it on either side
         assert not (word_char(before) and word_char(plain[start]))
         assert not (word_char(after) and word_char(plain[end - 1]))
-    html = snippet_html(text, terms)
+    html = snippet_html(text, terms, ANALYZERS)
     assert "<mark>" not in re.sub(r"</?mark>", "", html)  # marks never nest or leak
 
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +52,10 @@ from knowledge_store.model import (
     StoreStats,
     VectorInfo,
 )
+from knowledge_store.model.queries import TextAnalysis
+
+if TYPE_CHECKING:
+    from knowledge_store.engines.components import ListQuery
 
 __all__ = [
     "AclAdmin",
@@ -200,12 +204,11 @@ class Reader(Protocol):
         """The principals the identity holds, expanded once when the reader opened."""
         ...
 
-    def lexical(
-        self, text: str, k: int, filters: Filters, *, hydrate: bool = False
-    ) -> RankedChunks: ...
-    def vector(
-        self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
-    ) -> RankedChunks: ...
+    def rank(self, list_name: str, query: ListQuery) -> RankedChunks:
+        """The chunk ids the engine's index component for ``list_name`` (``lexical``,
+        ``vector``, ``fuzzy``…: ``engines.components``) ranks for ``query``."""
+        ...
+
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
     def chunk_hits(
         self, chunk_ids: Sequence[int], scores: Sequence[float]
@@ -337,6 +340,8 @@ class Engine(Protocol):
     """What every engine implements; tested by the conformance suite."""
 
     name: str
+    #: How the engine's lexical index reads text (query terms, highlighting).
+    text_analysis: TextAnalysis
 
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 

@@ -86,6 +86,10 @@ from knowledge_store.model.text import (
 from knowledge_store.model.values import DEFAULT_ORDER, AggregateSpec, GraphQuery, Order
 from knowledge_store.model.vocabulary import (
     ACL_FROM,
+    DEFAULT_DEPTH,
+    DEFAULT_DIRECTION,
+    DEFAULT_K,
+    DEFAULT_KNOWLEDGE_K,
     DEFAULT_QUERY_GRAPH_LIMIT,
     DIMENSIONS,
     DIRECTIONS,
@@ -154,13 +158,20 @@ from knowledge_store.model.vocabulary import (
     check_labels,
     check_list_bound,
     filter_field,
+    list_names,
     near_misses,
+    register_list,
+    unregister_list,
 )
 
 __all__ = [
     "ACL_FROM",
     "CHECK_UIDS_SHOWN",
     "DAMAGE_KINDS",
+    "DEFAULT_DEPTH",
+    "DEFAULT_DIRECTION",
+    "DEFAULT_K",
+    "DEFAULT_KNOWLEDGE_K",
     "DEFAULT_ORDER",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DELETED_UIDS_SHOWN",
@@ -286,9 +297,12 @@ __all__ = [
     "filter_field",
     "format_timestamp",
     "last_heading",
+    "list_names",
     "name_problem",
     "near_misses",
     "normalize_timestamp",
+    "register_list",
     "stored_timestamp",
     "text_problem",
+    "unregister_list",
 ]

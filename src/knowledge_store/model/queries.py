@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "FUNCTION_WORDS",
     "STOP_WORDS",
     "WORD_PATTERN",
     "QueryFeatures",
+    "QueryTerms",
+    "TextAnalysis",
     "query_features",
     "unsearched_words",
 ]
@@ -117,3 +120,25 @@ def unsearched_words(text: str) -> tuple[str, ...] | None:
     if words and all(w in dropped for w in words):
         return tuple(dict.fromkeys(words))
     return None
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """A query text as a store's lexical index matches it: ``words`` (lowercased, stop words
+    out, stemmed) on the word fields, ``idents`` (identifiers as written, lowercased, that
+    are not plain words) on the identifier field."""
+
+    words: tuple[str, ...]
+    idents: tuple[str, ...]
+
+
+class TextAnalysis(Protocol):
+    """How a store's lexical index reads text: a query's terms, and where a text holds
+    them (the search page highlights those spans). Each engine gives its own
+    (``KnowledgeStore.text_analysis``): the surfaces never import an engine module."""
+
+    def query_terms(self, text: str) -> QueryTerms: ...
+
+    def matches(self, text: str, terms: QueryTerms) -> list[tuple[int, int, str]]:
+        """``(start, end, term)`` of each token of ``text`` one of ``terms`` matches, in order."""
+        ...

@@ -12,6 +12,9 @@ from typing import Literal
 
 from knowledge_store.errors import InvalidRequest, UnknownField
 from knowledge_store.model.vocabulary import (
+    DEFAULT_DEPTH,
+    DEFAULT_DIRECTION,
+    DEFAULT_K,
     DIMENSIONS,
     FANOUT_CAP,
     FILTER_FIELDS,
@@ -138,8 +141,8 @@ class GraphQuery:
     """
 
     starts: tuple[str, ...]
-    depth: int = 1
+    depth: int = DEFAULT_DEPTH
     labels: tuple[str, ...] = ()
-    direction: Direction = "both"
-    k: int = 10
+    direction: Direction = DEFAULT_DIRECTION
+    k: int = DEFAULT_K
     fanout: int = FANOUT_CAP

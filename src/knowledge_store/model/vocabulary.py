@@ -17,6 +17,10 @@ from knowledge_store.errors import BoundExceeded, InvalidRequest, UnknownLabel
 
 __all__ = [
     "ACL_FROM",
+    "DEFAULT_DEPTH",
+    "DEFAULT_DIRECTION",
+    "DEFAULT_K",
+    "DEFAULT_KNOWLEDGE_K",
     "DEFAULT_QUERY_GRAPH_LIMIT",
     "DIMENSIONS",
     "DIRECTIONS",
@@ -85,7 +89,10 @@ __all__ = [
     "check_labels",
     "check_list_bound",
     "filter_field",
+    "list_names",
     "near_misses",
+    "register_list",
+    "unregister_list",
 ]
 
 # -- labels, directions ---------------------------------------------------------------------------
@@ -112,9 +119,31 @@ DIRECTIONS: tuple[str, ...] = get_args(Direction)
 
 FusionMode = Literal["rrf", "convex", "adaptive"]
 FUSION_MODES: tuple[str, ...] = get_args(FusionMode)
-#: The four lists of fused search, in the order ``ranks`` lists them.
+#: The four lists of DESIGN §6, in the order ``ranks`` lists them: every search answer's
+#: ``ranks`` names these (null where absent), then any other list the search ran.
 ListName = Literal["vector", "lexical", "graph", "sql"]
 LIST_NAMES: tuple[str, ...] = get_args(ListName)
+#: Every list name a request may use (``weights``, the lists a search runs): the four, then
+#: each list registered beside them (``retrieval.retrievers.register_retriever`` registers its
+#: retriever's name here), in registration order. A list name is a retriever's name.
+_LISTS: dict[str, None] = dict.fromkeys(LIST_NAMES)
+
+
+def register_list(name: str) -> None:
+    """Make ``name`` a list name (``list_names``); registering one twice is harmless."""
+    _LISTS.setdefault(name, None)
+
+
+def unregister_list(name: str) -> None:
+    """Forget the list ``name`` (the four of DESIGN §6 stay)."""
+    if name not in LIST_NAMES:
+        _LISTS.pop(name, None)
+
+
+def list_names() -> tuple[str, ...]:
+    """Every registered list name: the four of DESIGN §6 first, then the others."""
+    return tuple(_LISTS)
+
 
 # -- filter fields ----------------------------------------------------------------------------------
 
@@ -223,6 +252,17 @@ ORDER_FIELDS: tuple[str, ...] = ("updated_at", "created_at", "title")
 ORDER_SPECS: tuple[str, ...] = tuple(
     spec for f in ORDER_FIELDS for spec in (f, f"{f}:asc", f"{f}:desc")
 )
+
+# -- defaults: each declared once; every request model, and so every surface, reads it -------------
+
+#: Results a read returns when the request does not say (search, the primitives, the docs tools).
+DEFAULT_K = 10
+#: Sources ``search_knowledge`` returns when the request does not say (a chat's context).
+DEFAULT_KNOWLEDGE_K = 5
+#: Hops of the graph primitive, of ``get_related`` and of fused search's graph stage.
+DEFAULT_DEPTH = 1
+#: Which way a graph walk follows edges when the request does not say.
+DEFAULT_DIRECTION: Direction = "both"
 
 # -- bounds ------------------------------------------------------------------------------------------
 

@@ -10,6 +10,10 @@ from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import (
+    DEFAULT_DEPTH,
+    DEFAULT_DIRECTION,
+    DEFAULT_K,
+    DEFAULT_KNOWLEDGE_K,
     GRAPH_MAX_DEPTH,
     MAX_K,
     MAX_SEARCH_K,
@@ -42,6 +46,7 @@ __all__ = [
     "ContentRequest",
     "DocsSearchRequest",
     "FacetsRequest",
+    "FuzzyRequest",
     "GraphRequest",
     "KnowledgeRequest",
     "LearningPathRequest",
@@ -75,7 +80,7 @@ class DocsSearchRequest(Request):
         description="what to look for, in words (a question, a phrase, an identifier); empty"
         " for a pure filter request",
     )
-    k: int = Field(10, ge=1, le=MAX_SEARCH_K, description="how many results")
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_SEARCH_K, description="how many results")
     filters: Filtering
 
     @model_validator(mode="after")
@@ -109,7 +114,9 @@ class KnowledgeRequest(Request):
     query: Text = Field(
         ..., min_length=1, max_length=MAX_TEXT_LENGTH, description="the question, in words"
     )
-    k: int = Field(5, ge=1, le=MAX_SEARCH_K, description="how many sources to return")
+    k: int = Field(
+        DEFAULT_KNOWLEDGE_K, ge=1, le=MAX_SEARCH_K, description="how many sources to return"
+    )
     filters: Filtering
 
     @model_validator(mode="after")
@@ -126,13 +133,25 @@ class LexicalRequest(Request):
     query: Text = Field(
         ..., min_length=1, max_length=MAX_TEXT_LENGTH, description="the text to look for"
     )
-    k: int = Field(10, ge=1, le=MAX_K, description="how many chunks")
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many chunks")
     filters: Filtering
     explain: bool = Field(False, description="include how the answer was computed")
 
     @model_validator(mode="after")
     def _not_blank(self) -> Self:
         _words(self, "lexical")
+        return self
+
+
+class FuzzyRequest(LexicalRequest):
+    """Typo-tolerant BM25 over chunks: each word no readable chunk holds is searched as the
+    nearest word (one edit away) that some do."""
+
+    needs: ClassVar[dict[str, str]] = {"query": _needs_words("fuzzy")}
+
+    @model_validator(mode="after")
+    def _not_blank(self) -> Self:
+        _words(self, "fuzzy")
         return self
 
 
@@ -145,7 +164,7 @@ class VectorRequest(Request):
     vector: list[float] | None = Field(
         None, description="a query vector instead of a text (the store's dimension)"
     )
-    k: int = Field(10, ge=1, le=MAX_K, description="how many chunks")
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many chunks")
     filters: Filtering
     explain: bool = Field(False, description="include how the answer was computed")
     #: The array a request made by :meth:`of_array` holds, with the list it was checked as.
@@ -194,15 +213,15 @@ class GraphRequest(Request):
         ..., min_length=1, max_length=MAX_STARTS, description="uids of the entities to start from"
     )
     depth: int = Field(
-        1, ge=1, le=GRAPH_MAX_DEPTH, description=f"hops to follow (1–{GRAPH_MAX_DEPTH})"
+        DEFAULT_DEPTH, ge=1, le=GRAPH_MAX_DEPTH, description=f"hops to follow (1–{GRAPH_MAX_DEPTH})"
     )
     labels: Annotated[list[Label], BeforeValidator(listed)] = Field(
         default_factory=list, description="follow only these edge labels (default: all 9)"
     )
     direction: Direction = Field(
-        "both", description="out: edges from the starts; in: edges into them; both"
+        DEFAULT_DIRECTION, description="out: edges from the starts; in: edges into them; both"
     )
-    k: int = Field(10, ge=1, le=MAX_K, description="how many entities to return")
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many entities to return")
 
     @property
     def value(self) -> GraphQuery:
@@ -225,10 +244,10 @@ class RelatedRequest(Request):
         default_factory=list, description="follow only these edge labels (default: all 9)"
     )
     depth: int = Field(
-        1, ge=1, le=GRAPH_MAX_DEPTH, description=f"hops to follow (1–{GRAPH_MAX_DEPTH})"
+        DEFAULT_DEPTH, ge=1, le=GRAPH_MAX_DEPTH, description=f"hops to follow (1–{GRAPH_MAX_DEPTH})"
     )
-    direction: Direction = Field("both", description="edge direction")
-    k: int = Field(10, ge=1, le=MAX_K, description="how many entities to return")
+    direction: Direction = Field(DEFAULT_DIRECTION, description="edge direction")
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many entities to return")
 
 
 class SqlRequest(Request):
@@ -239,7 +258,7 @@ class SqlRequest(Request):
         "updated_at:desc",
         description=f"the order: {', '.join(ORDER_FIELDS)}, each optionally :asc or :desc",
     )
-    k: int = Field(10, ge=1, le=MAX_K, description="how many entities")
+    k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many entities")
 
     @field_validator("order", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ exist (``NotFound``).
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,10 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from knowledge_store.errors import NotFound
-from knowledge_store.graphquery.check import checked_query
+from knowledge_store.graphquery.nodes import Query
+from knowledge_store.graphquery.params import check_params
+from knowledge_store.graphquery.parser import parse
+from knowledge_store.graphquery.problems import raise_errors
 from knowledge_store.model import Answer, Direction, GraphHit, GraphQuery, QueryAnswer
 from knowledge_store.requests import RelatedRequest
 
@@ -66,12 +70,37 @@ class XrefMatch(Answer):
         )
 
 
+@functools.cache
+def _parsed(text: str) -> Query:
+    """One of this module's queries, parsed and validated once (immutable nodes, shared)."""
+    return parse(text)
+
+
 def _query(r: StoreReader, text: str, params: Mapping[str, Any]) -> QueryAnswer:
-    return r.engine.query_graph(checked_query(text, params), params)
+    """A docs tool's query: its text is one of this module's constants, parsed once
+    (:func:`_parsed`); only the parameters are checked per call."""
+    query = _parsed(text)
+    raise_errors(check_params(query, params), all_of_them=False)
+    return r.engine.query_graph(query, params)
+
+
+_BY_UID = "MATCH (n {uid: $uid}) RETURN n"
+_POSITIONS = (
+    "MATCH (c)-[r:partOf]->(p) WHERE c.uid IN $children AND p.uid IN $parents"
+    " RETURN c.uid, p.uid, r.position ORDER BY c.uid, p.uid SKIP $skip LIMIT 1000"
+)
+_BY_HREF = (
+    "MATCH (n) WHERE n.href = $ref OR n.href IN $hrefs OR n.href STARTS WITH $prefix"
+    " RETURN n ORDER BY n.uid LIMIT $limit"
+)
+_BY_TITLE = "MATCH (n) WHERE n.title = $title RETURN n ORDER BY n.uid LIMIT $limit"
+_BY_PATH_TAIL = (
+    "MATCH (n) WHERE n.href = $tail OR n.href ENDS WITH $end RETURN n ORDER BY n.uid LIMIT $limit"
+)
 
 
 def _lookup(r: StoreReader, uid: str) -> XrefMatch | None:
-    answer = _query(r, "MATCH (n {uid: $uid}) RETURN n", {"uid": uid})
+    answer = _query(r, _BY_UID, {"uid": uid})
     return XrefMatch.from_node(answer.rows[0][0]) if answer.rows else None
 
 
@@ -177,12 +206,7 @@ def _positions(r: StoreReader, pairs: dict[str, str]) -> dict[str, int | None]:
         parents = sorted({pairs[c] for c in part})
         skip = 0
         while True:
-            answer = _query(
-                r,
-                "MATCH (c)-[r:partOf]->(p) WHERE c.uid IN $children AND p.uid IN $parents"
-                " RETURN c.uid, p.uid, r.position ORDER BY c.uid, p.uid SKIP $skip LIMIT 1000",
-                {"children": part, "parents": parents, "skip": skip},
-            )
+            answer = _query(r, _POSITIONS, {"children": part, "parents": parents, "skip": skip})
             for child, parent, position in answer.rows:
                 if pairs.get(child) == parent:
                     out[child] = position
@@ -304,8 +328,7 @@ def xref(r: StoreReader, ref: str) -> XrefResolution:
         variants = _href_variants(base)
         answer = _query(
             r,
-            "MATCH (n) WHERE n.href = $ref OR n.href IN $hrefs OR n.href STARTS WITH $prefix"
-            " RETURN n ORDER BY n.uid LIMIT $limit",
+            _BY_HREF,
             {"ref": ref, "hrefs": variants, "prefix": base + "#", "limit": _MAX_CANDIDATES},
         )
         if answer.rows:
@@ -319,19 +342,12 @@ def xref(r: StoreReader, ref: str) -> XrefResolution:
         # whose href is that path, or ends with it.
         for tail in _path_tails(base):
             answer = _query(
-                r,
-                "MATCH (n) WHERE n.href = $tail OR n.href ENDS WITH $end"
-                " RETURN n ORDER BY n.uid LIMIT $limit",
-                {"tail": tail, "end": "/" + tail, "limit": _MAX_CANDIDATES},
+                r, _BY_PATH_TAIL, {"tail": tail, "end": "/" + tail, "limit": _MAX_CANDIDATES}
             )
             if answer.rows:
                 matches = [XrefMatch.from_node(r[0]) for r in answer.rows]
                 return _resolution(ref, "href", matches, anchor if sep else None)
-    answer = _query(
-        r,
-        "MATCH (n) WHERE n.title = $title RETURN n ORDER BY n.uid LIMIT $limit",
-        {"title": ref, "limit": _MAX_CANDIDATES},
-    )
+    answer = _query(r, _BY_TITLE, {"title": ref, "limit": _MAX_CANDIDATES})
     if answer.rows:
         return _resolution(ref, "title", [XrefMatch.from_node(r[0]) for r in answer.rows], None)
     raise NotFound(f"nothing matches {ref!r} as a uid, an href or a title", ref=ref)
@@ -361,23 +377,20 @@ class GraphFacets(Answer):
 
 
 _FACET_MATCH = "MATCH (s)-[r]-(n) WHERE s.uid IN $uids AND NOT n.uid IN $uids"
+_FACET_TOTAL = _FACET_MATCH + " RETURN count(DISTINCT n) AS n"
+_FACET_LABELS = (
+    _FACET_MATCH + " RETURN type(r) AS label, count(DISTINCT n) AS n ORDER BY n DESC, label"
+)
+_FACET_TYPES = _FACET_MATCH + " RETURN n.type AS type, count(DISTINCT n) AS n ORDER BY n DESC, type"
 
 
 def facets(r: StoreReader, uids: Sequence[str]) -> GraphFacets:
     """:func:`graph_facets` on one reader."""
     unique = list(dict.fromkeys(uids))
     params = {"uids": unique}
-    total = _query(r, _FACET_MATCH + " RETURN count(DISTINCT n) AS n", params)
-    by_label = _query(
-        r,
-        _FACET_MATCH + " RETURN type(r) AS label, count(DISTINCT n) AS n ORDER BY n DESC, label",
-        params,
-    )
-    by_type = _query(
-        r,
-        _FACET_MATCH + " RETURN n.type AS type, count(DISTINCT n) AS n ORDER BY n DESC, type",
-        params,
-    )
+    total = _query(r, _FACET_TOTAL, params)
+    by_label = _query(r, _FACET_LABELS, params)
+    by_type = _query(r, _FACET_TYPES, params)
     return GraphFacets(
         uids=tuple(unique),
         neighbours=int(total.rows[0][0]) if total.rows else 0,

@@ -19,9 +19,15 @@ from rich.progress import Progress
 
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.records import json_objects, read_lines
-from knowledge_store.model import Filters, Identity
+from knowledge_store.model import DEFAULT_DEPTH, Filters, Identity
 from knowledge_store.retrieval.fusion import RankedList, parse_weights
-from knowledge_store.retrieval.retrievers import Request, Retriever, make_retrievers
+from knowledge_store.retrieval.retrievers import (
+    BUILT_IN,
+    Request,
+    Retriever,
+    make_retrievers,
+    weighted_retrievers,
+)
 from knowledge_store.retrieval.search import CANDIDATES, MODES, Fuser, Fusion, fuse_stages
 
 __all__ = [
@@ -124,6 +130,9 @@ class Variant:
     single: str | None = None
     fusion: Fuser | None = None
     expand: bool = True
+    #: The query-stage lists this fusion takes (None: every collected one), as a search
+    #: with its weights would run them (a list no weight names is not in a default search).
+    lists: frozenset[str] | None = None
 
 
 def collect(
@@ -134,7 +143,7 @@ def collect(
     identity: Identity | None = None,
     candidates: int = CANDIDATES,
     retrievers: Sequence[str | Retriever] | None = None,
-    depth: int = 1,
+    depth: int = DEFAULT_DEPTH,
     progress: bool = False,
     lists: Mapping[str, list[RankedList]] | None = None,
 ) -> Collected:
@@ -200,6 +209,8 @@ def run_variant(collected: Collected, variant: Variant, *, depth: int = CANDIDAT
                 )
             run[qid] = _run_of([uid for uid, _ in chosen.items[:depth]])
             continue
+        if variant.lists is not None:
+            lists = [lst for lst in lists if lst.name in variant.lists]
         fusion = variant.fusion or Fusion.of(None)
         if isinstance(fusion, Fusion):
             fusion, _ = fusion.for_query(text)
@@ -228,7 +239,14 @@ def evaluate(
     queries = [(q, t) for q, t in queries if q in qrels]
     if not queries:
         raise InvalidRequest("no query has a judgement in the qrels file")
-    collected = collect(store, queries, filters=filters, identity=identity, progress=progress)
+    collected = collect(
+        store,
+        queries,
+        filters=filters,
+        identity=identity,
+        progress=progress,
+        retrievers=weighted_retrievers(weights),
+    )
     fusion = Fusion.of(mode, weights)
     runs = {
         "lexical": run_variant(collected, Variant("lexical", single="lexical")),
@@ -261,8 +279,10 @@ def parse_config(text: str) -> Variant:
             value=text,
             allowed=[*MODES, *SINGLE_LISTS],
         )
-    fusion = Fusion.of(name, parse_weights(weights) if sep else None)
-    return Variant(text, fusion=fusion, expand=fusion.weight("graph") > 0)
+    given = parse_weights(weights) if sep else None
+    fusion = Fusion.of(name, given)
+    lists = frozenset(weighted_retrievers(given) or BUILT_IN)
+    return Variant(text, fusion=fusion, expand=fusion.weight("graph") > 0, lists=lists)
 
 
 def read_query_types(path: str | Path, field_name: str) -> dict[str, str]:
@@ -318,7 +338,15 @@ def compare(
             field="group_by",
             value=group_by,
         )
-    collected = collect(store, queries, filters=filters, identity=identity, progress=progress)
+    weighted = [v.fusion.weights for v in (variant_a, variant_b) if isinstance(v.fusion, Fusion)]
+    collected = collect(
+        store,
+        queries,
+        filters=filters,
+        identity=identity,
+        progress=progress,
+        retrievers=weighted_retrievers(*weighted),
+    )
     asked = dict(queries)
     result = compare_runs(
         {q: qrels[q] for q in asked},

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import LIST_NAMES
+from knowledge_store.model import LIST_NAMES, list_names
 
 __all__ = [
     "LIST_NAMES",
@@ -255,12 +255,12 @@ def parse_weights(text: str) -> dict[str, float]:
             raise InvalidRequest(
                 f"weights: {pair!r} is not NAME=WEIGHT; {example}", field="weights", value=text
             )
-        if name not in LIST_NAMES:
+        if name not in list_names():
             raise InvalidRequest(
-                f"weights: unknown list {name!r}; the lists are {', '.join(LIST_NAMES)}",
+                f"weights: unknown list {name!r}; the lists are {', '.join(list_names())}",
                 field="weights",
                 value=text,
-                allowed=list(LIST_NAMES),
+                allowed=list(list_names()),
             )
         if name in weights:
             raise InvalidRequest(f"weights: {name!r} is given twice", field="weights", value=text)

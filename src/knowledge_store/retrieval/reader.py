@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from knowledge_store.engines.base import RankedChunks, Reader, Vector
+from knowledge_store.engines.components import ListQuery
 from knowledge_store.errors import NotFound
 from knowledge_store.graphquery.check import checked_query
 from knowledge_store.ingest.embedding import Embedder
@@ -43,6 +44,8 @@ from knowledge_store.requests import (
     ContentRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FilterSpec,
+    FuzzyRequest,
     GraphRequest,
     KnowledgeRequest,
     LearningPathRequest,
@@ -83,7 +86,7 @@ def request_of(model: type[R], given: object, **fields: Any) -> R:
 
 
 def lexical_request(
-    text: str | LexicalRequest, *, k: int, filters: Any, explain: bool
+    text: str | LexicalRequest, *, k: int | None, filters: Any, explain: bool
 ) -> LexicalRequest:
     """The lexical request of a text, or the request itself."""
     return request_of(LexicalRequest, text, query=text, k=k, filters=filters, explain=explain)
@@ -92,7 +95,7 @@ def lexical_request(
 def search_request(
     text: str | SearchRequest | None,
     *,
-    k: int,
+    k: int | None,
     filters: Any,
     mode: str | None,
     weights: Mapping[str, float] | None,
@@ -112,12 +115,13 @@ def search_request(
 
 
 def vector_request(
-    query: str | np.ndarray | VectorRequest, *, k: int, filters: Any, explain: bool
+    query: str | np.ndarray | VectorRequest, *, k: int | None, filters: Any, explain: bool
 ) -> VectorRequest:
     """The vector request of a text, a query vector, or the request itself."""
     if isinstance(query, np.ndarray):
+        given = {"k": k, "filters": filters}
         return VectorRequest.of_array(
-            query, k=k, explain=explain, **({} if filters is None else {"filters": filters})
+            query, explain=explain, **{name: v for name, v in given.items() if v is not None}
         )
     return request_of(VectorRequest, query, query=query, k=k, filters=filters, explain=explain)
 
@@ -149,6 +153,10 @@ class TypesSeen:
             while len(self._seen) > self.SIZE:
                 self._seen.popitem(last=False)
         return types
+
+
+#: The reads whose answers carry the store's notes on their FILTERS (a type nobody can read).
+_NOTED = frozenset({"search", "lexical", "fuzzy", "vector", "sql", "aggregate"})
 
 
 def _unsearched(words: tuple[str, ...]) -> str:
@@ -222,6 +230,17 @@ class StoreReader:
             return answer
         return answer.model_copy(update={"warnings": (*answer.warnings, *notes)})
 
+    def answer(self, method: str, request: Request) -> Any:
+        """The answer of the read ``method`` (``search``, ``content``, ``get_related``…) to its
+        validated ``request`` — what every surface serves, the store's notes on the request's
+        FILTERS included (:meth:`noted`) — on this reader: the operation table's way in
+        (``surfaces.operations.read_on``), for a request that makes several reads."""
+        found = getattr(self, method)(request)
+        if method in _NOTED:
+            spec = getattr(request, "filters", None)
+            return self.noted(found, spec.value if isinstance(spec, FilterSpec) else Filters())
+        return found
+
     # -- primitives ---------------------------------------------------------------------------
     def _chunk_hits(self, ranked: RankedChunks) -> list[ChunkHit]:
         """The hits: made by the primitive with its final check, else by the reader."""
@@ -230,26 +249,54 @@ class StoreReader:
         return self.engine.chunk_hits(ranked.ids, ranked.scores)[1]
 
     def lexical(
-        self, text: str | LexicalRequest, *, k: int = 10, filters: Any = None, explain: bool = False
+        self,
+        text: str | LexicalRequest,
+        *,
+        k: int | None = None,
+        filters: Any = None,
+        explain: bool = False,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = lexical_request(text, k=k, filters=filters, explain=explain)
+        return self._words_list(
+            "lexical", lexical_request(text, k=k, filters=filters, explain=explain)
+        )
+
+    def fuzzy(
+        self,
+        text: str | FuzzyRequest,
+        *,
+        k: int | None = None,
+        filters: Any = None,
+        explain: bool = False,
+    ) -> ChunkHits:
+        """BM25 over chunks with misspelt words corrected (``replicaton`` → ``replication``)."""
+        request = request_of(FuzzyRequest, text, query=text, k=k, filters=filters, explain=explain)
+        return self._words_list("fuzzy", request)
+
+    def _words_list(self, name: str, request: LexicalRequest) -> ChunkHits:
+        """The answer of a list that ranks chunks by words (``lexical``, ``fuzzy``)."""
         started = time.perf_counter()
-        ranked = self.engine.lexical(request.query, request.k, request.filters.value, hydrate=True)
+        query = ListQuery(request.query, request.k, request.filters.value, hydrate=True)
+        ranked = self.engine.rank(name, query)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
         details = None
         if request.explain:
             details = self._explained(ranked.details, started, t_rank)
+        warnings = tuple(
+            f"searched {word!r} as {to!r}, the nearest word the chunks you can read hold"
+            for word, to in ranked.details.get("corrected", {}).items()
+        )
         dropped = None if hits else unsearched_words(request.query)
-        warnings = () if dropped is None else (_unsearched(dropped),)
+        if dropped is not None:
+            warnings += (_unsearched(dropped),)
         return self._answer(hits, None, details, warnings)
 
     def vector(
         self,
         query: str | np.ndarray | VectorRequest,
         *,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -260,7 +307,8 @@ class StoreReader:
         if vec is None:
             vec = self.embed(request.query)
         t_embed = time.perf_counter()
-        ranked = self.engine.vector(vec, request.k, request.filters.value, hydrate=True)
+        asked = ListQuery(request.query, request.k, request.filters.value, vec, hydrate=True)
+        ranked = self.engine.rank("vector", asked)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
         details = None
@@ -300,7 +348,9 @@ class StoreReader:
             "reader": self.explain(),
         }
 
-    def sql(self, filters: Any = None, *, order: str | None = None, k: int = 10) -> SqlHits:
+    def sql(
+        self, filters: Any = None, *, order: str | None = None, k: int | None = None
+    ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         request = request_of(SqlRequest, filters, filters=filters, order=order, k=k)
         return self.engine.sql(request.filters.value, request.order_value, request.k)
@@ -318,10 +368,10 @@ class StoreReader:
         self,
         starts: Sequence[str] | GraphRequest,
         *,
-        depth: int = 1,
+        depth: int | None = None,
         labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency.
 
@@ -373,7 +423,7 @@ class StoreReader:
         self,
         text: str | SearchRequest | None = None,
         *,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         mode: str | None = None,
         weights: Mapping[str, float] | None = None,
@@ -403,21 +453,29 @@ class StoreReader:
 
     # -- docs tools ------------------------------------------------------------------------------
     def docs_search(
-        self, text: str | DocsSearchRequest | None = None, *, k: int = 10, filters: Any = None
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        k: int | None = None,
+        filters: Any = None,
     ) -> SearchAnswer:
         """Fused search over every type but ``codeSample``."""
         request = request_of(DocsSearchRequest, text, query=text, k=k, filters=filters)
         return knowledge.docs_search(self, request)
 
     def code_sample_search(
-        self, text: str | DocsSearchRequest | None = None, *, k: int = 10, filters: Any = None
+        self,
+        text: str | DocsSearchRequest | None = None,
+        *,
+        k: int | None = None,
+        filters: Any = None,
     ) -> knowledge.CodeSamples:
         """Fused search over ``codeSample`` entities: each with its code, language and page."""
         request = request_of(DocsSearchRequest, text, query=text, k=k, filters=filters)
         return knowledge.code_sample_search(self, request)
 
     def search_knowledge(
-        self, text: str | KnowledgeRequest, *, k: int = 5, filters: Any = None
+        self, text: str | KnowledgeRequest, *, k: int | None = None, filters: Any = None
     ) -> knowledge.Knowledge:
         """Fused search as cited passages and one context block, for a chat model."""
         request = request_of(KnowledgeRequest, text, query=text, k=k, filters=filters)
@@ -428,9 +486,9 @@ class StoreReader:
         uid: str | RelatedRequest,
         *,
         labels: Sequence[str] = (),
-        depth: int = 1,
-        direction: str = "both",
-        k: int = 10,
+        depth: int | None = None,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> docs_tools.Related:
         """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
         request = request_of(

@@ -32,8 +32,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from knowledge_store.engines.base import EntityCard, RankedChunks
+from knowledge_store.engines.components import ListQuery
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.model import DEFAULT_ORDER, MAX_K, Filters, GraphQuery, VectorInfo
+from knowledge_store.model import (
+    DEFAULT_DEPTH,
+    DEFAULT_ORDER,
+    MAX_K,
+    Filters,
+    GraphQuery,
+    VectorInfo,
+    register_list,
+    unregister_list,
+)
 from knowledge_store.retrieval.fusion import RankedList, fold_chunks
 
 if TYPE_CHECKING:
@@ -42,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILT_IN",
     "Candidate",
+    "FuzzyRetriever",
     "Granularity",
     "GraphRetriever",
     "LexicalRetriever",
@@ -56,6 +67,7 @@ __all__ = [
     "register_retriever",
     "retriever_names",
     "unregister_retriever",
+    "weighted_retrievers",
 ]
 
 #: Chunk hits a chunk retriever asks for per entity candidate. Chunks fold to their
@@ -94,7 +106,7 @@ class Request:
     filters: Filters = field(default_factory=Filters)
     k: int = 100
     seeds: tuple[str, ...] = ()
-    depth: int = 1
+    depth: int = DEFAULT_DEPTH
 
     @property
     def has_text(self) -> bool:
@@ -219,7 +231,7 @@ class LexicalRetriever:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
         asked = _chunks_to_ask(request.k)
-        ranked = reader.engine.lexical(request.text, asked, request.filters)
+        ranked = reader.engine.rank(self.name, ListQuery(request.text, asked, request.filters))
         kept = _first_entities(ranked, request.k)
         # BM25 scores are ≥ 0; a ranker with other scores (pg_textsearch's are negated) has no floor.
         every = _every_match(ranked, asked, kept) and min(ranked.scores, default=0.0) >= 0
@@ -231,6 +243,15 @@ class LexicalRetriever:
             details={"every_match": every},
             floor=0.0 if every else None,
         )
+
+
+class FuzzyRetriever(LexicalRetriever):
+    """Typo-tolerant BM25 (the engine's ``fuzzy`` component): the lexical list of the query
+    with each word that no readable chunk holds replaced by the nearest one that some do
+    (``ks lexical replicaton`` finds nothing; ``ks fuzzy replicaton`` searches
+    ``replication``). Not in fusion by default: ``weights={"fuzzy": w}`` adds it."""
+
+    name = "fuzzy"
 
 
 class VectorRetriever:
@@ -250,7 +271,8 @@ class VectorRetriever:
         started = time.perf_counter()
         query = reader.embed(request.text)
         embedded = time.perf_counter()
-        ranked = reader.engine.vector(query, _chunks_to_ask(request.k), request.filters)
+        asked = ListQuery(request.text, _chunks_to_ask(request.k), request.filters, query)
+        ranked = reader.engine.rank(self.name, asked)
         return Ranking(
             self.name,
             self.granularity,
@@ -342,9 +364,15 @@ _FACTORIES: dict[str, RetrieverFactory] = {
     "lexical": LexicalRetriever,
     "sql": SqlRetriever,
     "graph": GraphRetriever,
+    "fuzzy": FuzzyRetriever,
 }
 #: The retrievers fused search runs by default, in this order.
 BUILT_IN: tuple[str, ...] = ("vector", "lexical", "sql", "graph")
+#: Built-in retrievers fused search runs only when asked (a weight names it): ``fuzzy``
+#: (docs/relevance.md: measured, it does not help the shared sets' fused ranking).
+_OFF_BY_DEFAULT: tuple[str, ...] = ("fuzzy",)
+for _name in _FACTORIES:
+    register_list(_name)
 
 
 def register_retriever(name: str, factory: RetrieverFactory, *, replace: bool = False) -> None:
@@ -359,18 +387,28 @@ def register_retriever(name: str, factory: RetrieverFactory, *, replace: bool = 
             retriever=name,
         )
     _FACTORIES[name] = factory
+    register_list(name)
 
 
 def unregister_retriever(name: str) -> None:
     """Remove a registered retriever (the built-ins stay)."""
-    if name in BUILT_IN:
+    if name in BUILT_IN or name in _OFF_BY_DEFAULT:
         raise InvalidRequest(f"the built-in retriever {name!r} cannot be removed")
     _FACTORIES.pop(name, None)
+    unregister_list(name)
 
 
 def retriever_names() -> tuple[str, ...]:
-    """Every registered name, built-ins first."""
-    return BUILT_IN + tuple(sorted(n for n in _FACTORIES if n not in BUILT_IN))
+    """Every registered name, the default ones first."""
+    return BUILT_IN + tuple(n for n in _FACTORIES if n not in BUILT_IN)
+
+
+def weighted_retrievers(*weights: Mapping[str, float] | None) -> list[str] | None:
+    """The retrievers a search with ``weights`` runs when none are configured: the default
+    ones, and any other registered list a weight names (``{"fuzzy": 1}`` adds ``fuzzy``);
+    None: just the default ones. The planner and the evaluation both ask here."""
+    named = [n for w in weights for n in (w or {}) if n not in BUILT_IN and n in _FACTORIES]
+    return [*BUILT_IN, *dict.fromkeys(named)] if named else None
 
 
 def make_retrievers(configured: Sequence[str | Retriever] | None = None) -> list[Retriever]:

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from knowledge_store.engines.base import EntityCard
 from knowledge_store.errors import BoundExceeded, InvalidRequest
 from knowledge_store.model import (
+    DEFAULT_DEPTH,
     FUSION_MODES,
     GRAPH_MAX_DEPTH,
     LIST_NAMES,
@@ -62,7 +63,13 @@ from knowledge_store.model import (
 )
 from knowledge_store.retrieval.adaptive import AdaptiveParams, AdaptiveWeights, adaptive_weights
 from knowledge_store.retrieval.fusion import Fused, RankedList, convex, rrf
-from knowledge_store.retrieval.retrievers import Ranking, Request, Retriever, make_retrievers
+from knowledge_store.retrieval.retrievers import (
+    Ranking,
+    Request,
+    Retriever,
+    make_retrievers,
+    weighted_retrievers,
+)
 
 if TYPE_CHECKING:
     from knowledge_store.retrieval.reader import StoreReader
@@ -105,7 +112,6 @@ ADAPTIVE_BASE = "convex"
 ADAPTIVE = AdaptiveParams(question=0.5, identifier=1.0)
 #: How many fused entities of the query stage seed the expand stage.
 SEEDS = 10
-DEFAULT_DEPTH = 1
 EVIDENCE_PER_RESULT = 3
 _SUCCESSOR_ROUNDS = 3
 
@@ -264,6 +270,8 @@ def plan(
             maximum=GRAPH_MAX_DEPTH,
         )
     fusion = Fusion.of(mode, None)
+    if retrievers is None:  # the default lists, and any other a weight names (``fuzzy=1``)
+        retrievers = weighted_retrievers(weights)
     configured = tuple(make_retrievers(retrievers))
     names = [r.name for r in configured]
     unknown = sorted(set(weights or {}) - set(names))
@@ -312,7 +320,8 @@ def run(reader: StoreReader, p: Plan, *, after_each: Hook | None = None) -> Run:
             if after_each is not None:
                 after_each(retriever.name)
     query_lists = [rk.entity_list() for rk in out.rankings.values() if rk.ran]
-    expanders = [r for r in p.retrievers if r.stage == "expand"]
+    # an expand list of weight 0 could change nothing in the fused ranking: it does not run
+    expanders = [r for r in p.retrievers if r.stage == "expand" and p.fusion.weight(r.name) > 0]
 
     def expand(seeds: tuple[str, ...]) -> list[RankedList]:
         seeded = dataclasses.replace(request, seeds=seeds)

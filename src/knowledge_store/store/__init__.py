@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from knowledge_store.engines.base import Engine, EngineSettings
+from knowledge_store.engines.registry import open_engine  # the engine of a location
 from knowledge_store.errors import ModelMismatch
 from knowledge_store.ingest.embedding import (
     Embedder,
@@ -40,12 +41,14 @@ from knowledge_store.model import (
     SqlHits,
     StoreStats,
 )
+from knowledge_store.model.queries import TextAnalysis
 from knowledge_store.requests import (
     AggregateRequest,
     ContentRequest,
     DocsSearchRequest,
     FacetsRequest,
     FilterSpec,
+    FuzzyRequest,
     GraphRequest,
     KnowledgeRequest,
     LearningPathRequest,
@@ -76,6 +79,7 @@ from knowledge_store.store.admin import Administration
 
 __all__ = [
     "DEFAULT_STORE",
+    "EngineSettings",
     "KnowledgeStore",
     "get_learning_path",
     "get_related",
@@ -99,31 +103,6 @@ def _identity(who: IdentityLike) -> Identity:
     if isinstance(who, Identity):
         return who
     return Identity(who or "everyone")
-
-
-def open_engine(
-    location: str | Path, settings: EngineSettings | None = None, *, create: bool = True
-) -> Engine:
-    """A directory → embedded; ``pg:DIR`` or ``postgresql://…`` → PostgreSQL.
-
-    ``create=False`` opens only a store that exists: anything else is ``NotFound``
-    ("no store at …"), and nothing is left behind where none was.
-    """
-    text = str(location)
-    chosen = settings or EngineSettings()
-    if text.startswith(("postgresql://", "postgres://", "pg:")):
-        from knowledge_store.engines.postgres.engine import PostgresEngine
-
-        return PostgresEngine.open(
-            text,
-            create=create,
-            keep_server=chosen.keep_server,
-            lexical_ranker=chosen.lexical_ranker,
-            graph_time_limit_s=chosen.graph_time_limit_s,
-        )
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine
-
-    return EmbeddedEngine(Path(text), create=create, graph_time_limit_s=chosen.graph_time_limit_s)
 
 
 class KnowledgeStore(Administration):
@@ -179,6 +158,11 @@ class KnowledgeStore(Administration):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def text_analysis(self) -> TextAnalysis:
+        """How this store's lexical index reads text: a query's terms, where a text holds them."""
+        return self.engine.text_analysis
+
     # -- embedder ----------------------------------------------------------------------
     @property
     def embedder_spec(self) -> str:
@@ -231,7 +215,7 @@ class KnowledgeStore(Administration):
         text: str | LexicalRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -240,12 +224,26 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.noted(r.lexical(request), request.filters.value)
 
+    def fuzzy(
+        self,
+        text: str | FuzzyRequest,
+        *,
+        identity: IdentityLike = None,
+        k: int | None = None,
+        filters: Any = None,
+        explain: bool = False,
+    ) -> ChunkHits:
+        """BM25 over chunks, each misspelt word searched as the nearest word the store holds."""
+        with self.reader(identity) as r:
+            answer = r.fuzzy(text, k=k, filters=filters, explain=explain)
+            return r.noted(answer, _filters_of(text, filters))
+
     def vector(
         self,
         query: str | np.ndarray | VectorRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         explain: bool = False,
     ) -> ChunkHits:
@@ -259,7 +257,7 @@ class KnowledgeStore(Administration):
         text: str | SearchRequest | None = None,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
         mode: str | None = None,
         weights: Mapping[str, float] | None = None,
@@ -279,7 +277,7 @@ class KnowledgeStore(Administration):
         *,
         identity: IdentityLike = None,
         order: str | None = None,
-        k: int = 10,
+        k: int | None = None,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         with self.reader(identity) as r:
@@ -303,10 +301,10 @@ class KnowledgeStore(Administration):
         starts: Sequence[str] | GraphRequest,
         *,
         identity: IdentityLike = None,
-        depth: int = 1,
+        depth: int | None = None,
         labels: Sequence[str] = (),
-        direction: str = "both",
-        k: int = 10,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
         with self.reader(identity) as r:
@@ -338,7 +336,7 @@ class KnowledgeStore(Administration):
         text: str | DocsSearchRequest | None = None,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
     ) -> SearchAnswer:
         """Fused search over every type but ``codeSample``."""
@@ -350,7 +348,7 @@ class KnowledgeStore(Administration):
         text: str | DocsSearchRequest | None = None,
         *,
         identity: IdentityLike = None,
-        k: int = 10,
+        k: int | None = None,
         filters: Any = None,
     ) -> CodeSamples:
         """Fused search over ``codeSample`` entities: each with its code, language and page."""
@@ -362,7 +360,7 @@ class KnowledgeStore(Administration):
         text: str | KnowledgeRequest,
         *,
         identity: IdentityLike = None,
-        k: int = 5,
+        k: int | None = None,
         filters: Any = None,
     ) -> Knowledge:
         """Fused search as cited passages and one context block, for a chat model."""
@@ -375,9 +373,9 @@ class KnowledgeStore(Administration):
         *,
         identity: IdentityLike = None,
         labels: Sequence[str] = (),
-        depth: int = 1,
-        direction: str = "both",
-        k: int = 10,
+        depth: int | None = None,
+        direction: str | None = None,
+        k: int | None = None,
     ) -> Related:
         """Entities linked to ``uid`` within ``depth`` hops, ranked as the graph primitive."""
         with self.reader(identity) as r:
@@ -457,9 +455,9 @@ def get_related(
     *,
     identity: IdentityLike = None,
     labels: Sequence[str] = (),
-    depth: int = 1,
-    direction: str = "both",
-    k: int = 10,
+    depth: int | None = None,
+    direction: str | None = None,
+    k: int | None = None,
 ) -> Related:
     """Entities linked to ``uid`` within ``depth`` ≤ 3 hops, ranked as the graph primitive."""
     with _reading(source, identity) as r:

@@ -1,7 +1,7 @@
 """The environment variables of ``ks`` and its servers, read here and nowhere else.
 
 The library reads no environment (a test greps ``src/`` for it): every setting
-is a parameter — :class:`~knowledge_store.engines.base.EngineSettings`,
+is a parameter — :class:`~knowledge_store.store.EngineSettings` (the engines'),
 :class:`~knowledge_store.ingest.embedding.EmbedderSettings`, an identity, a
 location. The command line and the servers map the variables below onto those
 parameters, so a script that sets them keeps working.
@@ -35,10 +35,9 @@ from knowledge_store.errors import InvalidRequest
 from knowledge_store.model import QUERY_GRAPH_TIME_LIMIT_S, Identity
 
 if TYPE_CHECKING:  # imported when used: ``ks --help`` stays quick
-    from knowledge_store.engines.base import EngineSettings
     from knowledge_store.ingest.embedders.core import Device
     from knowledge_store.ingest.embedding import EmbedderSettings
-    from knowledge_store.store import KnowledgeStore
+    from knowledge_store.store import EngineSettings, KnowledgeStore
 
 __all__ = [
     "EMBEDDER_ENV",
@@ -67,7 +66,7 @@ def embedder_spec(env: Mapping[str, str] | None = None) -> str | None:
 
 
 def engine_settings(env: Mapping[str, str] | None = None) -> EngineSettings:
-    from knowledge_store.engines.base import EngineSettings
+    from knowledge_store.store import EngineSettings
 
     values = _environ(env)
     graph_ms = _positive_int(values, "KS_GRAPH_TIME_LIMIT_MS")

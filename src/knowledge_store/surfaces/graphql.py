@@ -42,7 +42,6 @@ from strawberry.types import ExecutionContext, Info
 from strawberry.types.scalar import ScalarDefinition
 
 from knowledge_store.errors import KnowledgeStoreError
-from knowledge_store.model import LIST_NAMES
 from knowledge_store.requests import FilterSpec
 from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
@@ -61,25 +60,16 @@ _NONE = type(None)
 
 
 # -- answers → types (strawberry's pydantic integration) ---------------------------------------------
-def _ranks_type() -> Any:
-    """``ranks``: a result's rank in each of the four lists (a mapping in the answer)."""
-
-    def from_pydantic(cls: Any, ranks: Mapping[str, Any], extra: Any = None) -> Any:
-        return cls(**{name: ranks.get(name) for name in LIST_NAMES})
-
-    shell = type(
-        "Ranks",
-        (),
-        {
-            "__annotations__": dict.fromkeys(LIST_NAMES, int | None),
-            **dict.fromkeys(LIST_NAMES),
-            "from_pydantic": classmethod(from_pydantic),
-        },
-    )
-    return strawberry.type(shell, description="A result's rank in each list (null where absent)")
+@strawberry.type(description="A result's rank in one list (null where the list did not find it)")
+class ListRank:
+    list: str
+    rank: int | None
 
 
-Ranks = _ranks_type()
+def _ranks(root: Any) -> list[ListRank]:
+    """``ranks``: the answer's mapping as a list of ``{list, rank}`` — the four lists of
+    DESIGN §6, then any other list the search ran (a new list changes no type)."""
+    return [ListRank(list=name, rank=rank) for name, rank in root.ranks.items()]
 
 
 #: Public chunk ids are 53-bit (engines.shared.ChunkIds); GraphQL's ``Int`` is 32-bit, so
@@ -101,7 +91,7 @@ def _output(kind: Any, field: str) -> Any:
     """The GraphQL-able annotation of an answer field's annotation."""
     origin = get_origin(kind)
     if field == "ranks":
-        return Ranks
+        return strawberry.Private[dict[str, int | None]]  # served by _ranks, as a list
     if field == "chunk_id" and kind is int:
         return ChunkId
     if kind is Any or origin is dict or kind is dict:
@@ -123,7 +113,15 @@ def _output(kind: Any, field: str) -> Any:
 def output_type(model: type[BaseModel]) -> Any:
     """The strawberry type of an answer model (generated once per model)."""
     annotations = {name: _output(f.annotation, name) for name, f in model.model_fields.items()}
-    shell = type(model.__name__, (), {"__annotations__": annotations})
+    members: dict[str, Any] = {"__annotations__": annotations}
+    if "ranks" in annotations:
+        members["rank_list"] = strawberry.field(
+            name="ranks",
+            resolver=_ranks,
+            description="The result's rank in each list: the four lists of fused search"
+            " (vector, lexical, graph, sql), then any other list the search ran",
+        )
+    shell = type(model.__name__, (), members)
     doc = (model.__doc__ or "").strip().replace("``", "`") or None
     return strawberry_pydantic.type(model=model, description=doc)(shell)
 

@@ -56,6 +56,7 @@ from knowledge_store.requests import (
     DeleteRequest,
     DocsSearchRequest,
     FacetsRequest,
+    FuzzyRequest,
     GraphRequest,
     IngestRequest,
     KnowledgeRequest,
@@ -86,6 +87,7 @@ from knowledge_store.surfaces.shapes import (
 )
 
 if TYPE_CHECKING:
+    from knowledge_store.retrieval.reader import StoreReader
     from knowledge_store.store import KnowledgeStore
 
 __all__ = [
@@ -94,6 +96,7 @@ __all__ = [
     "Operation",
     "Rest",
     "operation",
+    "read_on",
 ]
 
 #: What an operation runs: the store, the caller (identity, admin scope), the validated request.
@@ -166,16 +169,23 @@ class Operation:
         """The answer model (the first, where a caller's scope chooses between two)."""
         return self.answers[0]
 
+    @property
+    def reads(self) -> str | None:
+        """The reader method of a read (None: an operation that is not one read)."""
+        return getattr(self.run, "reads", None)
+
 
 # -- what runs ------------------------------------------------------------------------------------
 def _read(method: str) -> Runner:
-    """A read: the store method ``method``, with the request, as the caller."""
+    """A read: the store method ``method``, with the request, as the caller (one reader);
+    :func:`read_on` runs it on a reader the caller holds (the reader method of that name)."""
 
     def run(store: KnowledgeStore, caller: Caller, request: Any) -> Answer:
         answer: Answer = getattr(store, method)(request, identity=caller.identity)
         return answer
 
     run.__name__ = method
+    run.reads = method  # type: ignore[attr-defined]
     return run
 
 
@@ -309,6 +319,22 @@ OPERATIONS: tuple[Operation, ...] = (
         rest=(Rest("POST", "/lexical"),),
         graphql="lexical",
         cli=Cli("lexical", ("query",), metavars={"query": "TEXT"}),
+    ),
+    Operation(
+        "fuzzy",
+        FuzzyRequest,
+        _read("fuzzy"),
+        (ChunkHits,),
+        "BM25 over chunks, tolerating typos: a misspelt word is searched as the nearest word"
+        " the store holds",
+        "Rank chunks by BM25 like lexical, after replacing each word that no chunk you can"
+        " read holds with the word one edit away (a letter added, dropped, changed or two"
+        " swapped) that most of them hold: 'replicaton' is searched as 'replication'. Use it"
+        " when lexical finds nothing for a word that may be misspelt. The answer's warnings"
+        " say which words were replaced. Returns chunks like lexical." + _FILTERS,
+        rest=(Rest("POST", "/fuzzy"),),
+        graphql="fuzzy",
+        cli=Cli("fuzzy", ("query",), metavars={"query": "TEXT"}),
     ),
     Operation(
         "vector",
@@ -668,3 +694,13 @@ _BY_NAME = {op.name: op for op in OPERATIONS}
 def operation(name: str) -> Operation:
     """The operation called ``name``."""
     return _BY_NAME[name]
+
+
+def read_on(reader: StoreReader, name: str, fields: Mapping[str, Any]) -> Any:
+    """The read operation ``name`` on an open ``reader``: ``fields`` validated by its request
+    model (every bound of every surface), answered as every surface answers it — for a
+    surface that makes several reads for one request (the search page) on one reader."""
+    op = _BY_NAME[name]
+    if op.reads is None:
+        raise ValueError(f"{name} is not a read")
+    return reader.answer(op.reads, op.request.model_validate(dict(fields)))

@@ -28,15 +28,17 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from knowledge_store.engines.embedded.lexical import QueryTerms
 from knowledge_store.errors import KnowledgeStoreError, NotFound
-from knowledge_store.model import LIST_NAMES, ChunkLocation, Result, SearchAnswer
+from knowledge_store.model import ChunkLocation, Result, SearchAnswer
+from knowledge_store.model.queries import QueryTerms, TextAnalysis
+from knowledge_store.retrieval.reader import StoreReader
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.body_html import body_html as render_body
 from knowledge_store.surfaces.body_html import location_label, location_link
+from knowledge_store.surfaces.operations import read_on
 from knowledge_store.surfaces.page_login import check_csrf, csrf_field, csrf_token, set_csrf
 from knowledge_store.surfaces.shapes import NOTHING_MATCHES
-from knowledge_store.surfaces.snippets import ANALYZERS, inline_html, plain_text, snippet_html
+from knowledge_store.surfaces.snippets import inline_html, plain_text, snippet_html
 from knowledge_store.surfaces.web import Service, service
 from knowledge_store.surfaces.workers import is_heavy
 
@@ -53,6 +55,8 @@ _STATIC = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; c
 #: 3.0 % of the relevant best hits fall below 0.30 (5.8 % below 0.35, 9.8 % below 0.40);
 #: queries about nothing in the store (kubernetes, sourdough) top out at 0.19–0.24.
 VECTOR_FLOOR = 0.30
+#: Related entities the entity page lists.
+RELATED_ON_PAGE = 15
 
 router = APIRouter(include_in_schema=False)
 e = html.escape
@@ -184,9 +188,9 @@ def _heading(heading: list[str], title: str) -> str:
 
 
 def _ranks(ranks: dict[str, int | None]) -> str:
+    """A cell per list of the answer (the four, then any other list the search ran)."""
     cells = []
-    for name in LIST_NAMES:
-        rank = ranks.get(name)
+    for name, rank in ranks.items():
         if rank is None:
             cells.append(f'<span class="rank off" title="not in the {name} list">{name} —</span>')
         else:
@@ -228,13 +232,16 @@ def _place(href: str | None, location: ChunkLocation | None) -> str:
     return f'<span class="place">{shown}</span> · '
 
 
-def _passage(heading: str, text: str, terms: QueryTerms, place: str = "") -> str:
+Marks = tuple[QueryTerms, TextAnalysis]
+
+
+def _passage(heading: str, text: str, marks: Marks, place: str = "") -> str:
     heading = place + heading
     shown = f'<div class="heading">{heading}</div>' if heading else ""
-    return shown + f'<p class="snippet">{snippet_html(text, terms)}</p>'
+    return shown + f'<p class="snippet">{snippet_html(text, *marks)}</p>'
 
 
-def _result_card(n: int, r: Result, terms: QueryTerms, similarity: float | None) -> str:
+def _result_card(n: int, r: Result, marks: Marks, similarity: float | None) -> str:
     """One result; ``similarity`` is set when only the vector list found it."""
     evidence = ""
     if r.evidence:
@@ -242,13 +249,13 @@ def _result_card(n: int, r: Result, terms: QueryTerms, similarity: float | None)
         evidence = _passage(
             _heading(list(first.heading), r.title),
             first.text,
-            terms,
+            marks,
             _place(r.href, first.location),
         )
         if rest:
             more = "".join(
                 _passage(
-                    _heading(list(ev.heading), r.title), ev.text, terms, _place(r.href, ev.location)
+                    _heading(list(ev.heading), r.title), ev.text, marks, _place(r.href, ev.location)
                 )
                 for ev in rest
             )
@@ -299,10 +306,23 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     chosen = {
         name: [v for v in params.getlist(name) if v][:10] for name in ("type", "not_type", "source")
     }
-    filters = {name: values for name, values in chosen.items() if values}
     store = svc.store
-    types = store.aggregate("count", "type", identity=who.identity).pairs()
-    sources = store.aggregate("count", "source", identity=who.identity).pairs()
+    with store.reader(who.identity) as reader:  # one snapshot, one identity expansion
+        return _search_body(store.is_empty, store.text_analysis, reader, q, chosen)
+
+
+def _search_body(
+    empty: bool,
+    analysis: TextAnalysis,
+    reader: StoreReader,
+    q: str,
+    chosen: dict[str, list[str]],
+) -> str:
+    """The search page's body from one reader: every read through the operation table."""
+    filters = {name: values for name, values in chosen.items() if values}
+    by = {"metric": "count"}
+    types = read_on(reader, "aggregate", {**by, "dimension": "type"}).pairs()
+    sources = read_on(reader, "aggregate", {**by, "dimension": "source"}).pairs()
     form = f"""<form class="search" method="get" action="/" role="search">
 <input id="q" name="q" type="search" value="{e(q)}" placeholder="Search the knowledge base (press / to focus)"
  autocomplete="off" autofocus aria-label="search">
@@ -312,13 +332,13 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
 <label>not type <select name="not_type" class="autosubmit">{_options(types, chosen["not_type"])}</select></label>
 <label>source <select name="source" class="autosubmit">{_options(sources, chosen["source"])}</select></label>
 </div></form>"""
-    if store.is_empty:
+    if empty:
         return form + (
             '<p class="empty">The store is empty. Ingest content (<code>ks ingest PATH…</code>'
             " or POST /v1/admin/ingest) and it appears here — no restart needed.</p>"
         )
     if not q and not filters:
-        recent = store.sql({}, identity=who.identity, k=10)
+        recent = read_on(reader, "sql", {})
         items = "".join(
             f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
             f" <span class='muted'>{e(h.updated_at or '')}</span></li>"
@@ -328,16 +348,17 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
             form
             + f'<section class="card"><h2>Recently updated</h2><ul class="plain">{items}</ul></section>'
         )
-    answer = store.search(q or None, identity=who.identity, k=10, filters=filters)
-    terms = ANALYZERS.query_terms(q)
+    answer: SearchAnswer = read_on(reader, "search", {"query": q, "filters": filters})
+    marks = (analysis.query_terms(q), analysis)
     similarity = _vector_only_similarity(answer)
     cards = [
-        _result_card(n, r, terms, similarity.get(r.uid))
+        _result_card(n, r, marks, similarity.get(r.uid))
         for n, r in enumerate(answer.results, start=1)
     ]
     facets = ""
     if answer.results:
-        found = store.graph_facets([r.uid for r in answer.results], identity=who.identity)
+        uids = [r.uid for r in answer.results]
+        found = read_on(reader, "graph_facets", {"uids": uids})
         by_label = "".join(
             f"<li>{e(label)} <b>{count}</b></li>" for label, count in found.by_label.items()
         )
@@ -388,8 +409,13 @@ async def search_page(request: Request) -> Response:
 
 # -- the entity page -----------------------------------------------------------------------------------
 def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
-    store = svc.store
-    content = store.content(uid, identity=who.identity).to_dict()
+    with svc.store.reader(who.identity) as reader:  # one snapshot, one identity expansion
+        return _entity_body(reader, uid)
+
+
+def _entity_body(reader: StoreReader, uid: str) -> tuple[str, str]:
+    """The entity page from one reader: every read through the operation table."""
+    content = read_on(reader, "content", {"uid": uid}).to_dict()
     entity = content["entity"]
     out_edges, in_edges = content["edges"]["out"], content["edges"]["in"]
     successor = next((x for x in out_edges if x["label"] == "supersededBy"), None)
@@ -426,7 +452,7 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
         body = rest  # the page title is already the h1
     targets = {x["href"]: x["uid"] for x in out_edges if x.get("href")}
     body_html = render_body(body, href=entity["href"], targets=targets)
-    related = store.get_related(uid, identity=who.identity, k=15)
+    related = read_on(reader, "get_related", {"uid": uid, "k": RELATED_ON_PAGE})
     related_items = "".join(
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
         f" <span class='muted'>{e(h.path[-1].label or '')}"
@@ -435,7 +461,7 @@ def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     )
     path_html = ""
     try:
-        path = store.get_learning_path(uid, identity=who.identity)
+        path = read_on(reader, "get_learning_path", {"uid": uid})
     except NotFound:
         path = None
     if path is not None and len(path.units) > 1:

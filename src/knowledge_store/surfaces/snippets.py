@@ -1,7 +1,8 @@
 """Search-page snippets: Markdown to plain text, the best window, the query's terms marked.
 
 Highlighting follows the lexical index, as Tantivy's snippet generator does: the
-text is tokenized by the index's own analyzers (:class:`Analyzers`), and a token
+text is tokenized by the store's own analysis (``KnowledgeStore.text_analysis``, a
+:class:`~knowledge_store.model.queries.TextAnalysis`), and a token
 is marked when its analysed form is one of the query's analysed terms — whole
 tokens only (``before`` is never ``be<mark>for</mark>e``), never a stop word
 (the analyzer drops those), and a stem matches its inflections (``vacuum``
@@ -19,12 +20,10 @@ from collections.abc import Iterable, Sequence
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from knowledge_store.engines.embedded.lexical import Analyzers, QueryTerms
+from knowledge_store.model.queries import QueryTerms, TextAnalysis
 
-__all__ = ["ANALYZERS", "Span", "highlight_spans", "inline_html", "plain_text", "snippet_html"]
+__all__ = ["Span", "highlight_spans", "inline_html", "plain_text", "snippet_html"]
 
-#: The lexical index's analyzers (stateless; safe to share between threads).
-ANALYZERS = Analyzers()
 Span = tuple[int, int]
 
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -99,22 +98,10 @@ def _merge(spans: Iterable[Span]) -> list[Span]:
 
 
 def highlight_spans(
-    text: str, terms: QueryTerms, analyzers: Analyzers = ANALYZERS
+    text: str, terms: QueryTerms, analysis: TextAnalysis
 ) -> list[tuple[int, int, str]]:
     """``(start, end, term)`` of each token of ``text`` that one of the query's terms matches."""
-    words, idents = set(terms.words), set(terms.idents)
-    found = [
-        (t.char_offset_from, t.char_offset_to, t.text)
-        for t in analyzers.words.pre_tokenize(text).tokens
-        if t.text in words
-    ]
-    if idents:
-        found += [
-            (t.char_offset_from, t.char_offset_to, t.text)
-            for t in analyzers.ident.pre_tokenize(text).tokens
-            if t.text in idents
-        ]
-    return sorted(found)
+    return analysis.matches(text, terms)
 
 
 def _window(text: str, hits: Sequence[tuple[int, int, str]], width: int) -> Span:
@@ -139,11 +126,11 @@ def _window(text: str, hits: Sequence[tuple[int, int, str]], width: int) -> Span
 
 
 def snippet_html(
-    markdown: str, terms: QueryTerms, *, width: int = 320, analyzers: Analyzers = ANALYZERS
+    markdown: str, terms: QueryTerms, analysis: TextAnalysis, *, width: int = 320
 ) -> str:
     """HTML of the best ``width``-character window of ``markdown`` as plain text, terms marked."""
     text = plain_text(markdown)
-    hits = highlight_spans(text, terms, analyzers)
+    hits = highlight_spans(text, terms, analysis)
     start, end = _window(text, hits, width)
     spans = _merge((max(s, start), min(e, end)) for s, e, _ in hits if s < end and e > start)
     out = ["…"] if start > 0 else []

@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import tantivy
 
 from knowledge_store.errors import StoreError
 from knowledge_store.model import FILTER_FIELDS, relevance, stored_timestamp
-from knowledge_store.model.queries import FUNCTION_WORDS, WORD_PATTERN, query_features
+from knowledge_store.model.queries import (
+    FUNCTION_WORDS,
+    WORD_PATTERN,
+    QueryTerms,
+    query_features,
+)
 
 __all__ = [
     "IDENTIFIER_ONLY_CODES",
@@ -124,14 +128,6 @@ def _ident_analyzer() -> tantivy.TextAnalyzer:
     )
 
 
-@dataclass(frozen=True)
-class QueryTerms:
-    """A query text as the index matches it: ``words`` on body and title, ``idents`` on ident."""
-
-    words: tuple[str, ...]  # lowercased, stop words out, stemmed
-    idents: tuple[str, ...]  # identifiers as written, lowercased, that are not plain words
-
-
 class Analyzers:
     """The index's two analyzers, and a query's terms under them.
 
@@ -156,6 +152,24 @@ class Analyzers:
             if IDENTIFIER_ONLY_CODES:
                 idents = [t for t in idents if not t.isalpha()]
         return QueryTerms(tuple(words), tuple(idents))
+
+    def matches(self, text: str, terms: QueryTerms) -> list[tuple[int, int, str]]:
+        """``(start, end, term)`` of each token of ``text`` that one of ``terms`` matches:
+        a word token whose analysed form is one of the words, an identifier token that is
+        one of the identifiers — whole tokens only, in order (the search page's marks)."""
+        words, idents = set(terms.words), set(terms.idents)
+        found = [
+            (t.char_offset_from, t.char_offset_to, t.text)
+            for t in self.words.pre_tokenize(text).tokens
+            if t.text in words
+        ]
+        if idents:
+            found += [
+                (t.char_offset_from, t.char_offset_to, t.text)
+                for t in self.ident.pre_tokenize(text).tokens
+                if t.text in idents
+            ]
+        return sorted(found)
 
 
 def text_clauses(

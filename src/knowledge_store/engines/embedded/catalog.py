@@ -28,10 +28,8 @@ from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
 from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
     ChunkIds,
-    membership_path,
-    stored_entity,
 )
-from knowledge_store.engines.sql import statements
+from knowledge_store.engines.sql.acl import load_entity
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
@@ -47,7 +45,6 @@ from knowledge_store.model import (
     ENTITY_FIELDS,
     FACET_NAMES,
     TIMESTAMP_FORM,
-    Edge,
     Entity,
     compose_context,
     format_timestamp,
@@ -300,15 +297,7 @@ class Catalog:
 
     def load_entity(self, conn: sqlite3.Connection, uid: str) -> Entity | None:
         """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
-        entity_sql, acl_sql, edges_sql = statements.load_entity(SQLITE, uid)
-        row = conn.execute(*entity_sql).fetchone()
-        if row is None:
-            return None
-        acl = tuple(str(p) for (p,) in conn.execute(*acl_sql))
-        edges = tuple(
-            Edge(uid, str(lb), str(dst), pos) for lb, dst, pos in conn.execute(*edges_sql)
-        )
-        return stored_entity(row, edges, acl)
+        return load_entity(conn, SQLITE, uid)
 
     def acl_sets_principals(
         self, conn: sqlite3.Connection, acl_sets: Iterable[int]
@@ -552,33 +541,6 @@ class Catalog:
 
     def has_chunks(self) -> bool:
         return self._conn().execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is not None
-
-    # -- memberships ----------------------------------------------------------------------------
-    def memberships_of(self, conn: sqlite3.Connection, member: str) -> list[str]:
-        return [
-            str(g)
-            for (g,) in conn.execute(
-                "SELECT grp FROM memberships WHERE member = ? ORDER BY grp", (member,)
-            )
-        ]
-
-    def members_of(self, conn: sqlite3.Connection, group: str) -> list[str]:
-        return [
-            str(m)
-            for (m,) in conn.execute(
-                "SELECT member FROM memberships WHERE grp = ? ORDER BY member", (group,)
-            )
-        ]
-
-    def path_between(self, conn: sqlite3.Connection, start: str, goal: str) -> list[str] | None:
-        """A membership chain ``start → … → goal`` (breadth-first), or None."""
-        return membership_path(
-            start, goal, lambda members: {m: self.memberships_of(conn, m) for m in members}
-        )
-
-    def held_principals(self, conn: sqlite3.Connection, principal: str) -> list[str]:
-        """What ``principal`` holds: itself, ``everyone`` and its groups (expanded now)."""
-        return [str(p) for (p,) in conn.execute(SQLITE.expand_identity(), {"principal": principal})]
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
         return self._conn().execute(sql, params).fetchall()

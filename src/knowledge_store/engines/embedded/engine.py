@@ -37,25 +37,33 @@ import logging
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.progress import Progress
 
-from knowledge_store.engines.base import PreparedEntity, Published, Vector
-from knowledge_store.engines.embedded.admin import EmbeddedAdmin
-from knowledge_store.engines.embedded.catalog import Catalog, ChunkRow
+from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.components import Components
+from knowledge_store.engines.embedded import components as _components  # noqa: F401  (registers)
+from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
+from knowledge_store.engines.embedded.admin import embedded_admin
+from knowledge_store.engines.embedded.analysis import Analyzers
+from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
-from knowledge_store.engines.embedded.dense import remove_leftovers as remove_dense_leftovers
-from knowledge_store.engines.embedded.lexical import LexicalDoc, LexicalIndex
+from knowledge_store.engines.embedded.derived import (
+    DENSE_FILE,
+    REBUILD_BATCH,
+    DenseDerived,
+    Derived,
+    LexicalDerived,
+)
 from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.quarantine import QUARANTINED, quarantined
 from knowledge_store.engines.embedded.reader import EmbeddedReader
-from knowledge_store.engines.embedded.views import View, Views, rebuilding
+from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
     check_own_directory,
@@ -65,6 +73,7 @@ from knowledge_store.engines.shared import (
     deletion,
     no_store,
 )
+from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
@@ -86,11 +95,10 @@ from knowledge_store.model import (
     StoreStats,
 )
 
-__all__ = ["EmbeddedEngine"]
+__all__ = ["EmbeddedEngine", "open_store"]
 
 log = logging.getLogger(__name__)
 
-_DENSE_FILE = "dense.hnsw"
 #: What a store directory holds (and a killed first open may have left): the catalog and its
 #: ``-wal`` / ``-shm`` / ``-journal``, the lexical index, the write lock, the dense index and
 #: the temp files of a killed save (``dense.hnsw.tmp<pid>``); and damaged indexes moved aside.
@@ -101,11 +109,6 @@ _STORE_FILE = re.compile(
 
 def _is_store_file(name: str) -> bool:
     return _STORE_FILE.fullmatch(name) is not None or QUARANTINED.fullmatch(name) is not None
-
-
-_REBUILD_BATCH = 2000
-#: Why a failed publish rebuilds the lexical index (it had taken that publish's changes).
-_UNDONE = "a publish that failed after the index took its changes"
 
 
 def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
@@ -149,15 +152,23 @@ class EmbeddedEngine:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
         self._write_lock = WriteLock(self.path)
-        # Files of another schema are replaced by whoever holds the write lock first.
-        self.lexical_index = LexicalIndex(self.path / "lexical")
-        self._dense: DenseIndex | None = None
-        self.views = Views(self)
+        #: The derived indexes (``.derived``), each a component with its own watermark: the
+        #: writer catches them up, applies publishes to them and rebuilds them, in this order.
+        self.lexical = LexicalDerived(self.catalog, self.path / "lexical", self._write_lock)
+        self.dense_index = DenseDerived(self.catalog, self.path / DENSE_FILE)
+        self.derived: tuple[Derived, ...] = (self.lexical, self.dense_index)
+        #: The Tantivy index itself (the lexical component's).
+        self.lexical_index = self.lexical.index
+        self.views = Views(self.catalog, self.lexical, self.dense_index)
         self.owners = ChunkOwners(self.catalog)
-        self._admin = EmbeddedAdmin(self)
+        self._admin = embedded_admin(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
+        #: The index components by list (``engines.components``; registered by .components, .fuzzy).
+        self.components = Components(self.name, self)
+        #: How the lexical index reads text (the search page highlights with it).
+        self.text_analysis = Analyzers()
         with self._writer(wait=False) as acquired:
             if acquired:
                 self._recover()
@@ -167,36 +178,33 @@ class EmbeddedEngine:
         return self
 
     @property
-    def admin(self) -> EmbeddedAdmin:
+    def admin(self) -> AclAdministration:
         return self._admin
 
-    # -- opening the derived indexes --------------------------------------------------
+    # -- the derived indexes ------------------------------------------------------------------
     @property
     def dense(self) -> DenseIndex | None:
-        """The HNSW index of the store's model (reopened when a re-embedding changed the
-        dimension: the file of the old one loads empty, and catching up rebuilds it)."""
-        model = self.model()
-        return None if model is None else self._dense_of(model[1])
-
-    def _dense_of(self, dimension: int) -> DenseIndex:
-        if self._dense is None or self._dense.dimension != dimension:
-            self._dense = DenseIndex(self.path / _DENSE_FILE, dimension)
-        return self._dense
+        """The HNSW index of the store's model (see :class:`~.derived.DenseDerived`)."""
+        return self.dense_index.index
 
     # -- the single writer ----------------------------------------------------------------
     @contextmanager
     def _writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the store's write lock (see ``writelock``); readers pass ``wait=False``."""
+        """Hold the store's write lock (see ``writelock``); ``wait=False``: only if free."""
         with self._write_lock.hold(wait=wait) as held:
             yield held
+
+    def write_lock(self) -> AbstractContextManager[bool]:
+        """The store's write lock, held for a block (every writer of the catalog takes it)."""
+        return self._writer()
 
     # -- derived index catch-up (the write lock held) -------------------------------------------
     def _recover(self) -> None:
         """At open, holding the write lock: repair what a killed writer or an older
         version left, then catch the derived indexes up (a failure is logged, never
         raised: the catalog-backed primitives answer regardless)."""
-        remove_dense_leftovers(self.path / _DENSE_FILE)
-        self.lexical_index.remove_leftovers()
+        for index in self.derived:
+            index.remove_leftovers()
         self.catalog.repair_timestamps()
         try:  # the publish inside the last commit, not the sidecar's (a kill may split them)
             self.lexical_index.reload()
@@ -204,38 +212,14 @@ class EmbeddedEngine:
             self._derived_failed(exc)
         self._catch_up_or_log()
         if self.derived_error is None:
-            self.lexical_index.forget_rebuild()  # one killed before it emptied the index
+            self.lexical.forget_cut_rebuild()  # one killed before it emptied the index
 
-    def _catch_up(self, *, persist: bool = True) -> None:
-        """Bring the derived indexes to the catalog's latest publish (idempotent).
-
-        An index *ahead* of the catalog holds a publish that never committed (a
-        writer died between its index commit and its catalog commit): rebuilt.
-        Behind means a writer died, or its index update failed: a killed writer's
-        leftovers go first (a delete file its Tantivy commit wrote without recording
-        it would collide with this commit's).
-        """
+    def _catch_up(self) -> None:
+        """Bring every derived index to the catalog's latest publish (idempotent; each
+        component knows how: ``Derived.catch_up``)."""
         latest, _ = self.catalog.latest_publish()
-        if why := self._lexical_rebuild_reason(latest):
-            # unusable files, ahead of the catalog, or empty (new, replaced for another
-            # schema, or a rebuild cut short): every chunk, a batch at a time, instead of
-            # replaying the whole ops log in one list
-            self._rebuild_lexical(latest, why)
-        elif self.lexical_index.watermark < latest:
-            self.lexical_index.remove_leftovers()
-            with self.catalog.read() as conn:
-                self._apply_lexical(conn, self.lexical_index.watermark, latest)
-        dense = self.dense
-        if dense is not None and dense.damage is not None and persist:
-            self._rebuild_dense(dense, latest)
-        if dense is not None and dense.watermark > latest:
-            dense.clear()
-        if dense is not None and dense.watermark < latest:
-            remove_dense_leftovers(self.path / _DENSE_FILE)
-            with self.catalog.read() as conn:
-                self._apply_dense(conn, dense, dense.watermark, latest)
-            if persist:
-                dense.save(latest)
+        for index in self.derived:
+            index.catch_up(latest)
         self.derived_error = None
 
     def _catch_up_or_log(self) -> None:
@@ -250,103 +234,6 @@ class EmbeddedEngine:
     def _derived_failed(self, exc: StoreError) -> None:
         self.derived_error = exc.message
         log.warning("derived indexes behind the catalog: %s", exc.message)
-
-    def _apply_lexical(self, conn: sqlite3.Connection, since: int, latest: int) -> None:
-        ops = self.catalog.ops_since(since, conn)
-        touched = sorted({op.chunk for op in ops})
-        readd = sorted({op.chunk for op in ops if op.op != "del"})
-        if touched:
-            self.lexical_index.delete_chunks(touched)
-        self.lexical_index.add(self._lexical_docs(conn, readd))
-        self.lexical_index.commit(latest)
-
-    def _lexical_docs(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[LexicalDoc]:
-        """The lexical index's documents for ``chunk_ids``, each with its ACL's principals."""
-        rows = self.catalog.chunk_rows(conn, chunk_ids)
-        acls = self.catalog.acl_sets_principals(conn, {r.acl_set for r in rows})
-        return [_lexical_doc(r, acls.get(r.acl_set, ())) for r in rows]
-
-    def _apply_dense(
-        self, conn: sqlite3.Connection, dense: DenseIndex, since: int, latest: int
-    ) -> None:
-        """Apply the chunk ops since ``since`` in memory and mark ``latest`` (no save)."""
-        ops = self.catalog.ops_since(since, conn)
-        removed = sorted({op.chunk for op in ops if op.op == "del"})
-        added = sorted({op.chunk for op in ops if op.op == "add"})
-        if removed:
-            dense.remove(removed)
-        ids, vectors = self.catalog.chunk_vectors(conn, added, dense.dimension)
-        if len(ids):
-            dense.add(ids, vectors)
-        dense.mark(latest)
-
-    def _lexical_rebuild_reason(self, latest: int) -> str | None:
-        """Why the lexical index must be rebuilt from the catalog (None: it can catch up)."""
-        index = self.lexical_index
-        if index.stale is not None:
-            index.reload()  # another process may have rebuilt it since this one looked
-        if index.stale is not None:
-            return f"the index {index.stale}"
-        if index.watermark > latest:
-            return "the index held a publish the catalog never committed"
-        if index.watermark == 0 < latest:
-            cut = index.rebuilding()
-            if cut is not None:
-                return f"a rebuild by process {cut.pid} ({cut.reason}) was cut short"
-            return "the index was empty"
-        return None
-
-    def _rebuild_lexical(self, latest: int, why: str) -> None:
-        """The lexical index from every chunk of the catalog, :data:`_REBUILD_BATCH` at a time
-        (memory stays flat; replaying the ops log held every document of the store at once).
-
-        The write lock held. Index files this process can't use are replaced here, and the
-        sidecar records the rebuild and its progress (the other processes' readers say so)
-        until its commit: one killed midway leaves an empty index, which the next holder of
-        the write lock rebuilds.
-        """
-        started = time.perf_counter()
-        with self.catalog.read() as conn:
-            ids = self.catalog.all_chunk_ids(conn)
-            self._clear_lexical(why, len(ids))
-            if len(ids) > _REBUILD_BATCH:
-                log.warning("lexical index: indexing %d chunks from the catalog", len(ids))
-            for i in range(0, len(ids), _REBUILD_BATCH):
-                self.lexical_index.add(self._lexical_docs(conn, ids[i : i + _REBUILD_BATCH]))
-                self.lexical_index.rebuilt(min(i + _REBUILD_BATCH, len(ids)))
-        self.lexical_index.commit(latest)
-        if len(ids) > _REBUILD_BATCH:
-            log.warning(
-                "lexical index: %d chunks indexed in %.1f s",
-                len(ids),
-                time.perf_counter() - started,
-            )
-
-    def _rebuild_dense(self, dense: DenseIndex, latest: int) -> None:
-        """A damaged dense file moved aside, and the index rebuilt from every vector the
-        catalog holds, :data:`_REBUILD_BATCH` at a time, then saved (the write lock held)."""
-        dense.quarantine()
-        dense.clear()
-        with self.catalog.read() as conn:
-            ids = self.catalog.all_chunk_ids(conn)
-            for i in range(0, len(ids), _REBUILD_BATCH):
-                vids, vectors = self.catalog.chunk_vectors(
-                    conn, ids[i : i + _REBUILD_BATCH], dense.dimension
-                )
-                if len(vids):
-                    dense.add(vids, vectors)
-        dense.mark(latest)
-        dense.save(latest)
-
-    def _clear_lexical(self, why: str, total: int) -> None:
-        """The start of a rebuild of ``total`` chunks: recorded, then the index emptied (a
-        lexical index that can't even be cleared is recreated)."""
-        self.lexical_index.begin_rebuild(why, total)
-        try:
-            self.lexical_index.clear()
-        except StoreError as exc:
-            log.warning("the lexical index can't be cleared (%s); recreating it", exc)
-            self.lexical_index.recreate()
 
     # -- readers --------------------------------------------------------------------------------
     @contextmanager
@@ -419,28 +306,20 @@ class EmbeddedEngine:
         meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
         with self._writer():
             self._catch_up_or_log()
-            dense: DenseIndex | None = self._dense_of(dimension)
-            lexical_done = False
             try:
                 with self.catalog.write() as conn:
                     publish, root = self.catalog.replace_embeddings(
                         conn, ids, matrix, meta, base_root=base_root
                     )
-                    self.lexical_index.commit(publish)
-                    lexical_done = True
-                    if dense is not None:
-                        dense.clear()
-                        dense.add(keys, matrix)
-                        dense.mark(publish)
+                    self.lexical.mark(publish)  # its texts are unchanged: the watermark moves
+                    self.dense_index.reembed(publish, keys, matrix, dimension)
             except BaseException:
-                if lexical_done:
-                    self._rebuild_lexical(self.catalog.latest_publish()[0], _UNDONE)
-                self.lexical_index.rollback()
-                self._dense = None  # the recorded model's index reopens from its file
+                self._abort()
+                self.dense_index.forget()  # the recorded model's index reopens from its file
                 self._catch_up_or_log()
                 raise
-            if dense is not None:
-                dense.save(publish)
+            for index in self.derived:
+                index.published(publish)
             return root
 
     def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
@@ -482,8 +361,6 @@ class EmbeddedEngine:
         with self._writer():
             _check_model(self.model(), model)
             self._catch_up_or_log()
-            dense = self.dense
-            lexical_done = False
             try:
                 with self.catalog.write() as conn:
                     latest = self.catalog.latest_publish(conn)
@@ -506,41 +383,37 @@ class EmbeddedEngine:
                         return record_source(conn, SQLITE, source, Published.of(plan))
                     self.catalog.apply(conn, plan, kind=kind)
                     record_source(conn, SQLITE, source, Published.of(plan))
-                    self._follow(conn, dense, plan.publish)
-                    lexical_done = True
+                    self._follow(conn, plan.publish)
             except BaseException:
-                # Nothing of this publish may survive in a derived index.
-                if lexical_done:
-                    self._rebuild_lexical(self.catalog.latest_publish()[0], _UNDONE)
-                self.lexical_index.rollback()
-                if dense is not None:
-                    dense.reload()
-                    self._catch_up_or_log()
+                self._abort()
                 raise
-            if dense is None and self.dense is not None:  # the first publish set the model
-                self._catch_up_or_log()
+            for index in self.derived:
+                index.published(plan.publish)
             if self.lexical_index.damage is not None:  # found damaged on the way: repaired now
                 self._catch_up_or_log()
-            if self.dense is not None and self.dense.watermark == plan.publish:
-                self.dense.save(plan.publish)
             return Published.of(plan)
 
-    def _follow(self, conn: sqlite3.Connection, dense: DenseIndex | None, publish: int) -> None:
-        """Inside a publish's catalog transaction: bring the derived indexes to ``publish``.
+    def _abort(self) -> None:
+        """A publish failed: nothing of it may survive in a derived index (each is brought
+        back to the catalog's latest publish; one that can't be is logged, as at open)."""
+        latest = self.catalog.latest_publish()[0]
+        for index in self.derived:
+            try:
+                index.abort(latest)
+            except StoreError as exc:
+                self._derived_failed(exc)
+
+    def _follow(self, conn: sqlite3.Connection, publish: int) -> None:
+        """Inside a publish's catalog transaction: bring every derived index to ``publish``.
 
         An index that fails (StoreError) is rolled back to what it committed and left
         behind, the reason kept: the catalog commits regardless.
         """
-        try:
-            self._apply_lexical(conn, self.lexical_index.watermark, publish)
-        except StoreError as exc:
-            self.lexical_index.rollback()
-            self._derived_failed(exc)
-        if dense is not None:
+        for index in self.derived:
             try:
-                self._apply_dense(conn, dense, dense.watermark, publish)
+                index.follow(conn, publish)
             except StoreError as exc:
-                dense.reload()
+                index.undo()
                 self._derived_failed(exc)
 
     # -- sources and crawl state (engines.sql.sources) ----------------------------------------------
@@ -567,7 +440,7 @@ class EmbeddedEngine:
         with self._writer():  # what is derived from uids can't change before the publish
             with self.catalog.read() as conn:
                 stored = self.catalog.content_hashes(list(uids), conn)
-                doomed = deletion(uids, stored, lambda uid: self._admin.derived_from(conn, uid))
+                doomed = deletion(uids, stored, lambda uid: derived_from(conn, SQLITE, uid))
             return self.publish([], doomed, kind="delete")
 
     def is_empty(self) -> bool:
@@ -583,12 +456,12 @@ class EmbeddedEngine:
             segments = self.lexical_index.num_segments()
         except StoreError as exc:
             segments, self.derived_error = 0, exc.message
-        dense = self._dense  # not loaded just for stats: its file's header says as much
-        on_disk = file_watermark(self.path / _DENSE_FILE)
+        dense = self.dense_index.loaded()  # not loaded just for stats: its file's header says
+        on_disk = file_watermark(self.path / DENSE_FILE)
         error = self.derived_error
         if error is None and self.lexical_index.watermark != latest:
             # another process rebuilds the lexical index (or must): say so, with its progress
-            rebuild = rebuilding(self)
+            rebuild = self.lexical.rebuilding()
             error = None if rebuild is None else rebuild[0]
         if error is None and dense is not None and dense.damage is not None:
             error = f"the dense index is damaged ({dense.damage}); `ks rebuild` rebuilds it"
@@ -623,7 +496,8 @@ class EmbeddedEngine:
     def moved_aside(self) -> list[tuple[str, str]]:
         """``(index, why)`` of each damaged index this process moved aside and rebuilt."""
         lexical = [("lexical", why) for why in self.lexical_index.moved_aside]
-        dense = [] if self._dense is None else [("dense", why) for why in self._dense.moved_aside]
+        loaded = self.dense_index.loaded()
+        dense = [] if loaded is None else [("dense", why) for why in loaded.moved_aside]
         return lexical + dense
 
     def rebuild(self, *, progress: bool = False) -> None:
@@ -634,57 +508,40 @@ class EmbeddedEngine:
         (both logged); a lexical index that can't even be cleared is recreated.
         """
         with self._writer():
-            remove_dense_leftovers(self.path / _DENSE_FILE)
-            self.lexical_index.remove_leftovers()
+            for index in self.derived:
+                index.remove_leftovers()
             self.lexical_index.find_damage()  # damaged files are moved aside, to be inspected
-            latest, _ = self.catalog.latest_publish()
-            with self.catalog.read() as conn:
-                ids = self.catalog.all_chunk_ids(conn)
-            self._clear_lexical("`ks rebuild`", len(ids))
             dense = self.dense
             if dense is not None:
                 dense.damage = dense.damage or dense.verify()
                 dense.quarantine()  # a damaged file, kept aside to be inspected
-                dense.clear()
+            latest, _ = self.catalog.latest_publish()
+            with self.catalog.read() as conn:
+                ids = self.catalog.all_chunk_ids(conn)
+            for index in self.derived:
+                index.rebuild_start("`ks rebuild`", len(ids))
             with Progress(disable=not progress, transient=True) as bar:
                 task = bar.add_task("rebuilding indexes", total=len(ids))
-                for i in range(0, len(ids), _REBUILD_BATCH):
-                    part = ids[i : i + _REBUILD_BATCH]
+                for i in range(0, len(ids), REBUILD_BATCH):
+                    part = ids[i : i + REBUILD_BATCH]
                     with self.catalog.read() as conn:
-                        docs = self._lexical_docs(conn, part)
-                        if dense is not None:
-                            vids, vectors = self.catalog.chunk_vectors(conn, part, dense.dimension)
-                    self.lexical_index.add(docs)
-                    self.lexical_index.rebuilt(i + len(part))
-                    if dense is not None and len(vids):
-                        dense.add(vids, vectors)
+                        for index in self.derived:
+                            index.rebuild_batch(conn, part, i + len(part))
                     bar.advance(task, len(part))
-            self.lexical_index.commit(latest)
-            if dense is not None:
-                dense.save(latest)
+            for index in self.derived:
+                index.rebuild_done(latest)
             self.views.reset()
             self.derived_error = None
 
     def close(self) -> None:
         self.owners.close()
-        self.lexical_index.close()
-        if self._dense is not None:
-            self._dense.close()
+        for index in self.derived:
+            index.close()
         self.catalog.close()
 
 
-def _lexical_doc(row: ChunkRow, acl: tuple[str, ...]) -> LexicalDoc:
-    return LexicalDoc(
-        chunk_id=row.chunk_id,
-        uid=row.uid,
-        acl=acl,
-        type=row.type,
-        source=row.source,
-        status=row.status,
-        facets=row.facets,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        title=row.title,
-        heading=row.heading,
-        text=row.text,
+def open_store(location: str, settings: EngineSettings, create: bool) -> EmbeddedEngine:
+    """The engine registry's opener (``engines.registry``): the store in directory ``location``."""
+    return EmbeddedEngine(
+        Path(location), create=create, graph_time_limit_s=settings.graph_time_limit_s
     )

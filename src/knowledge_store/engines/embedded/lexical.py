@@ -46,7 +46,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -792,6 +792,36 @@ class LexicalIndex:
             return out
 
         return self._call("reading stored uids", read)
+
+    def word_counts(
+        self, words: Sequence[str], *, principals: Collection[str] | None, pinned: Pinned
+    ) -> dict[str, int | None]:
+        """How many chunk documents hold each of ``words`` in ``body``, as the index analyses
+        it (a stem counts for its inflections), among those ``principals`` may read (None:
+        all, from the term dictionary); None for a word the analyzer drops (a stop word)."""
+        stems: dict[str, str | None] = {}
+        for word in words:
+            tokens = self._analyzers.words.analyze(word)
+            stems[word] = tokens[0] if len(tokens) == 1 else None
+        searcher = pinned.searcher
+        acl = [] if principals is None else self._filter_clauses(principals, Filters())
+        counted: dict[str, int] = {}
+
+        def count(stem: str) -> int:
+            if stem not in counted:
+                total = int(searcher.doc_freq("body", stem))
+                if total and acl:
+                    term = tantivy.Query.term_query(self._schema, "body", stem)
+                    query = tantivy.Query.boolean_query([(tantivy.Occur.Must, term), *acl])
+                    found = searcher.search(query, limit=1, count=True)
+                    total = int(getattr(found, "count", 0) or 0)
+                counted[stem] = total
+            return counted[stem]
+
+        return self._call(
+            "counting words",
+            lambda: {w: None if s is None else count(s) for w, s in stems.items()},
+        )
 
     def num_docs(self) -> int:
         """Chunk documents in the index (the watermark document left out)."""

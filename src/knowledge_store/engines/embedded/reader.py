@@ -259,6 +259,16 @@ class EmbeddedReader(SqlReader):
             found, passed, k, details, checked, hydrate=hydrate, dropped=dropped, uids=probed
         )
 
+    def word_counts(self, words: Sequence[str], *, everything: bool) -> dict[str, int | None]:
+        """How many chunks this reader may read hold each of ``words`` (``LexicalIndex.
+        word_counts`` on the pinned searcher); ``everything``: the snapshot hides nothing
+        from the reader, so the term dictionary's counts are the reader's."""
+        if self._view.lexical_error is not None:
+            raise StoreError(self._view.lexical_error, **self._view.lexical_details)
+        return self._engine.lexical_index.word_counts(
+            words, principals=None if everything else self._held, pinned=self._lexical
+        )
+
     def _lexical_search(
         self, text: str, limit: int, filters: Filters | None
     ) -> list[tuple[int, float]]:

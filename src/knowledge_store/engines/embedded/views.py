@@ -2,16 +2,17 @@
 
 A reader opens a catalog read transaction — publish ``P`` — and pins the
 Tantivy searcher and the dense generation of exactly ``P``
-(:meth:`Views.open_snapshot`). A :class:`View` is kept per publish and made
-again only when the catalog moves on. Derived indexes behind ``P`` are caught
-up first (another process published, or a writer died); ahead of ``P`` (a
-publish landed in between), the transaction is reopened: a bounded number of
-tries, then a clear ``StoreError``. A derived index that can't reach ``P``
-leaves its reason in the view: its primitive refuses, the catalog answers the
-rest. A reader never rebuilds a *damaged* lexical index (minutes at a million
-chunks, in a request): its primitive says what is damaged, and the next process
-to hold the write lock — a writer, ``ks rebuild``, or the next open with nobody
-writing — moves it aside and rebuilds it.
+(:meth:`Views.open_snapshot`): each derived index's own pin
+(:meth:`~.derived.Derived.pin`), which never takes the write lock — catching up is
+the writer's job. A :class:`View` is kept per publish and made again only when the
+catalog moves on. An index that a live writer is about to bring to ``P`` (or that is
+ahead of ``P``: a publish landed in between) makes the reader reopen its transaction:
+a bounded number of tries, then a clear ``StoreError``. An index that can't reach
+``P`` leaves its reason in the view: its list refuses, the catalog answers the rest.
+A reader never rebuilds a *damaged* lexical index (minutes at a million chunks, in a
+request): its list says what is damaged, and the next process to hold the write lock —
+a writer, ``ks rebuild``, or the next open with nobody writing — moves it aside and
+rebuilds it.
 
 The dense pre-filter selection (visible chunk ids under an identity and
 FILTERS) is cached here too, per publish: it is a function of the snapshot.
@@ -31,15 +32,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from knowledge_store.engines.embedded.dense import Generation
+from knowledge_store.engines.embedded.derived import DenseDerived, LexicalDerived, behind
 from knowledge_store.engines.embedded.lexical import Pinned
 from knowledge_store.errors import StoreError
 from knowledge_store.model import Filters
 
 if TYPE_CHECKING:
-    from knowledge_store.engines.embedded.engine import EmbeddedEngine
+    from knowledge_store.engines.embedded.catalog import Catalog
     from knowledge_store.engines.embedded.reader import EmbeddedReader
 
-__all__ = ["View", "Views", "behind", "rebuilding"]
+__all__ = ["View", "Views", "behind"]
 
 #: How long a reader waits for the derived indexes to reach its snapshot (another
 #: process between its index commit and its catalog commit), in tries × backoff.
@@ -62,48 +64,13 @@ class View:
     lexical_details: Mapping[str, Any] = field(default_factory=dict)
 
 
-def behind(message: str) -> str:
-    """The error of a primitive whose derived index is behind the catalog."""
-    return (
-        f"{message}. The derived indexes are behind the catalog: sql, aggregate, graph,"
-        " query_graph and content still answer; `ks rebuild` rebuilds them"
-    )
-
-
-def rebuilding(engine: EmbeddedEngine) -> tuple[str, dict[str, Any]] | None:
-    """The error of the lexical primitive while another process rebuilds the lexical index
-    (or must: this process can't use its files, or they are damaged), and its details; None
-    when neither."""
-    index = engine.lexical_index
-    state = index.rebuilding()
-    if state is None and index.stale is None:
-        return None
-    if state is None and index.damage is not None:
-        error = index.damage_error()
-        return error.message, error.details
-    details: dict[str, Any] = {"index": "lexical", "rebuilding": True, "retryable": True}
-    if state is not None:
-        elapsed = max(time.time() - state.started, 0.0)
-        details |= {"indexed": state.indexed, "total": state.total, "elapsed_s": round(elapsed)}
-        what = (
-            f"is being rebuilt by process {state.pid} ({state.reason}): {state.indexed:,} of"
-            f" {state.total:,} chunks indexed in {elapsed:.0f} s"
-        )
-    else:
-        what = f"must be rebuilt (it {index.stale}); the process writing to the store rebuilds it"
-    message = (
-        f"the lexical index of {engine.path} {what}. Lexical and fused search answer when it"
-        " is done: try again shortly. vector, sql, aggregate, graph, query_graph and content"
-        " answer meanwhile"
-    )
-    return message, details
-
-
 class Views:
     """The views of one engine (see the module docstring)."""
 
-    def __init__(self, engine: EmbeddedEngine) -> None:
-        self._engine = engine
+    def __init__(self, catalog: Catalog, lexical: LexicalDerived, dense: DenseDerived) -> None:
+        self._catalog = catalog
+        self._lexical = lexical
+        self._dense = dense
         self._view: View | None = None
         self._lock = threading.Lock()
         self._allowed: OrderedDict[tuple[Any, ...], np.ndarray | None] = OrderedDict()
@@ -120,7 +87,7 @@ class Views:
 
     def open_snapshot(self, conn: sqlite3.Connection) -> tuple[int, str, View]:
         """Begin a read transaction on ``conn`` whose publish the derived indexes are at."""
-        catalog = self._engine.catalog
+        catalog = self._catalog
         for attempt in range(_VIEW_TRIES):
             try:
                 conn.execute("BEGIN")
@@ -128,75 +95,31 @@ class Views:
             except sqlite3.Error as exc:
                 raise StoreError(f"cannot read the catalog {catalog.path}: {exc}") from exc
             view = self._view
-            if view is None or view.publish != publish or self._engine.lexical_index.damage:
+            if view is None or view.publish != publish or self._lexical.index.damage:
                 view = self.at(publish)
             if view is not None:
                 return publish, root, view
             conn.execute("COMMIT")
             time.sleep(min(0.001 * 2**attempt, 0.05))
         raise StoreError(
-            f"the derived indexes of {self._engine.path} did not reach publish {publish} in"
+            f"the derived indexes of {catalog.path.parent} did not reach publish {publish} in"
             " time (a writer may be stuck); try again, or run `ks rebuild` if it lasts"
         )
 
     def at(self, publish: int) -> View | None:
-        """The indexes pinned at ``publish``, caught up if behind; None if one is ahead."""
-        engine = self._engine
-        index = engine.lexical_index
+        """The indexes pinned at ``publish``; None while one can't be there yet (retry)."""
+        index = self._lexical.index
         with self._lock:
             if self._view is not None and self._view.publish == publish and index.damage is None:
                 return self._view
-            lexical_error = dense_error = None
-            lexical_details: dict[str, Any] = {}
-            try:
-                lexical = index.pin()
-                if lexical.watermark != publish:
-                    index.reload()
-                    lexical = index.pin()
-            except StoreError:
-                if index.damage is None:
-                    raise
-                lexical = index.pin()  # found damaged: an empty index in memory, never its files
-            if lexical.watermark != publish and index.damage is not None:
-                # damaged: never rebuilt by a reader (see the module docstring)
-                error = index.damage_error()
-                lexical_error, lexical_details = error.message, error.details
-            elif lexical.watermark != publish:
-                # Behind: another process published, a writer died, or its index update
-                # failed. Ahead with nobody writing: a writer died between its index
-                # commit and its catalog commit (``_catch_up`` rebuilds the index).
-                with engine._writer(wait=False) as acquired:
-                    if acquired:
-                        try:
-                            engine._catch_up(persist=False)
-                        except StoreError as exc:
-                            engine._derived_failed(exc)
-                            lexical_error = behind(exc.message)
-                        lexical = engine.lexical_index.pin()
-                    elif (rebuild := rebuilding(engine)) is not None:
-                        # Another process rebuilds it (minutes at a million chunks): the
-                        # lexical primitive says so at once, the rest answers; not kept,
-                        # so the next reader looks again.
-                        lexical_error, lexical_details = rebuild
-            dense = engine.dense
-            if dense is not None and dense.watermark < publish:
-                dense.reload_if_newer()
-                if dense.watermark < publish:  # in memory only: the writing process saves
-                    try:
-                        with engine.catalog.read() as conn:
-                            engine._apply_dense(conn, dense, dense.watermark, publish)
-                    except StoreError as exc:
-                        engine._derived_failed(exc)
-                        dense_error = behind(exc.message)
-            generation = None if dense is None else dense.generation()
-            if lexical.watermark != publish and lexical_error is None:
+            lexical = self._lexical.pin(publish)
+            dense = self._dense.pin(publish)
+            if lexical is None or dense is None:
                 return None
-            if generation is not None and generation.watermark != publish and dense_error is None:
-                return None
-            if lexical.watermark == publish:
-                lexical_error = None
-            view = View(publish, lexical, generation, lexical_error, dense_error, lexical_details)
-            if (self._view is None or self._view.publish < publish) and not lexical_details:
+            searcher: Pinned = lexical.searcher
+            generation: Generation | None = dense.searcher
+            view = View(publish, searcher, generation, lexical.error, dense.error, lexical.details)
+            if (self._view is None or self._view.publish < publish) and lexical.keep and dense.keep:
                 self._view = view
             return view
 

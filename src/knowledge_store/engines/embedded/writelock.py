@@ -1,9 +1,10 @@
 """The embedded store's single writer: a thread lock in this process, a file lock across them.
 
 ``WriteLock(path).hold()`` is re-entrant in one thread. With ``wait=False`` it
-yields False at once when someone else is writing: readers use that to repair
-a derived index only when no writer is alive (a writer that died released its
-``flock``), and cleanup of a killed writer's files happens only under it.
+yields False at once when someone else is writing (an open repairs what a killed
+writer left only when no writer is alive: a writer that died released its
+``flock``). Readers never take it: :meth:`WriteLock.busy` tells them, without
+holding anything, whether a writer is at work.
 """
 
 from __future__ import annotations
@@ -69,6 +70,25 @@ class WriteLock:
                 os.close(fd)
         finally:
             self._thread_lock.release()
+
+    def busy(self) -> bool:
+        """Whether a writer holds the lock now, in this process or another: a probe that
+        never waits and writes nothing (a shared ``flock`` on a descriptor of its own,
+        refused while a writer holds the exclusive one, else dropped at once). A reader
+        asks it to tell a writer's commit that is coming from one that never will."""
+        if self._depth:
+            return True
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing the descriptor drops a shared lock it got
+        return False
 
 
 def _flock(fd: int, timeout: float) -> bool:

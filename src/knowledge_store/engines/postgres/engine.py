@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import numpy as np
 from psycopg import sql
 
-from knowledge_store.engines.base import PreparedEntity, Published, Vector
-from knowledge_store.engines.postgres import acl
+from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.components import Components
+from knowledge_store.engines.embedded.analysis import Analyzers
+from knowledge_store.engines.postgres import components as _components  # noqa: F401  (registers)
+from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
 from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
@@ -41,8 +44,6 @@ from knowledge_store.engines.postgres.schema import (
 from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
     ChunkIds,
-    acl_change,
-    acl_parent,
     check_own_directory,
     check_prepared,
     check_store_directory,
@@ -50,6 +51,7 @@ from knowledge_store.engines.shared import (
     deletion,
     no_store,
 )
+from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
@@ -69,20 +71,16 @@ from knowledge_store.errors import (
 from knowledge_store.model import (
     EVERYONE,
     QUERY_GRAPH_TIME_LIMIT_S,
-    AclExplanation,
     CheckReport,
     Entity,
     Filters,
     Identity,
-    MembershipsLoaded,
-    PrincipalInfo,
     SourceSummary,
     StoreStats,
-    check_principal,
     compose_context,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "split_location"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "open_store", "split_location"]
 
 DEFAULT_SCHEMA = "ks"
 #: ANALYZE after a publish that changed at least this many chunks (fresh planner statistics).
@@ -95,6 +93,46 @@ _SNAPSHOT = (
     " (SELECT value FROM meta WHERE key = 'membership_version'),"
     " (SELECT value FROM meta WHERE key = 'needs_rebuild')"
 )
+
+
+def open_store(location: str, settings: EngineSettings, create: bool) -> PostgresEngine:
+    """The engine registry's opener (``engines.registry``): ``pg:DIR`` or a URL."""
+    return PostgresEngine.open(
+        location,
+        create=create,
+        keep_server=settings.keep_server,
+        lexical_ranker=settings.lexical_ranker,
+        graph_time_limit_s=settings.graph_time_limit_s,
+    )
+
+
+class _AclCatalog:
+    """The PostgreSQL catalog as ACL administration needs it (``sql.acl.Catalog``): a write
+    transaction holds the store's advisory lock; a grant or revoke is planned and written
+    in that same transaction (the ACL is a join in every statement: no index to update)."""
+
+    dialect = POSTGRES
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        with self._db.read() as conn, translate("reading the ACLs"):
+            yield conn
+
+    @contextmanager
+    def writing(self) -> Iterator[Connection]:
+        with self._db.write() as conn, translate("changing memberships"):
+            yield conn
+
+    def publish_acl(self, change: str, decide: Callable[[Connection], list[Entity]]) -> str:
+        with self._db.write() as conn, translate(change):
+            changed = decide(conn)
+            if not changed:
+                return writes.latest_publish(conn)[1]
+            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=changed)
+        return Published.of(plan).root
 
 
 def split_location(text: str) -> tuple[str, str | None]:
@@ -151,6 +189,12 @@ class PostgresEngine:
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
         self.chunk_ids = self._chunk_ids()
+        self._admin = AclAdministration(_AclCatalog(self.db))
+        #: The index components by list (``engines.components``; registered by .components, .fuzzy).
+        self.components = Components(self.name, self)
+        #: How the lexical statements read text: the reference analysis they mirror in SQL
+        #: (schema.py; tests/conformance/test_postgres_analysis.py holds them together).
+        self.text_analysis = Analyzers()
 
     @classmethod
     def open(
@@ -213,8 +257,8 @@ class PostgresEngine:
         return self
 
     @property
-    def admin(self) -> PostgresEngine:
-        return self
+    def admin(self) -> AclAdministration:
+        return self._admin
 
     def visible_counts(self, key: tuple[Any, ...]) -> tuple[int, int] | None:
         """Visible and total chunks of the vector planner, cached per (publish, held, FILTERS)."""
@@ -484,7 +528,7 @@ class PostgresEngine:
     def delete(self, uids: Sequence[str]) -> Published:
         stored = self.content_hashes(list(uids))
         with self.db.read() as conn, translate("reading what the entities split off"):
-            doomed = deletion(uids, stored, lambda uid: writes.derived_from(conn, uid))
+            doomed = deletion(uids, stored, lambda uid: derived_from(conn, POSTGRES, uid))
         return self.publish([], doomed, kind="delete")
 
     def is_empty(self) -> bool:
@@ -552,63 +596,3 @@ class PostgresEngine:
 
     def close(self) -> None:
         self.db.close()
-
-    # -- ACL administration ----------------------------------------------------------------------------
-    def grant(self, uid: str, principal: str) -> str:
-        return self._change_acl(uid, "grant", principal)
-
-    def revoke(self, uid: str, principal: str) -> str:
-        return self._change_acl(uid, "revoke", principal)
-
-    def _change_acl(self, uid: str, change: str, principal: str) -> str:
-        check_principal(principal)
-        with self.db.write() as conn, translate(f"{change} on {uid}"):
-            entity = self._entity(conn, uid)
-            changed = acl_change(
-                entity, change, principal, lambda parent: writes.derived_from(conn, parent)
-            )
-            if not changed:
-                return writes.latest_publish(conn)[1]
-            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=changed)
-        return Published.of(plan).root
-
-    @staticmethod
-    def _entity(conn: Connection, uid: str) -> Entity:
-        entity = writes.load_entity(conn, uid)
-        if entity is None:
-            raise NotFound(f"no entity with uid {uid!r}", uid=uid)
-        return entity
-
-    def acl_show(self, uid: str) -> tuple[str, ...]:
-        with self.db.read() as conn, translate("reading the ACL"):
-            return self._entity(conn, uid).acl
-
-    def acl_inherited_from(self, uid: str) -> str | None:
-        with self.db.read() as conn, translate("reading the ACL"):
-            return acl_parent(self._entity(conn, uid))
-
-    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        check_principal(principal)
-        with self.db.read() as conn, translate("explaining an ACL"):
-            return acl.explain(conn, principal, uid)
-
-    def add_member(self, group: str, member: str) -> None:
-        acl.check_membership(group, member)
-        with self.db.write() as conn, translate("adding a member"):
-            acl.add_member(conn, group, member)
-
-    def remove_member(self, group: str, member: str) -> None:
-        acl.check_membership(group, member)
-        with self.db.write() as conn, translate("removing a member"):
-            acl.remove_member(conn, group, member)
-
-    def principal_show(self, principal: str) -> PrincipalInfo:
-        check_principal(principal)
-        with self.db.read() as conn, translate("reading a principal"):
-            return acl.principal_info(conn, principal)
-
-    def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
-        for group, member in pairs:
-            acl.check_membership(group, member)
-        with self.db.write() as conn, translate("loading memberships"):
-            return acl.load_memberships(conn, pairs)

@@ -32,8 +32,6 @@ from knowledge_store.engines.postgres.schema import (
     REDERIVE_LEXICAL,
     WORD_POSTINGS,
 )
-from knowledge_store.engines.shared import DERIVED_LINK, stored_entity
-from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import (
@@ -47,16 +45,14 @@ from knowledge_store.engines.sql.publish import (
 from knowledge_store.engines.sql.sources import SourceSync, record_source
 from knowledge_store.engines.sql.statements import location_text
 from knowledge_store.errors import StoreError
-from knowledge_store.model import ENTITY_FIELDS, Edge, Entity
+from knowledge_store.model import ENTITY_FIELDS, Entity
 
 __all__ = [
     "REBUILD_LEXICAL",
     "acl_set_id",
     "acl_set_key",
     "apply_publish",
-    "derived_from",
     "latest_publish",
-    "load_entity",
     "replace_embeddings",
 ]
 
@@ -181,25 +177,6 @@ def acl_set_id(conn: Connection, principals: Sequence[str]) -> int:
             (acl_set, members),
         )
     return acl_set
-
-
-def derived_from(conn: Connection, uid: str) -> list[Entity]:
-    """The entities linked to ``uid`` by ``shared.DERIVED_LINK`` (those sharing its ACL
-    among them are ``shared.acl_change``'s to pick)."""
-    rows = conn.execute(*statements.derived_candidates(POSTGRES, uid, DERIVED_LINK)).fetchall()
-    found = [load_entity(conn, str(src)) for (src,) in rows]
-    return [e for e in found if e is not None]
-
-
-def load_entity(conn: Connection, uid: str) -> Entity | None:
-    """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
-    entity_sql, acl_sql, edges_sql = statements.load_entity(POSTGRES, uid)
-    row = conn.execute(*entity_sql).fetchone()
-    if row is None:
-        return None
-    acl = tuple(str(p) for (p,) in conn.execute(*acl_sql))
-    edges = tuple(Edge(uid, str(lb), str(dst), pos) for lb, dst, pos in conn.execute(*edges_sql))
-    return stored_entity(row, edges, acl)
 
 
 def _drop_chunks(conn: Connection, entity_ids: Sequence[int]) -> None:

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol
 
-from knowledge_store.engines.base import ChunkRecord, EntityCard
+from knowledge_store.engines.base import ChunkRecord, EntityCard, RankedChunks
+from knowledge_store.engines.components import Components, ListQuery
 from knowledge_store.engines.shared import ChunkIds, content_answer
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.aggregate import aggregate_answer
@@ -44,10 +45,14 @@ __all__ = ["SqlReader"]
 
 
 class _Engine(Protocol):
-    """What the shared reader needs of its engine: the public chunk ids of answers."""
+    """What the shared reader needs of its engine: the public chunk ids of answers, and
+    its index components by list."""
 
     @property
     def chunk_ids(self) -> ChunkIds: ...
+
+    @property
+    def components(self) -> Components: ...
 
 
 def ms(seconds: float) -> float:
@@ -95,6 +100,10 @@ class SqlReader:
     def _snapshot(self) -> dict[str, Any]:
         """``explain()``'s ``snapshot`` beyond the publish and content root."""
         return {}
+
+    def rows(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        """The rows of one statement on this reader's snapshot (for an engine's components)."""
+        return self._run(sql, params)
 
     def _counted(self, sql: str) -> None:
         self._statements[sql] = self._statements.get(sql, 0) + 1
@@ -144,6 +153,11 @@ class SqlReader:
             "expand_ms": self._expand_ms,
             "statements": [{"sql": sql, "runs": n} for sql, n in self._statements.items()],
         }
+
+    # -- ranking --------------------------------------------------------------------------------
+    def rank(self, list_name: str, query: ListQuery) -> RankedChunks:
+        """The chunk ids the engine's component for ``list_name`` ranks for ``query``."""
+        return self._engine.components(list_name).search(self, query)
 
     # -- hydrating ---------------------------------------------------------------------------
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]:
