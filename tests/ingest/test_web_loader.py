@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.ingest.crawl import CrawlLimits, normal_url, scope_of
+from knowledge_store.ingest.crawl import CrawlLimits, in_scope, normal_url, scope_of
 from knowledge_store.ingest.crawl_state import JsonFileCrawlState, MemoryCrawlState, PageState
 from knowledge_store.ingest.loaders import LoadResult, load_paths
 from knowledge_store.ingest.loaders.pages import default_uid
@@ -466,6 +467,49 @@ def test_normal_urls_are_stable(scheme: str, host: str, path: str, query: str, f
     assert normal_url(once) == once and "#" not in once
 
 
+@pytest.mark.parametrize(
+    ("url", "normal"),
+    [
+        ("http://h/docs/../private/s.html", "http://h/private/s.html"),
+        ("http://h/docs/./a/../../x", "http://h/x"),
+        ("http://h/docs/%2e%2E/x", "http://h/x"),
+        ("http://h/docs/.%2e/x", "http://h/x"),
+        ("http://h/docs/a/..", "http://h/docs/"),
+        ("http://h/../../x", "http://h/x"),
+        ("http://h/docs/%7euser/%41", "http://h/docs/~user/A"),
+        ("http://h/docs/a%2fb%3f", "http://h/docs/a%2Fb%3F"),
+        ("http://h/docs/page?q=%7e", "http://h/docs/page?q=~"),
+    ],
+)
+def test_normal_urls_resolve_dot_segments_and_unreserved_escapes(url: str, normal: str) -> None:
+    assert normal_url(url) == normal
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/docs/..%2Fprivate/x", "/docs/..%5Cprivate/x", "/docs/..\\private/x", "/docs/a/..%2f..%2fx"],
+)
+def test_a_path_that_climbs_out_once_decoded_is_out_of_scope(path: str) -> None:
+    assert not in_scope(normal_url("http://h" + path), "http://h/docs/")
+
+
+@given(
+    st.lists(st.sampled_from(["a", "/", ".", "..", "%2e", "%2E", "%2f", "%5c", "\\", "docs"])).map(
+        "".join
+    )
+)
+def test_what_is_in_scope_is_requested_in_scope(tail: str) -> None:
+    """Whatever a link says, a URL taken as in scope is requested (httpx's own view of the path)
+    under the scope, and stays there when a server decodes its escapes."""
+    url = normal_url("http://h/docs/" + tail)
+    if in_scope(url, "http://h/docs/"):
+        sent = httpx.URL(url).raw_path.decode()
+        assert sent.startswith("/docs/")
+        assert normal_url("http://h" + sent.replace("%5C", "/").replace("%2F", "/")).startswith(
+            "http://h/docs/"
+        )
+
+
 def test_a_non_http_start_is_a_request_error() -> None:
     with pytest.raises(InvalidRequest, match="not an http"):
         scope_of("ftp://h/docs/")
@@ -483,6 +527,8 @@ def test_bad_limits_are_request_errors() -> None:
         CrawlLimits(max_pages=0)
     with pytest.raises(InvalidRequest, match="timeout_s"):
         CrawlLimits(timeout_s=0)
+    with pytest.raises(InvalidRequest, match="deadline_s"):
+        CrawlLimits(deadline_s=float("nan"))
 
 
 # -- into a store ---------------------------------------------------------------------------------
