@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -547,3 +548,35 @@ def test_crawled_pages_publish_and_a_recrawl_publishes_nothing(
     again = crawl(site, state)
     assert store.ingest_records([record.entity for record in again.records]).added == 0
     assert set(again.unchanged) == set(entities(first))
+
+
+def test_a_recrawl_answered_with_304s_reports_the_pages_unchanged(
+    site: Site, store: KnowledgeStore
+) -> None:
+    """docs/sources.md: a 304 page is reported unchanged — in the answer and the source's row."""
+    url = site.url("/docs/")
+    first = store.ingest([url], acl=["everyone"], source="docs", web=WebOptions(limits=FAST))
+    assert (first.added, first.unchanged) == (6, 0)
+    again = store.ingest([url], acl=["everyone"], source="docs", web=WebOptions(limits=FAST))
+    assert again.crawls and again.crawls[0]["stats"]["not_modified"] == 5
+    assert (again.added, again.updated, again.unchanged, again.deleted) == (0, 0, 6, 0)
+    (row,) = [s for s in store.sources() if s.source == "docs"]
+    assert row.last_sync is not None and row.last_sync.unchanged == 6
+    site.routes["/docs/api.html"].body = page("API", "<p>The API reference, version 2.</p>")
+    third = store.ingest([url], acl=["everyone"], source="docs", web=WebOptions(limits=FAST))
+    assert (third.added, third.updated, third.unchanged) == (0, 1, 5)
+
+
+def test_a_web_ingest_without_acl_names_the_flag(site: Site, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from knowledge_store.surfaces.cli import app
+
+    args = ["--store", str(tmp_path / "s"), "ingest", site.url("/docs/"), "--delay", "0"]
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 2
+    assert "--acl everyone" in " ".join(shown.stderr.split())
+    answer = CliRunner().invoke(app, [*args, "--json"])
+    error = json.loads(answer.stdout)["error"]
+    assert error["code"] == "invalid_record" and "--acl everyone" in error["message"]
+    assert len(error["details"]["rejected"]) == 5  # every page, each named (samples follow them)

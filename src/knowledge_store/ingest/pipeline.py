@@ -129,7 +129,8 @@ def ingest_entities(
     unchanged = len(entities) - len(changed)
     kind = "sync" if source is not None and source.sync else "ingest"
     if source is not None:
-        source = dataclasses.replace(source, unchanged_before=unchanged)
+        # what the load found unchanged without reading it (304s), and the batch's own
+        source = dataclasses.replace(source, unchanged_before=source.unchanged_before + unchanged)
         if not changed:
             published = engine.publish([], [], kind=kind, source=source)
             return _report(published, len(entities), rejected, skipped)

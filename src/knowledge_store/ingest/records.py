@@ -50,6 +50,7 @@ __all__ = [
     "EDGE_KEYS",
     "MAX_BODY_CHARS",
     "MAX_UID_CHARS",
+    "NO_ACL",
     "RECORD_KEYS",
     "REQUIRED_KEYS",
     "JsonProblem",
@@ -72,7 +73,8 @@ _LINE_BREAKS = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]+")
 _DATE_FORM = (
     "an ISO 8601 date or datetime in the years 0001–9999, e.g. 2024-05-01 or 2024-05-01T12:00:00Z"
 )
-_NO_ACL = (
+#: Why a record without an ``acl`` is refused when the batch has no default.
+NO_ACL = (
     "no acl and no default acl for the batch: nothing becomes public silently;"
     ' add "acl": [...] to the record, or give the batch a default acl (e.g. everyone)'
 )
@@ -455,7 +457,7 @@ def _acl(
 ) -> tuple[str, ...]:
     if "acl" not in obj:
         if default_acl is None:
-            reject("acl", _NO_ACL)
+            reject("acl", NO_ACL)
         # A bad default is the caller's request, not this record: InvalidRequest.
         return tuple(sorted({check_principal(principal) for principal in default_acl}))
     value = obj["acl"]

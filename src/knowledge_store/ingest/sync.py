@@ -24,7 +24,14 @@ from knowledge_store.ingest.loaders.web import WebOptions, site_source
 from knowledge_store.ingest.watch import WatchSummary, watch
 from knowledge_store.model import IngestReport
 
-__all__ = ["check_sync", "crawl_options", "save_crawl_state", "source_sync", "watch_source"]
+__all__ = [
+    "check_sync",
+    "crawl_options",
+    "not_reread",
+    "save_crawl_state",
+    "source_sync",
+    "watch_source",
+]
 
 
 def check_sync(source: str | None, sync: bool) -> None:
@@ -33,6 +40,11 @@ def check_sync(source: str | None, sync: bool) -> None:
         raise InvalidRequest(
             "a sync replaces the content of one source: name it (source)", field="source"
         )
+
+
+def not_reread(loaded: LoadResult) -> set[str]:
+    """The uids a crawl found unchanged (``304``: present as stored, not read again)."""
+    return set(loaded.unchanged) - {r.entity.uid for r in loaded.records}
 
 
 def source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) -> SourceSync:
@@ -49,6 +61,7 @@ def source_sync(loaded: LoadResult, source: str, sync: bool, allow_mass: bool) -
         kept=frozenset(kept),
         delete_missing=not any(crawl.truncated for crawl in loaded.crawls),
         allow_mass_delete=allow_mass,
+        unchanged_before=len(not_reread(loaded)),
     )
 
 

@@ -96,6 +96,7 @@ class Administration:
         from knowledge_store.ingest.sync import (
             check_sync,
             crawl_options,
+            not_reread,
             save_crawl_state,
             source_sync,
         )
@@ -120,7 +121,9 @@ class Administration:
         if not loaded.crawls:
             return report
         crawls = [crawl.to_dict() for crawl in loaded.crawls]
-        return report.model_copy(update={"crawls": crawls})
+        # pages a crawl found unchanged (304) are in the source, as stored: unchanged too
+        unchanged = report.unchanged + len(not_reread(loaded))
+        return report.model_copy(update={"crawls": crawls, "unchanged": unchanged})
 
     def ingest_records(
         self,

@@ -372,17 +372,20 @@ def ingest(
     def action() -> Any:
         web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix)
         with _store(create=True) as store:
-            return store.ingest(
-                paths,
-                format=format,
-                source=source,
-                acl=acl,
-                skip_invalid=skip_invalid,
-                progress=not as_json and sys.stderr.isatty(),
-                sync=sync,
-                allow_mass_delete=allow_mass_delete,
-                web=web,
-            )
+            try:
+                return store.ingest(
+                    paths,
+                    format=format,
+                    source=source,
+                    acl=acl,
+                    skip_invalid=skip_invalid,
+                    progress=not as_json and sys.stderr.isatty(),
+                    sync=sync,
+                    allow_mass_delete=allow_mass_delete,
+                    web=web,
+                )
+            except BatchRejected as exc:
+                raise cli_sources.without_acl(exc) from None
 
     names = {
         "acl": "--acl",
