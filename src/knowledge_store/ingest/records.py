@@ -14,6 +14,7 @@ are :class:`JsonProblem` errors, never silently taken.
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -60,6 +61,7 @@ __all__ = [
     "raw_decode_strict",
     "read_lines",
     "record_to_entity",
+    "strict_problem_line",
 ]
 
 RECORD_KEYS: tuple[str, ...] = (*ENTITY_FIELDS, "edges", "acl")
@@ -91,6 +93,8 @@ class JsonProblem(ValueError):
         super().__init__(message)
         self.msg = message
         self.key = key
+        #: where the innermost object holding the problem starts (:func:`strict_problem_line`)
+        self.offset: int | None = None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -158,6 +162,37 @@ def raw_decode_strict(text: str, at: int = 0) -> tuple[Any, int]:
         raise JsonProblem(f"the JSON nests deeper than {MAX_JSON_DEPTH} levels") from None
     _check_depth(value)
     return value, end
+
+
+def strict_problem_line(text: str) -> int | None:
+    """The line (1-based) where the innermost object that :func:`loads_strict` refuses in
+    ``text`` starts — a duplicate key's object in a multi-line document — or None.
+
+    Decodes again with the standard library's pure-Python scanner, whose object parser is
+    called with its position (the C scanner's is not): only on an error path, small texts.
+    """
+    decoder = json.JSONDecoder(
+        object_pairs_hook=_unique_keys, parse_int=_int, parse_float=_float, parse_constant=_constant
+    )
+    parse_object = decoder.parse_object  # type: ignore[attr-defined]
+
+    def located(s_and_end: tuple[str, int], *rest: Any) -> Any:
+        try:
+            return parse_object(s_and_end, *rest)
+        except JsonProblem as exc:
+            if exc.offset is None:
+                exc.offset = s_and_end[1] - 1  # the '{' (the scanner passes the index after it)
+            raise
+
+    decoder.parse_object = located  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    try:
+        decoder.decode(text)
+    except JsonProblem as exc:
+        return None if exc.offset is None else text.count("\n", 0, exc.offset) + 1
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 def loads_strict(text: str) -> Any:
