@@ -405,7 +405,7 @@ def test_a_token_twice_in_a_token_object_is_refused_without_showing_it(tmp_path:
         '{\n  "cccccccc3": "user:ann",\n  "s3cret-tok-1": "user:joe",\n'
         '  "s3cret-tok-1": {"identity": "user:root", "admin": true}\n}\n'
     )
-    with pytest.raises(InvalidRequest, match="tokens.json:1: a token appears twice") as raised:
+    with pytest.raises(InvalidRequest, match=r"tokens\.json:1: a token appears twice") as raised:
         TokenTable.load(file)
     assert "s3cret" not in raised.value.message and "s3cret" not in str(raised.value.details)
     nested = tmp_path / "nested.json"
@@ -413,7 +413,9 @@ def test_a_token_twice_in_a_token_object_is_refused_without_showing_it(tmp_path:
         '{\n  "cccccccc3": "user:ann",\n  "dddddddd4": {"identity": "user:x",\n'
         '    "admin": false, "admin": true}\n}\n'
     )
-    with pytest.raises(InvalidRequest, match='nested.json:3: the key "admin" appears twice') as bad:
+    with pytest.raises(
+        InvalidRequest, match=r'nested\.json:3: the key "admin" appears twice'
+    ) as bad:
         TokenTable.load(nested)
     assert bad.value.details == {"file": str(nested), "line": 3, "key": "admin"}
 
