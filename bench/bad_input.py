@@ -10,7 +10,6 @@ beside a good one — the field and what is wrong, and nothing published.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.bad_inputs import (
     Tally,
     api_file_problem,
     api_records_problem,
+    cli_answer,
     cli_problem,
     write_case,
 )
@@ -45,11 +45,7 @@ def run(engine: str, folder: Path) -> dict[str, Tally]:
 
     def cli(*args: str) -> tuple[int, Any]:
         result = runner.invoke(app, ["--store", location, *args])
-        out = result.stdout.strip()
-        try:
-            return result.exit_code, json.loads(out) if out else None
-        except ValueError:
-            return result.exit_code, out
+        return cli_answer(result.exit_code, result.stdout_bytes)
 
     tallies = {"cli": Tally(), "api file": Tally(), "api records": Tally()}
     with KnowledgeStore.open(location, embedder=HashingEmbedder()) as store:

@@ -44,6 +44,7 @@ from knowledge_store.model import (
     check_principal,
     name_problem,
     normalize_timestamp,
+    printable,
     text_problem,
 )
 
@@ -104,7 +105,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise JsonProblem(
                 f"the key {_shown(key)} appears twice in one object; a key may appear once"
                 " (the last one would silently win)",
-                key=_printable(key),
+                key=printable(key),
             )
         out[key] = value
     return out
@@ -252,11 +253,6 @@ class _Reject:
         raise InvalidRecord(Rejection(self.file, self.line, self.uid, field, message))
 
 
-def _printable(text: str) -> str:
-    """``text`` with lone surrogates escaped, so that a rejection can always be written out."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _shown(value: object) -> str:
     if isinstance(value, str) and len(value) > 60:
         value = value[:60]
@@ -264,7 +260,7 @@ def _shown(value: object) -> str:
         text = json.dumps(value, ensure_ascii=False, default=repr)
     except (ValueError, RecursionError):
         text = type(value).__name__
-    text = _printable(text)
+    text = printable(text)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -433,7 +429,7 @@ def _edge(reject: _Reject, where: str, item: object, uid: str) -> Edge:
     unknown = sorted(str(key) for key in set(item) - set(EDGE_KEYS))
     if unknown:
         reject(
-            f"{where}.{_printable(unknown[0])}",
+            f"{where}.{printable(unknown[0])}",
             f"{where} has the unknown key {_shown(unknown[0])}; an edge has only:"
             f" {', '.join(EDGE_KEYS)}",
         )
@@ -543,10 +539,10 @@ def record_to_entity(
         reject(None, problem)
     assert isinstance(obj, dict)
     if isinstance(obj.get("uid"), str) and obj["uid"].strip():
-        reject.uid = _printable(obj["uid"][:MAX_UID_CHARS])
+        reject.uid = printable(obj["uid"][:MAX_UID_CHARS])
     unknown = [key for key in obj if key not in _RECORD_KEY_SET]
     if unknown:
-        shown = _printable(str(unknown[0]))
+        shown = printable(str(unknown[0]))
         reject(
             shown,
             f"unknown key {shown!r}; a record has only: {', '.join(RECORD_KEYS)}"

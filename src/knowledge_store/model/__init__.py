@@ -70,6 +70,7 @@ from knowledge_store.model.text import (
     format_timestamp,
     name_problem,
     normalize_timestamp,
+    printable,
     stored_timestamp,
     text_problem,
 )
@@ -272,6 +273,7 @@ __all__ = [
     "name_problem",
     "near_misses",
     "normalize_timestamp",
+    "printable",
     "stored_timestamp",
     "text_problem",
 ]

@@ -16,7 +16,6 @@ respelled as the flags and placeholders the caller typed (``--created-from``,
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -43,7 +42,7 @@ from knowledge_store.surfaces.cli_options import (
 from knowledge_store.surfaces.cli_show import SHOW
 from knowledge_store.surfaces.operations import OPERATIONS, Cli, Operation
 from knowledge_store.surfaces.spelling import respell
-from knowledge_store.surfaces.terminal import safe
+from knowledge_store.surfaces.terminal import json_text, safe
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -96,7 +95,7 @@ class _Group(_Plain, TyperGroup):
                 field=field,
                 usage=ctx.get_usage() if ctx is not None else None,
             )
-            sys.stdout.write(json.dumps(error.to_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(error.to_dict()) + "\n")
             code = error.exit_status
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -217,7 +216,7 @@ def _run(
         _fail(StoreError(f"{type(exc).__name__}: {exc}"), as_json)
     if as_json:
         payload = result.to_dict() if hasattr(result, "to_dict") else result
-        sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(payload) + "\n")
     else:
         show(result)
         for note in getattr(getattr(result, "answer", result), "warnings", ()):
@@ -226,7 +225,7 @@ def _run(
 
 def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
     if as_json:
-        sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(exc.to_dict()) + "\n")
     else:
         err.print(f"[bold red]error[/] ({exc.code}): {safe(exc.message)}", markup=True)
         if isinstance(exc, BatchRejected) and len(exc.rejections) > 1:
@@ -592,9 +591,7 @@ def schema_record(
     """The JSON Schema (draft 2020-12) of one ingest record, one JSON Lines line (docs/records.md)."""
     from knowledge_store.ingest.record_schema import record_json_schema
 
-    sys.stdout.write(
-        json.dumps(record_json_schema(acl_default=acl_default), indent=2, ensure_ascii=False) + "\n"
-    )
+    sys.stdout.write(json_text(record_json_schema(acl_default=acl_default), indent=2) + "\n")
 
 
 def main() -> None:

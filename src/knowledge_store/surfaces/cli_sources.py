@@ -5,7 +5,6 @@ Every value that came from data goes through :func:`~.terminal.safe`.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from knowledge_store.errors import (
 )
 from knowledge_store.ingest.records import NO_ACL
 from knowledge_store.model import IngestReport, SourcesAnswer
-from knowledge_store.surfaces.terminal import safe
+from knowledge_store.surfaces.terminal import json_text, safe
 
 __all__ = ["show_ingest", "show_sources", "uids_line", "watch", "web_options", "without_acl"]
 
@@ -135,7 +134,7 @@ def watch(
 
     def on_sync(_changed: list[Path], report: IngestReport) -> None:
         if as_json:
-            sys.stdout.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(report.to_dict()) + "\n")
             sys.stdout.flush()
             return
         at = time.strftime("%H:%M:%S")
@@ -149,7 +148,7 @@ def watch(
     def on_error(_changed: list[Path], exc: Exception) -> None:
         error = exc if isinstance(exc, KnowledgeStoreError) else StoreError(str(exc))
         if as_json:
-            sys.stdout.write(json.dumps(error.to_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(error.to_dict()) + "\n")
             sys.stdout.flush()
         else:
             err.print(f"[bold red]error[/] ({error.code}): {safe(error.message)}; still watching")
