@@ -559,6 +559,14 @@ def serve(
             " --workers $(nproc)); with more than one, MCP keeps no sessions",
         ),
     ] = None,
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create",
+            help="serve an empty store when --store holds none (to fill it over HTTP or MCP);"
+            " without it, a path with no store is an error",
+        ),
+    ] = False,
 ) -> None:
     """Serve: HTTP (REST /v1, GraphQL, MCP at /mcp, the search page) or MCP over stdio."""
     from knowledge_store.surfaces.serve import serve as run_server
@@ -573,6 +581,7 @@ def serve(
             mcp_stdio=mcp_stdio,
             identity=as_,
             workers=workers,
+            create=create,
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)

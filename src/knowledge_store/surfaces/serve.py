@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowledge_store import graphquery
-from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.errors import InvalidRequest, NotFound, StoreError
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.environment import EMBEDDER_ENV
@@ -131,10 +131,13 @@ def serve(
     mcp_stdio: bool = False,
     identity: str | None = None,
     workers: int | None = None,
+    create: bool = False,
 ) -> None:
     """Run until interrupted (HTTP) or until the client closes the pipe (stdio).
 
-    ``workers``: HTTP worker processes (default :data:`DEFAULT_WORKERS`)."""
+    ``workers``: HTTP worker processes (default :data:`DEFAULT_WORKERS`). A ``location``
+    that holds no store is ``NotFound`` — a typo must not serve an empty store that says
+    nothing — unless ``create`` asks for an empty one (to be filled over HTTP or MCP)."""
     from knowledge_store.surfaces.auth import TokenTable
 
     if mcp_stdio:
@@ -142,7 +145,7 @@ def serve(
             raise InvalidRequest(
                 "--tokens, --anonymous and --workers are for HTTP; over stdio use --as"
             )
-        _serve_stdio(location, environment.identity(identity).principal)
+        _serve_stdio(location, environment.identity(identity).principal, create)
         return
     if identity is not None:
         raise InvalidRequest(
@@ -168,11 +171,26 @@ def serve(
     sock = listen(host, port)
     try:
         if processes == 1:
-            _serve_http(location, host, sock, table)
+            _serve_http(location, host, sock, table, create)
         else:
-            _serve_workers(location, host, sock, table, processes)
+            _serve_workers(location, host, sock, table, processes, create)
     finally:
         sock.close()
+
+
+def _served(location: str | Path | None, *, create: bool) -> KnowledgeStore:
+    """The store to serve; where there is none (and ``create`` is not asked), ``NotFound``
+    naming the path and the two ways to have one."""
+    try:
+        return open_store(location, create=create)
+    except NotFound as exc:
+        where = exc.details.get("store", location)
+        raise NotFound(
+            f"no store at {where} (nothing was created there): make one with"
+            f" `ks --store {where} ingest FILE…`, or serve an empty one to fill over HTTP or MCP"
+            f" with `ks --store {where} serve --create …`",
+            **exc.details,
+        ) from None
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -217,7 +235,9 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve_http(location: str | Path | None, host: str, sock: socket.socket, table: object) -> None:
+def _serve_http(
+    location: str | Path | None, host: str, sock: socket.socket, table: object, create: bool
+) -> None:
     import uvicorn
 
     from knowledge_store.surfaces.auth import TokenTable
@@ -226,7 +246,7 @@ def _serve_http(location: str | Path | None, host: str, sock: socket.socket, tab
     assert isinstance(table, TokenTable)
     from knowledge_store.surfaces.workers import with_embedding_slots
 
-    opened = open_store(location)
+    opened = _served(location, create=create)
     try:
         store = with_embedding_slots(opened, window_s=environment.embed_window_s())
         _warm(store)
@@ -242,12 +262,17 @@ def _serve_http(location: str | Path | None, host: str, sock: socket.socket, tab
 
 
 def _serve_workers(
-    location: str | Path | None, host: str, sock: socket.socket, table: TokenTable, n: int
+    location: str | Path | None,
+    host: str,
+    sock: socket.socket,
+    table: TokenTable,
+    n: int,
+    create: bool,
 ) -> None:
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
-    with open_store(location):  # made, repaired and checked once, before any worker opens it
+    with _served(location, create=create):  # made, repaired, checked once, before the workers
         pass
     app = WorkerApp(
         location=None if location is None else str(location),
@@ -391,14 +416,14 @@ class RedactTokens(logging.Filter):
         return True
 
 
-def _serve_stdio(location: str | Path | None, who: str) -> None:
+def _serve_stdio(location: str | Path | None, who: str, create: bool) -> None:
     import anyio
 
     from knowledge_store.model import Identity
     from knowledge_store.surfaces.mcp import create_mcp_server, run_stdio
 
     identity = Identity(who)
-    with open_store(location) as store:
+    with _served(location, create=create) as store:
         _warm(store)
         server = create_mcp_server(store, identity=identity)
         print(f"knowledge-store MCP over stdio as {who}", file=sys.stderr, flush=True)
