@@ -12,7 +12,7 @@ EVAL_SEED ?=
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint bench eval clean
+.PHONY: install run test lint bench eval clean citus citus-stop
 
 install: $(VENV)/.installed
 
@@ -44,8 +44,8 @@ test: install
 	$(PY) -m pytest -q -n 3 --dist loadfile
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench dev
+	$(VENV)/bin/ruff format --check src tests bench dev
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -68,6 +68,15 @@ eval: install
 	$(KS) --store $(EVAL_STORE) ingest $(EVAL)/corpus.jsonl
 	@if [ -f "$(EVAL)/principals.jsonl" ]; then $(KS) --store $(EVAL_STORE) principals load $(EVAL)/principals.jsonl; fi
 	$(KS) --store $(EVAL_STORE) eval --queries $(EVAL)/queries.jsonl --qrels $(EVAL)/qrels.tsv $(EVAL_ARGS)
+
+# A local Citus cluster (a coordinator and two workers on 127.0.0.1:9700-9702, data in .ks/citus):
+# pgvector and Citus are built once from ../shared/vendor into ~/.cache/knowledge-store/citus
+# (needs Debian's postgresql-server-dev-15; docs/scaling.md). `make citus-stop` stops it by PID.
+citus: install
+	$(PY) dev/citus.py start
+
+citus-stop:
+	$(PY) dev/citus.py stop
 
 clean:
 	rm -rf .ks .pytest_cache .mypy_cache .ruff_cache
