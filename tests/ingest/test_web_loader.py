@@ -378,6 +378,23 @@ def test_a_server_error_on_recrawl_keeps_the_page_and_its_links(site: Site) -> N
     assert not again.crawls[0].complete and again.crawls[0].gone == [site.url("/docs/missing.html")]
 
 
+def test_a_page_reached_through_a_redirect_that_fails_keeps_its_own_uids(site: Site) -> None:
+    """Redirects are followed hop by hop: a failure on the last hop is that page's failure,
+    and what a sync keeps is that page (``new``), not the redirecting URL's uid."""
+    state = crawled_and_saved(site)
+    index = site.routes["/docs/"]
+    index.body = index.body.replace('href="old.html"', 'href="gone.html"')  # only via a redirect
+    site.routes["/docs/gone.html"] = Route(
+        "", status=301, headers={"Location": "/docs/new.html"}, etag=False
+    )
+    site.routes["/docs/new.html"].delay_s = 3  # a timeout on the second hop
+    again = crawl(site, state, limits=CrawlLimits(delay_s=0, concurrency=4, timeout_s=0.5))
+    (failure,) = again.failed
+    assert failure.url == site.url("/docs/new.html") and failure.uids == ("new",)
+    assert "timed out" in failure.message
+    assert "new" in again.kept()
+
+
 def test_the_links_remembered_for_a_failed_page_keep_their_depth(site: Site) -> None:
     state = crawled_and_saved(site)
     site.routes["/docs/guide/"] = Route("oops", status=503, content_type="text/plain")

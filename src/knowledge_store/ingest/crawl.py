@@ -366,6 +366,17 @@ class _Unreadable(Exception):
     """A body not read: over its bound, or in a coding that can't be decoded (the message says)."""
 
 
+class _HopFailed(Exception):
+    """A GET of a redirect chain failed (``error``: a network error or :class:`_Unreadable`) on
+    the hop ``url``, whose remembered state is ``known``."""
+
+    def __init__(self, url: str, known: PageState | None, error: Exception) -> None:
+        super().__init__(url)
+        self.url = url
+        self.known = known
+        self.error = error
+
+
 class _Inflater:
     """zlib decoding (``wbits`` as :func:`zlib.decompressobj`) in pieces of at most
     :data:`_PIECE` bytes, never more than ``limit`` in all: past it, :class:`_Unreadable`."""
@@ -518,12 +529,15 @@ class _Crawler:
     def _follow(self, url: str, stay: Callable[[str], str | None]) -> _Answer | Skipped | Failed:
         """GET ``url`` and the redirects it answers, hop by hop, each with its own conditional
         headers: a target is requested only when ``stay(target)`` is None (else the reason it
-        is not, which the :class:`Skipped` gives). Network errors and :class:`_Unreadable` are
-        the caller's to handle."""
+        is not, which the :class:`Skipped` gives). A network error or an unreadable body is
+        :class:`_HopFailed`, naming the hop it happened on."""
         hop = url
         for _ in range(self.limits.max_redirects + 1):
             known = self._remembered(hop)
-            response, body = self._get(hop, _conditional(known))
+            try:
+                response, body = self._get(hop, _conditional(known))
+            except (httpx.HTTPError, _Unreadable) as exc:
+                raise _HopFailed(hop, known, exc) from exc
             if not response.has_redirect_location:
                 return _Answer(hop, response, body, known)
             target = normal_url(urljoin(hop, response.headers["location"]))
@@ -552,12 +566,13 @@ class _Crawler:
         url = self.origin + "robots.txt"
         try:
             answer = self._follow(url, self._on_origin)
-        except (httpx.HTTPError, _Unreadable) as exc:
+        except _HopFailed as failed:
+            error = failed.error
             raise InvalidRequest(
-                f"{url} could not be read ({exc or type(exc).__name__}): robots.txt tells what"
-                " may be crawled, so nothing was crawled; try again later",
-                url=url,
-            ) from exc
+                f"{failed.url} could not be read ({error or type(error).__name__}): robots.txt"
+                " tells what may be crawled, so nothing was crawled; try again later",
+                url=failed.url,
+            ) from error
         if isinstance(answer, Skipped):
             raise InvalidRequest(
                 f"{url} {answer.reason}; a crawl requests robots.txt, sitemaps and pages only on"
@@ -586,16 +601,17 @@ class _Crawler:
     def _fetch(self, requested: str, depth: int) -> Outcome:
         try:
             answer = self._follow(requested, self._page_hop)
-        except DeadlinePassed as exc:
-            return Failed(requested, str(exc), None, self._remembered(requested))
-        except httpx.TimeoutException:
-            message = f"timed out after {self.limits.timeout_s:g} s"
-            return Failed(requested, message, None, self._remembered(requested))
-        except httpx.HTTPError as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            return Failed(requested, message, None, self._remembered(requested))
-        except _Unreadable as exc:
-            return Skipped(requested, str(exc))
+        except _HopFailed as failed:  # on the hop it happened, with what is kept of that page
+            error = failed.error
+            if isinstance(error, _Unreadable):
+                return Skipped(failed.url, str(error))
+            if isinstance(error, DeadlinePassed):
+                message = str(error)
+            elif isinstance(error, httpx.TimeoutException):
+                message = f"timed out after {self.limits.timeout_s:g} s"
+            else:
+                message = f"{type(error).__name__}: {error}"
+            return Failed(failed.url, message, None, failed.known)
         if not isinstance(answer, _Answer):
             return answer
         url, response, body, known = answer
@@ -640,10 +656,12 @@ class _Crawler:
         known = self._remembered(url)
         try:
             answer = self._follow(url, self._on_origin)
-        except httpx.HTTPError as exc:
-            return Failed(url, f"{type(exc).__name__}: {exc}", None, known)
-        except _Unreadable as exc:
-            return Failed(url, str(exc), None, known)
+        except _HopFailed as failed:
+            error = failed.error
+            message = (
+                str(error) if isinstance(error, _Unreadable) else f"{type(error).__name__}: {error}"
+            )
+            return Failed(failed.url, message, None, failed.known)
         if isinstance(answer, Skipped):
             self._record(Skipped(url, f"sitemap {answer.reason}"))
             return None
