@@ -45,6 +45,7 @@ from tests.bad_inputs import (
     Tally,
     api_file_problem,
     api_records_problem,
+    cli_answer,
     cli_problem,
     file_report_problem,
     write_case,
@@ -59,11 +60,7 @@ def run(engine: str, folder: Path) -> dict[str, Tally]:
 
     def cli(*args: str) -> tuple[int, Any]:
         result = runner.invoke(app, ["--store", location, *args])
-        out = result.stdout.strip()
-        try:
-            return result.exit_code, json.loads(out) if out else None
-        except ValueError:
-            return result.exit_code, out
+        return cli_answer(result.exit_code, result.stdout_bytes)
 
     tallies = {"cli": Tally(), "api file": Tally(), "api records": Tally()}
     with KnowledgeStore.open(location, embedder=HashingEmbedder()) as store:

@@ -10,6 +10,11 @@ come from; legalnotice.html), so the crawled corpus is the eval set's.
 
     .venv/bin/python bench/bench_crawl.py [--html DIR] [--concurrency 8] [--delay 0]
     .venv/bin/python bench/bench_crawl.py --eval /tmp/ks-crawl --compare [--lexical-only]
+    .venv/bin/python bench/bench_crawl.py --abuse
+
+``--abuse`` runs the hostile-site corpus instead (tests/ingest/crawl_abuse.py: traversal
+through ``..``, redirects and robots.txt off the origin, gzip bombs, slow drips): tried /
+failed safely / misbehaved, each case's seconds and the process's peak RSS after it.
 
 Page uids are ``pg15:<file name without .html>`` (``uid_prefix="pg15:"``): the eval set's.
 """
@@ -142,7 +147,13 @@ def main() -> None:
         help="with --eval: embed with word hashes instead of the model (minutes, not an hour);"
         " only the lexical figures then mean anything",
     )
+    parser.add_argument(
+        "--abuse", action="store_true", help="run the hostile-site corpus and print its figures"
+    )
     args = parser.parse_args()
+    if args.abuse:
+        abuse()
+        return
 
     from knowledge_store.ingest.crawl import CrawlLimits
     from knowledge_store.ingest.crawl_state import MemoryCrawlState
@@ -209,6 +220,37 @@ def main() -> None:
                 corpus = [r for r in map(json.loads, lines) if r["type"] != "codeSample"]
             jsonl = ingest_and_eval(args.eval / "jsonl", corpus, lexical_only=args.lexical_only)
         compare(crawled, jsonl, args.lexical_only)
+
+
+def abuse() -> None:
+    """The hostile-site corpus: tried / failed safely / misbehaved, seconds and peak RSS."""
+    import resource
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.ingest.crawl_abuse import CASES, problem, run, sites
+
+    misbehaved = []
+    print("the hostile-site corpus (tests/ingest/crawl_abuse.py)")
+    print(f"  {'case':32} {'verdict':14} {'seconds':>8} {'peak RSS MB':>12} {'requests':>9}")
+    for case in CASES:
+        with sites() as (site, other):
+            outcome = run(case, site, other)
+            wrong = problem(case, outcome)
+        if wrong is not None:
+            misbehaved.append(f"{case.name}: {wrong}")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(
+            f"  {case.name:32} {'misbehaved' if wrong else 'failed safely':14}"
+            f" {outcome.seconds:8.2f} {peak:12.0f} {len(outcome.site.log):9}",
+            flush=True,
+        )
+    print(
+        f"{len(CASES)} tried / {len(CASES) - len(misbehaved)} failed safely /"
+        f" {len(misbehaved)} misbehaved"
+    )
+    for line in misbehaved:
+        print("  misbehaved:", line)
 
 
 class TokenHashEmbedder:

@@ -34,6 +34,7 @@ from knowledge_store.model import (
     MAX_NAME_CHARS,
     MAX_TITLE_CHARS,
     MAX_UID_CHARS,
+    printable,
 )
 from tests.ingest import document_files as files
 
@@ -55,6 +56,9 @@ class BadCase:
     says: str  # words the message must contain
     #: Only JSON text can say it (duplicate keys): as a Python dict it is another record.
     text_only: bool = False
+    #: The case file's name (default: from ``name``); may hold a byte that is not UTF-8
+    #: (``\udcff``, as Python reads such a name).
+    file: str | None = None
 
     def parsed(self) -> Any:
         """The record as Python's plain ``json.loads`` reads it, or None when it can't
@@ -351,6 +355,14 @@ CASES: tuple[BadCase, ...] = (
     BadCase("not an object", _raw("[1, 2, 3]"), None, "JSON object"),
     BadCase("malformed JSON", _raw('{"uid": "bad:1",'), None, "malformed JSON"),
     BadCase("not UTF-8", b'{"uid": "bad:1", "title": "\xff\xfe"}', None, "not UTF-8"),
+    # -- the file itself ---------------------------------------------------------------------
+    BadCase(  # named in the rejection, and --json stays valid UTF-8 (issue 25, item 11)
+        "a file named in invalid UTF-8",
+        _line(title="T" * (MAX_TITLE_CHARS + 1)),
+        "title",
+        "limit",
+        file="named-\udcff\udcfe-badly.jsonl",
+    ),
 )
 
 
@@ -378,7 +390,8 @@ class Tally:
 
 def write_case(case: BadCase, folder: Path) -> Path:
     """The case as a file: the good record on line 1, the bad one on line 2."""
-    path = folder / (case.name.replace(" ", "_").replace(",", "").replace("^", "") + ".jsonl")
+    name = case.file or case.name.replace(" ", "_").replace(",", "").replace("^", "") + ".jsonl"
+    path = folder / name
     path.write_bytes(json.dumps(GOOD).encode() + b"\n" + case.line + b"\n")
     return path
 
@@ -396,8 +409,22 @@ def rejection_problem(
     return None
 
 
+def cli_answer(exit_code: int, stdout: bytes) -> tuple[int, Any]:
+    """A ``--json`` command's exit status and answer; its output must be valid UTF-8 JSON (else
+    the answer is what is wrong with it, as text)."""
+    try:
+        out = stdout.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        return exit_code, f"the output is not UTF-8 ({exc})"
+    try:
+        return exit_code, json.loads(out) if out else None
+    except ValueError:
+        return exit_code, out
+
+
 def cli_problem(case: BadCase, run: Callable[..., tuple[int, Any]], path: Path) -> str | None:
-    """``ks ingest FILE --json`` must exit 2 with invalid_record naming line 2 and the field."""
+    """``ks ingest FILE --json`` must exit 2 with invalid_record naming line 2, the field and
+    the file (as :func:`~knowledge_store.model.printable` shows a name that is not UTF-8)."""
     code, answer = run("ingest", str(path), "--json")
     if code != 2 or not isinstance(answer, dict) or "error" not in answer:
         return f"exit {code}, answered {str(answer)[:200]!r}"
@@ -405,6 +432,8 @@ def cli_problem(case: BadCase, run: Callable[..., tuple[int, Any]], path: Path) 
     if error.get("code") != "invalid_record":
         return f"code {error.get('code')!r}: {str(error.get('message'))[:200]!r}"
     rejected = error.get("details", {}).get("rejected") or [{}]
+    if rejected[0].get("file") != printable(str(path)):
+        return f"file {rejected[0].get('file')!r}, not {printable(str(path))!r}"
     return rejection_problem(case, rejected[0])
 
 

@@ -25,6 +25,7 @@ from tests.bad_inputs import (
     Tally,
     api_file_problem,
     api_records_problem,
+    cli_answer,
     cli_problem,
     file_case_problem,
     sparse_files_cost_nothing,
@@ -37,11 +38,7 @@ runner = CliRunner()
 def _cli(location: str) -> Any:
     def run(*args: str) -> tuple[int, Any]:
         result = runner.invoke(app, ["--store", location, *args])
-        out = result.stdout.strip()
-        try:
-            return result.exit_code, json.loads(out) if out else None
-        except ValueError:
-            return result.exit_code, out
+        return cli_answer(result.exit_code, result.stdout_bytes)
 
     return run
 

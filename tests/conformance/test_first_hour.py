@@ -11,6 +11,9 @@ search answer says how strong each match is (item 14).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -74,6 +77,67 @@ def test_writing_commands_create_the_store(tmp_path: Path) -> None:
     assert (where / "catalog.sqlite").is_file()
     shown = CliRunner().invoke(app, ["--store", str(where), "principals", "show", "user:a"])
     assert shown.exit_code == 0 and "group:a" in shown.stdout
+
+
+# -- serving a path that holds no store (issue 25, item 12) ---------------------------------------
+SERVE = {
+    "stdio": ["--mcp-stdio"],
+    "http": ["--anonymous", "--port", "0"],
+    "workers": ["--anonymous", "--port", "0", "--workers", "2"],
+}
+
+
+@pytest.mark.parametrize("how", SERVE.values(), ids=SERVE.keys())
+def test_serving_a_path_that_holds_no_store_is_not_found_and_creates_nothing(
+    tmp_path: Path, how: list[str]
+) -> None:
+    """`ks --store ~/notes-typo serve --mcp-stdio` made an empty store and listed 0 tools."""
+    where = tmp_path / "notes-typo"
+    result = CliRunner().invoke(app, ["--store", str(where), "serve", *how], input="")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.stderr.split())
+    assert f"(not_found): no store at {where}" in said
+    assert f"ks --store {where} ingest" in said and "serve --create" in said
+    assert not where.exists()
+
+
+def test_serve_create_serves_an_empty_store(tmp_path: Path) -> None:
+    where = tmp_path / "fresh"
+    ks = str(Path(sys.executable).with_name("ks"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(  # the client closes stdin at once: the session ends
+        [ks, "--store", str(where), "serve", "--mcp-stdio", "--create"],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    with KnowledgeStore.open(where, create=False) as store:
+        assert store.is_empty
+
+
+@pytest.mark.parametrize("pg_dir", [False, True], ids=["postgresql-url", "pg-dir"])
+def test_postgres_serving_a_missing_store_is_not_found_and_creates_nothing(
+    tmp_path: Path, pg_dir: bool
+) -> None:
+    from knowledge_store.surfaces.serve import serve
+
+    database = postgres_support.fresh_database("serve_missing")
+    location = (
+        f"pg:{tmp_path / 'pg-nope'}"
+        if pg_dir
+        else postgres_support.store_url(database, "nosuchstore")
+    )
+    with pytest.raises(NotFound, match="serve --create"):
+        serve(location, mcp_stdio=True)
+    assert not (tmp_path / "pg-nope").exists()
+    with psycopg.connect(database) as conn:
+        made = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'nosuchstore'"
+        ).fetchone()
+    assert made == (0,)
 
 
 def test_postgres_a_read_on_a_missing_schema_is_not_found_and_creates_nothing() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from knowledge_store.engines.embedded import lexfiles
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.store import KnowledgeStore
@@ -24,6 +25,8 @@ from tests.engines.kill_harness import WRITERS, check_store, leftover_files, rec
 
 #: Kills per writer here (KS_CRASH_KILLS to change it); the soak runs 50 or more.
 KILLS = int(os.environ.get("KS_CRASH_KILLS", "2"))
+#: Entities of the two-writers test.
+UIDS_HERE = 20
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +106,27 @@ def test_temp_files_of_killed_writers_are_removed_on_open_but_never_a_live_write
     with KnowledgeStore.open(path, embedder=embedder):
         assert not any(file.exists() for file in planted)
     assert not leftover_files(path)
+
+
+def test_writers_of_two_processes_that_both_finish_leave_no_leftovers(
+    tmp_path: Path, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25 (item 11): after two concurrent successful ingests the next command said
+    "removed leftovers of a killed writer". No writer was killed: a store opened before the
+    other's commits wrote back Tantivy's stale list of managed files, so the other's
+    replaced segments were never collected. Two handles on one store play the processes."""
+    path = tmp_path / "store"
+    with KnowledgeStore.open(path, embedder=embedder) as store:
+        store.ingest_records([record(n, 0) for n in range(UIDS_HERE)])
+    with (
+        KnowledgeStore.open(path, embedder=embedder) as first,
+        KnowledgeStore.open(path, embedder=embedder) as second,
+    ):
+        for variant in (1, 2, 0, 1):  # each replaces every chunk the other wrote
+            writer = first if variant % 2 else second
+            writer.ingest_records([record(n, variant) for n in range(UIDS_HERE)])
+    caplog.clear()
+    with caplog.at_level("WARNING"), KnowledgeStore.open(path, embedder=embedder) as store:
+        assert store.stats().chunks == UIDS_HERE
+    assert not [r.message for r in caplog.records if "leftover" in r.message]
+    assert lexfiles.remove_leftovers(path / "lexical") == []  # nothing unreferenced either

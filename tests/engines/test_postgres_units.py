@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from knowledge_store.engines.postgres import lexical, vector
 from knowledge_store.engines.postgres.engine import split_location
@@ -90,6 +92,30 @@ def test_the_vector_planner() -> None:
     iterative = plan(10_000, 100_000, 10, V08)
     assert iterative.strategy == "hnsw-filtered" and iterative.iterative
     assert iterative.ef == vector.EF_SEARCH
+
+
+def test_the_vector_plan_shows_a_rough_share_and_never_the_hidden_count() -> None:
+    """docs/security.md: vector diagnostics reveal roughly how much is hidden (issue 25: the
+    explain said 0.428571 of 7 chunks)."""
+    plan = vector.plan_vector(3, 7, 10, V06).to_dict()
+    assert plan["share"] == 0.4 and plan["visible"] == 3 and "total" not in plan
+    assert vector.rough_share(0, 0) == 0.0 and vector.rough_share(7, 7) == 1.0
+    assert vector.rough_share(4_999, 100_000) == 0.0 and vector.rough_share(5_000, 100_000) == 0.05
+
+
+@given(st.integers(5_001, 60_000), st.integers(1, 19))
+def test_totals_with_the_same_rough_share_give_the_same_plan(visible: int, step: int) -> None:
+    """Whatever hides behind one rough share, the plan — strategy, ef, what explain shows — is
+    the same: only the caller's own visible count tells callers apart."""
+    steps = round(1 / vector.SHARE_STEP)
+    fewest = visible * steps // (step + 1) + 1  # the totals whose rough share is step / steps
+    most = visible * steps // step
+    if fewest > most or most <= visible:
+        return
+    fewest = max(fewest, visible + 1)
+    assert vector.rough_share(visible, fewest) == vector.rough_share(visible, most) == step / steps
+    plans = {repr(vector.plan_vector(visible, t, 10, V06).to_dict()) for t in (fewest, most)}
+    assert len(plans) == 1
 
 
 def test_vector_settings_and_statements() -> None:

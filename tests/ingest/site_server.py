@@ -2,13 +2,17 @@
 
 Each route answers with its status, headers and body after its delay; an ETag
 (from the body) is sent and ``If-None-Match`` answered with 304, as is
-``If-Modified-Since`` for routes with a ``Last-Modified``. Every request is
+``If-Modified-Since`` for routes with a ``Last-Modified``. A body may be bytes (a gzip'd
+sitemap, a bomb); a route with ``drip_s`` sends its body one byte at a time, that many
+seconds apart (a slow-drip server) — with ``drip_headers``, its status line and headers too.
+Every request is
 logged (path, status, whether it was conditional, when it arrived), and the most requests
 in flight at once is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -29,6 +33,10 @@ class Route:
     delay_s: float = 0.0
     etag: bool = True
     last_modified: str | None = None
+    #: seconds between the body's bytes (each byte sent alone): a slow drip
+    drip_s: float = 0.0
+    #: drip the status line and headers as well
+    drip_headers: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,12 @@ class Site:
         with self._lock:
             self.log.append(Hit(handler.path, status, bool(match or since), arrived))
         try:
+            if route.drip_s and route.drip_headers:
+                lines = [f"HTTP/1.1 {status} Dripping", f"Content-Type: {route.content_type}"]
+                lines += [f"{name}: {value}" for name, value in headers.items()]
+                lines.append(f"Content-Length: {len(body)}")
+                _drip(handler, ("\r\n".join(lines) + "\r\n\r\n").encode() + body, route.drip_s)
+                return
             handler.send_response(status)
             if status != 304:
                 handler.send_header("Content-Type", route.content_type)
@@ -116,9 +130,19 @@ class Site:
                 handler.send_header(name, value)
             handler.send_header("Content-Length", str(len(body)))
             handler.end_headers()
-            handler.wfile.write(body)
+            if route.drip_s and status == 200:
+                _drip(handler, body, route.drip_s)
+            else:
+                handler.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
+
+
+def _drip(handler: BaseHTTPRequestHandler, data: bytes, interval: float) -> None:
+    for index in range(len(data)):
+        handler.wfile.write(data[index : index + 1])
+        handler.wfile.flush()
+        time.sleep(interval)
 
 
 @contextmanager
@@ -133,6 +157,11 @@ def serve() -> Iterator[Site]:
 
         def log_message(self, format: str, *args: object) -> None:
             pass
+
+        def handle(self) -> None:
+            # the client may go away mid-answer (a refused body, a deadline)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                super().handle()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from knowledge_store.errors import InvalidRequest
-from knowledge_store.ingest.crawl import CrawlLimits, normal_url, scope_of
+from knowledge_store.ingest.crawl import CrawlLimits, in_scope, normal_url, scope_of
 from knowledge_store.ingest.crawl_state import JsonFileCrawlState, MemoryCrawlState, PageState
 from knowledge_store.ingest.loaders import LoadResult, load_paths
 from knowledge_store.ingest.loaders.pages import default_uid
@@ -414,6 +416,23 @@ def test_a_server_error_on_recrawl_keeps_the_page_and_its_links(site: Site) -> N
     assert not again.crawls[0].complete and again.crawls[0].gone == [site.url("/docs/missing.html")]
 
 
+def test_a_page_reached_through_a_redirect_that_fails_keeps_its_own_uids(site: Site) -> None:
+    """Redirects are followed hop by hop: a failure on the last hop is that page's failure,
+    and what a sync keeps is that page (``new``), not the redirecting URL's uid."""
+    state = crawled_and_saved(site)
+    index = site.routes["/docs/"]
+    index.body = index.body.replace('href="old.html"', 'href="gone.html"')  # only via a redirect
+    site.routes["/docs/gone.html"] = Route(
+        "", status=301, headers={"Location": "/docs/new.html"}, etag=False
+    )
+    site.routes["/docs/new.html"].delay_s = 3  # a timeout on the second hop
+    again = crawl(site, state, limits=CrawlLimits(delay_s=0, concurrency=4, timeout_s=0.5))
+    (failure,) = again.failed
+    assert failure.url == site.url("/docs/new.html") and failure.uids == ("new",)
+    assert "timed out" in failure.message
+    assert "new" in again.kept()
+
+
 def test_the_links_remembered_for_a_failed_page_keep_their_depth(site: Site) -> None:
     state = crawled_and_saved(site)
     site.routes["/docs/guide/"] = Route("oops", status=503, content_type="text/plain")
@@ -504,6 +523,49 @@ def test_normal_urls_are_stable(scheme: str, host: str, path: str, query: str, f
     assert normal_url(once) == once and "#" not in once
 
 
+@pytest.mark.parametrize(
+    ("url", "normal"),
+    [
+        ("http://h/docs/../private/s.html", "http://h/private/s.html"),
+        ("http://h/docs/./a/../../x", "http://h/x"),
+        ("http://h/docs/%2e%2E/x", "http://h/x"),
+        ("http://h/docs/.%2e/x", "http://h/x"),
+        ("http://h/docs/a/..", "http://h/docs/"),
+        ("http://h/../../x", "http://h/x"),
+        ("http://h/docs/%7euser/%41", "http://h/docs/~user/A"),
+        ("http://h/docs/a%2fb%3f", "http://h/docs/a%2Fb%3F"),
+        ("http://h/docs/page?q=%7e", "http://h/docs/page?q=~"),
+    ],
+)
+def test_normal_urls_resolve_dot_segments_and_unreserved_escapes(url: str, normal: str) -> None:
+    assert normal_url(url) == normal
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/docs/..%2Fprivate/x", "/docs/..%5Cprivate/x", "/docs/..\\private/x", "/docs/a/..%2f..%2fx"],
+)
+def test_a_path_that_climbs_out_once_decoded_is_out_of_scope(path: str) -> None:
+    assert not in_scope(normal_url("http://h" + path), "http://h/docs/")
+
+
+@given(
+    st.lists(st.sampled_from(["a", "/", ".", "..", "%2e", "%2E", "%2f", "%5c", "\\", "docs"])).map(
+        "".join
+    )
+)
+def test_what_is_in_scope_is_requested_in_scope(tail: str) -> None:
+    """Whatever a link says, a URL taken as in scope is requested (httpx's own view of the path)
+    under the scope, and stays there when a server decodes its escapes."""
+    url = normal_url("http://h/docs/" + tail)
+    if in_scope(url, "http://h/docs/"):
+        sent = httpx.URL(url).raw_path.decode()
+        assert sent.startswith("/docs/")
+        assert normal_url("http://h" + sent.replace("%5C", "/").replace("%2F", "/")).startswith(
+            "http://h/docs/"
+        )
+
+
 def test_a_non_http_start_is_a_request_error() -> None:
     with pytest.raises(InvalidRequest, match="not an http"):
         scope_of("ftp://h/docs/")
@@ -521,6 +583,8 @@ def test_bad_limits_are_request_errors() -> None:
         CrawlLimits(max_pages=0)
     with pytest.raises(InvalidRequest, match="timeout_s"):
         CrawlLimits(timeout_s=0)
+    with pytest.raises(InvalidRequest, match="deadline_s"):
+        CrawlLimits(deadline_s=float("nan"))
 
 
 # -- into a store ---------------------------------------------------------------------------------
@@ -539,3 +603,35 @@ def test_crawled_pages_publish_and_a_recrawl_publishes_nothing(
     again = crawl(site, state)
     assert store.ingest_records([record.entity for record in again.records]).added == 0
     assert set(again.unchanged) == set(entities(first))
+
+
+def test_a_recrawl_answered_with_304s_reports_the_pages_unchanged(
+    site: Site, store: KnowledgeStore
+) -> None:
+    """docs/sources.md: a 304 page is reported unchanged — in the answer and the source's row."""
+    url = site.url("/docs/")
+    first = store.ingest([url], acl=["everyone"], source="docs", web=WebOptions(limits=FAST))
+    assert (first.added, first.unchanged) == (6, 0)
+    again = store.ingest([url], acl=["everyone"], source="docs", web=WebOptions(limits=FAST))
+    assert again.crawls and again.crawls[0]["stats"]["not_modified"] == 5
+    assert (again.added, again.updated, again.unchanged, again.deleted) == (0, 0, 6, 0)
+    (row,) = [s for s in store.sources() if s.source == "docs"]
+    assert row.last_sync is not None and row.last_sync.unchanged == 6
+    site.routes["/docs/api.html"].body = page("API", "<p>The API reference, version 2.</p>")
+    third = store.ingest([url], acl=["everyone"], source="docs", web=WebOptions(limits=FAST))
+    assert (third.added, third.updated, third.unchanged) == (0, 1, 5)
+
+
+def test_a_web_ingest_without_acl_names_the_flag(site: Site, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from knowledge_store.surfaces.cli import app
+
+    args = ["--store", str(tmp_path / "s"), "ingest", site.url("/docs/"), "--delay", "0"]
+    shown = CliRunner().invoke(app, args)
+    assert shown.exit_code == 2
+    assert "--acl everyone" in " ".join(shown.stderr.split())
+    answer = CliRunner().invoke(app, [*args, "--json"])
+    error = json.loads(answer.stdout)["error"]
+    assert error["code"] == "invalid_record" and "--acl everyone" in error["message"]
+    assert len(error["details"]["rejected"]) == 5  # every page, each named (samples follow them)

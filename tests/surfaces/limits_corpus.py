@@ -251,6 +251,47 @@ def graphql_cases() -> Iterator[Case]:
         json=_gql(_fragment_bomb(60)),
     )
     yield Case("gql-syntax-error", "POST", "/graphql", 200, "invalid_request", json=_gql("{ stats"))
+    # a body that is no GraphQL request is refused before it runs, in the one error shape
+    # (issue 25, item 11: strawberry answered these in plain text)
+    stats = "{ stats { __typename } }"
+    for name, body in (
+        ("gql-variables-list", {"query": stats, "variables": [1]}),
+        ("gql-variables-string", {"query": stats, "variables": "{}"}),
+        ("gql-query-number", {"query": 5}),
+        ("gql-extensions-number", {"query": stats, "extensions": 5}),
+        ("gql-unknown-operation", {"query": stats, "operationName": "nope"}),
+        ("gql-batch", [{"query": stats}, {"query": stats}]),
+        ("gql-body-string", "{ stats }"),
+        ("gql-body-number", 5),
+        ("gql-body-null", None),
+    ):
+        yield Case(
+            name,
+            "POST",
+            "/graphql",
+            400,
+            "invalid_request",
+            content=json.dumps(body).encode(),
+            headers={**READER, "Content-Type": "application/json"},
+        )
+    yield Case(
+        "gql-body-not-json",
+        "POST",
+        "/graphql",
+        400,
+        "invalid_request",
+        content=b"{ stats }",
+        headers={**READER, "Content-Type": "application/json"},
+    )
+    yield Case(
+        "gql-content-type",
+        "POST",
+        "/graphql",
+        400,
+        "invalid_request",
+        content=b"{ stats }",
+        headers={**READER, "Content-Type": "text/plain"},
+    )
 
 
 def _filters_request(path: str, name: str, n: int) -> dict[str, Any]:

@@ -456,3 +456,22 @@ def test_serve_on_a_taken_port_says_so_and_how_to_pick_another(cli_store: Path) 
         f" {port + 1}` (with make: `make run PORT={port + 1}`)"
     )
     assert "serving on" not in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_file_named_in_invalid_utf8_keeps_every_output_utf8(tmp_path: Path) -> None:
+    """The byte shows as ``\\xff`` — in --json, on the terminal, in each place alike."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_text("# Good\n\nhello\n", encoding="utf-8")
+    (folder / "bad\udcffname.md").write_text("# Bad\n\nhello\n", encoding="utf-8")  # b"bad\xff…"
+    args = ["--store", str(tmp_path / "s"), "ingest", str(folder), "--acl", "everyone"]
+    answered = runner.invoke(app, [*args, "--skip-invalid", "--json"])
+    report = json.loads(answered.stdout_bytes.decode("utf-8"))  # strict: valid UTF-8
+    assert report["added"] == 1
+    (rejected,) = report["rejected"]
+    assert rejected["file"] == str(folder) + "/bad\\xffname.md"
+    assert rejected["uid"] == "bad\\xffname"
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2
+    shown = refused.stderr_bytes.decode("utf-8")
+    assert "bad\\xffname.md" in " ".join(shown.split()).replace(" ", "")

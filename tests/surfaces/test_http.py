@@ -378,6 +378,21 @@ def test_token_file_formats(tmp_path: Path) -> None:
             "twice",
         ),
         ('{"token": "aaaaaaaa1"\n', "tokens.jsonl:1: not JSON"),
+        # strict JSON, as ingest reads it: the last of two keys would silently win
+        (
+            '{"token":"aaaaaaaa1","identity":"user:joe","admin":false,"admin":true}',
+            'tokens.jsonl:1: the key "admin" appears twice',
+        ),
+        (
+            '{"token": "bbbbbbbb2", "identity": "user:a"}\n\n'
+            '{"token": "aaaaaaaa1", "identity": "user:joe", "identity": "user:root"}',
+            'tokens.jsonl:3: the key "identity" appears twice',
+        ),
+        (
+            '[{"token": "aaaaaaaa1", "identity": "user:a", "admin": 1e999}]',
+            "tokens.jsonl:1: .*infinity",
+        ),
+        ('{"token": "aaaaaaaa1", "identity": "user:a", "admin": NaN}', "tokens.jsonl:1: NaN"),
     ],
 )
 def test_token_file_errors_say_where_and_what(tmp_path: Path, text: str, message: str) -> None:
@@ -385,6 +400,27 @@ def test_token_file_errors_say_where_and_what(tmp_path: Path, text: str, message
     file.write_text(text)
     with pytest.raises(InvalidRequest, match=message):
         TokenTable.load(file)
+
+
+def test_a_token_twice_in_a_token_object_is_refused_without_showing_it(tmp_path: Path) -> None:
+    file = tmp_path / "tokens.json"
+    file.write_text(
+        '{\n  "cccccccc3": "user:ann",\n  "s3cret-tok-1": "user:joe",\n'
+        '  "s3cret-tok-1": {"identity": "user:root", "admin": true}\n}\n'
+    )
+    with pytest.raises(InvalidRequest, match=r"tokens\.json:1: a token appears twice") as raised:
+        TokenTable.load(file)
+    assert "s3cret" not in raised.value.message and "s3cret" not in str(raised.value.details)
+    nested = tmp_path / "nested.json"
+    nested.write_text(
+        '{\n  "cccccccc3": "user:ann",\n  "dddddddd4": {"identity": "user:x",\n'
+        '    "admin": false, "admin": true}\n}\n'
+    )
+    with pytest.raises(
+        InvalidRequest, match=r'nested\.json:3: the key "admin" appears twice'
+    ) as bad:
+        TokenTable.load(nested)
+    assert bad.value.details == {"file": str(nested), "line": 3, "key": "admin"}
 
 
 def test_loopback_servers_answer_only_to_loopback_names(served: KnowledgeStore) -> None:

@@ -236,9 +236,14 @@ def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path, tokens: Pat
 
     if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
         pytest.skip("this machine has a GPU: asking for one does not fail here")
-    where = tmp_path / "store"  # empty: the default embedder, ONNX Runtime
+    where = tmp_path / "store"  # none yet (--create): the default embedder, ONNX Runtime
     running = Workers(
-        where, tmp_path / "serve.log", "--tokens", str(tokens), env={"KS_ONNX_DEVICE": "gpu"}
+        where,
+        tmp_path / "serve.log",
+        "--tokens",
+        str(tokens),
+        "--create",
+        env={"KS_ONNX_DEVICE": "gpu"},
     )
     try:
         code = running.proc.wait(timeout=WAIT_S)

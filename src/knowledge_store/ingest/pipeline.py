@@ -135,7 +135,8 @@ def ingest_entities(
     kind = "sync" if source is not None and source.sync else "ingest"
     scope = BatchScope(holds=frozenset(e.uid for e in entities), allow_move=allow_move)
     if source is not None:
-        source = dataclasses.replace(source, unchanged_before=unchanged)
+        # what the load found unchanged without reading it (304s), and the batch's own
+        source = dataclasses.replace(source, unchanged_before=source.unchanged_before + unchanged)
         if not changed:
             published = engine.publish([], [], kind=kind, source=source, scope=scope)
             return _report(published, len(entities), rejected, skipped)

@@ -14,6 +14,7 @@ are :class:`JsonProblem` errors, never silently taken.
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,6 +45,7 @@ from knowledge_store.model import (
     check_principal,
     name_problem,
     normalize_timestamp,
+    printable,
     text_problem,
 )
 
@@ -51,6 +53,7 @@ __all__ = [
     "EDGE_KEYS",
     "MAX_BODY_CHARS",
     "MAX_UID_CHARS",
+    "NO_ACL",
     "RECORD_KEYS",
     "REQUIRED_KEYS",
     "JsonProblem",
@@ -60,6 +63,7 @@ __all__ = [
     "raw_decode_strict",
     "read_lines",
     "record_to_entity",
+    "strict_problem_line",
 ]
 
 RECORD_KEYS: tuple[str, ...] = (*ENTITY_FIELDS, "edges", "acl")
@@ -73,7 +77,8 @@ _LINE_BREAKS = re.compile(r"[\t\n\r\x0b\x0c\x85\u2028\u2029]+")
 _DATE_FORM = (
     "an ISO 8601 date or datetime in the years 0001–9999, e.g. 2024-05-01 or 2024-05-01T12:00:00Z"
 )
-_NO_ACL = (
+#: Why a record without an ``acl`` is refused when the batch has no default.
+NO_ACL = (
     "no acl and no default acl for the batch: nothing becomes public silently;"
     ' add "acl": [...] to the record, or give the batch a default acl (e.g. everyone)'
 )
@@ -90,6 +95,8 @@ class JsonProblem(ValueError):
         super().__init__(message)
         self.msg = message
         self.key = key
+        #: where the innermost object holding the problem starts (:func:`strict_problem_line`)
+        self.offset: int | None = None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -99,7 +106,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise JsonProblem(
                 f"the key {_shown(key)} appears twice in one object; a key may appear once"
                 " (the last one would silently win)",
-                key=_printable(key),
+                key=printable(key),
             )
         out[key] = value
     return out
@@ -159,6 +166,37 @@ def raw_decode_strict(text: str, at: int = 0) -> tuple[Any, int]:
     return value, end
 
 
+def strict_problem_line(text: str) -> int | None:
+    """The line (1-based) where the innermost object that :func:`loads_strict` refuses in
+    ``text`` starts — a duplicate key's object in a multi-line document — or None.
+
+    Decodes again with the standard library's pure-Python scanner, whose object parser is
+    called with its position (the C scanner's is not): only on an error path, small texts.
+    """
+    decoder = json.JSONDecoder(
+        object_pairs_hook=_unique_keys, parse_int=_int, parse_float=_float, parse_constant=_constant
+    )
+    parse_object = decoder.parse_object  # type: ignore[attr-defined]
+
+    def located(s_and_end: tuple[str, int], *rest: Any) -> Any:
+        try:
+            return parse_object(s_and_end, *rest)
+        except JsonProblem as exc:
+            if exc.offset is None:
+                exc.offset = s_and_end[1] - 1  # the '{' (the scanner passes the index after it)
+            raise
+
+    decoder.parse_object = located  # type: ignore[attr-defined]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    try:
+        decoder.decode(text)
+    except JsonProblem as exc:
+        return None if exc.offset is None else text.count("\n", 0, exc.offset) + 1
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def loads_strict(text: str) -> Any:
     """One JSON value, held to the rules in the module docstring (both errors are ValueError)."""
     start = len(text) - len(text.lstrip())
@@ -216,11 +254,6 @@ class _Reject:
         raise InvalidRecord(Rejection(self.file, self.line, self.uid, field, message))
 
 
-def _printable(text: str) -> str:
-    """``text`` with lone surrogates escaped, so that a rejection can always be written out."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _shown(value: object) -> str:
     if isinstance(value, str) and len(value) > 60:
         value = value[:60]
@@ -228,7 +261,7 @@ def _shown(value: object) -> str:
         text = json.dumps(value, ensure_ascii=False, default=repr)
     except (ValueError, RecursionError):
         text = type(value).__name__
-    text = _printable(text)
+    text = printable(text)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -397,7 +430,7 @@ def _edge(reject: _Reject, where: str, item: object, uid: str) -> Edge:
     unknown = sorted(str(key) for key in set(item) - set(EDGE_KEYS))
     if unknown:
         reject(
-            f"{where}.{_printable(unknown[0])}",
+            f"{where}.{printable(unknown[0])}",
             f"{where} has the unknown key {_shown(unknown[0])}; an edge has only:"
             f" {', '.join(EDGE_KEYS)}",
         )
@@ -456,7 +489,7 @@ def _acl(
 ) -> tuple[str, ...]:
     if "acl" not in obj:
         if default_acl is None:
-            reject("acl", _NO_ACL)
+            reject("acl", NO_ACL)
         # A bad default is the caller's request, not this record: InvalidRequest.
         return tuple(sorted({check_principal(principal) for principal in default_acl}))
     value = obj["acl"]
@@ -507,10 +540,10 @@ def record_to_entity(
         reject(None, problem)
     assert isinstance(obj, dict)
     if isinstance(obj.get("uid"), str) and obj["uid"].strip():
-        reject.uid = _printable(obj["uid"][:MAX_UID_CHARS])
+        reject.uid = printable(obj["uid"][:MAX_UID_CHARS])
     unknown = [key for key in obj if key not in _RECORD_KEY_SET]
     if unknown:
-        shown = _printable(str(unknown[0]))
+        shown = printable(str(unknown[0]))
         reject(
             shown,
             f"unknown key {shown!r}; a record has only: {', '.join(RECORD_KEYS)}"

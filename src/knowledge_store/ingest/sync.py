@@ -29,6 +29,7 @@ __all__ = [
     "check_sync",
     "crawl_options",
     "folder_uid_prefix",
+    "not_reread",
     "save_crawl_state",
     "source_sync",
     "watch_source",
@@ -42,6 +43,11 @@ def check_sync(source: str | None, sync: bool) -> None:
         raise InvalidRequest(
             "a sync replaces the content of one source: name it (source)", field="source"
         )
+
+
+def not_reread(loaded: LoadResult) -> set[str]:
+    """The uids a crawl found unchanged (``304``: present as stored, not read again)."""
+    return set(loaded.unchanged) - {r.entity.uid for r in loaded.records}
 
 
 def source_sync(
@@ -63,6 +69,7 @@ def source_sync(
         delete_missing=not any(crawl.truncated for crawl in loaded.crawls),
         allow_mass_delete=allow_mass,
         uid_prefix=uid_prefix if pages else None,
+        unchanged_before=len(not_reread(loaded)),
     )
 
 

@@ -80,6 +80,7 @@ from knowledge_store.model.text import (
     format_timestamp,
     name_problem,
     normalize_timestamp,
+    printable,
     stored_timestamp,
     text_problem,
 )
@@ -301,6 +302,7 @@ __all__ = [
     "name_problem",
     "near_misses",
     "normalize_timestamp",
+    "printable",
     "register_list",
     "stored_timestamp",
     "text_problem",

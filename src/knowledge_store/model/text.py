@@ -23,6 +23,7 @@ __all__ = [
     "format_timestamp",
     "name_problem",
     "normalize_timestamp",
+    "printable",
     "stored_timestamp",
     "text_problem",
 ]
@@ -30,6 +31,26 @@ __all__ = [
 #: Characters a name (uid, type, source, status, principal id, attribute key) may not
 #: hold: controls, invisible format characters, line/paragraph separators, surrogates.
 _NOT_IN_NAMES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone surrogate written as an escape, so that it can always be
+    written out as UTF-8 — the one way the store shows text that is not Unicode:
+
+    - a byte of a file name that is not UTF-8 (Python reads it as U+DC80–U+DCFF,
+      *surrogateescape*) as ``\\xNN``: the byte, as a shell's ``$'…'`` writes it
+      (``docs/bad\\xffname.md``);
+    - any other lone surrogate (a JSON ``\\ud800`` escape) as ``\\uXXXX``.
+    """
+    return _SURROGATE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 def _encodable(text: str) -> bool:
@@ -97,7 +118,7 @@ def check_principal(principal: str) -> str:
         ):
             return principal
     shown = principal if isinstance(principal, str) else repr(principal)
-    shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")
+    shown = printable(shown)
     raise InvalidRequest(
         f"invalid principal {shown[:80]!r}: write 'everyone', 'user:<id>' or 'group:<id>'"
         f" (an id of 1–{MAX_PRINCIPAL_ID_CHARS} characters: no control or invisible"

@@ -108,6 +108,7 @@ class Administration:
             check_sync,
             crawl_options,
             folder_uid_prefix,
+            not_reread,
             save_crawl_state,
             source_sync,
             web_with_prefix,
@@ -144,7 +145,9 @@ class Administration:
         if not loaded.crawls:
             return report
         crawls = [crawl.to_dict() for crawl in loaded.crawls]
-        return report.model_copy(update={"crawls": crawls})
+        # pages a crawl found unchanged (304) are in the source, as stored: unchanged too
+        unchanged = report.unchanged + len(not_reread(loaded))
+        return report.model_copy(update={"crawls": crawls, "unchanged": unchanged})
 
     def ingest_records(
         self,

@@ -21,13 +21,13 @@ SHA-256 digests, so a lookup takes the same time whatever prefix matches.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.ingest.records import JsonProblem, loads_strict, strict_problem_line
 from knowledge_store.model import EVERYONE, Identity, check_principal
 
 __all__ = ["ANONYMOUS", "AuthError", "Caller", "TokenTable", "bearer_token"]
@@ -74,6 +74,10 @@ class AuthError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, "details": {}}}
+
+
+#: The keys of a token entry: a duplicate one is named; any other duplicate key is a token.
+_ENTRY_KEYS = ("token", "identity", "admin")
 
 
 def _digest(token: str) -> str:
@@ -147,21 +151,41 @@ class TokenTable:
         return caller
 
 
+def _json_problem(file: str, line: int | None, exc: JsonProblem) -> InvalidRequest:
+    """A strict-JSON problem of the token file, naming file, line and key — but never a token:
+    in the object form a duplicate key *is* a token."""
+    where = f"{file}:{line}" if line is not None else file
+    details: dict[str, Any] = {"file": file, "line": line}
+    message = exc.msg
+    if exc.key is not None and exc.key not in _ENTRY_KEYS:
+        message = "a token appears twice in one object (the last one would silently win)"
+    elif exc.key is not None:
+        details["key"] = exc.key
+    return InvalidRequest(f"{where}: {message}; nothing was loaded", **details)
+
+
 def _parse(text: str, file: str) -> Iterable[tuple[str, Caller]]:
     stripped = text.strip()
     if not stripped:
         return []
     items: list[tuple[int | None, Any]]
     try:
-        document = json.loads(stripped)
+        # strict, as ingest reads JSON: a duplicate key (`"admin": false, "admin": true`) would
+        # silently take its last value
+        document = loads_strict(stripped)
+    except JsonProblem as exc:
+        line = strict_problem_line(text)
+        raise _json_problem(file, line, exc) from None
     except ValueError:
         document = None
         items = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip() or line.lstrip().startswith("#"):
+        for number, line_text in enumerate(text.splitlines(), start=1):
+            if not line_text.strip() or line_text.lstrip().startswith("#"):
                 continue
             try:
-                items.append((number, json.loads(line)))
+                items.append((number, loads_strict(line_text)))
+            except JsonProblem as exc:
+                raise _json_problem(file, number, exc) from None
             except ValueError:
                 raise InvalidRequest(
                     f"{file}:{number}: not JSON; write one"

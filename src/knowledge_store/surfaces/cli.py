@@ -16,7 +16,6 @@ respelled as the flags and placeholders the caller typed (``--created-from``,
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -43,7 +42,7 @@ from knowledge_store.surfaces.cli_options import (
 from knowledge_store.surfaces.cli_show import SHOW
 from knowledge_store.surfaces.operations import OPERATIONS, Cli, Operation
 from knowledge_store.surfaces.spelling import respell
-from knowledge_store.surfaces.terminal import safe
+from knowledge_store.surfaces.terminal import json_text, safe
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -96,7 +95,7 @@ class _Group(_Plain, TyperGroup):
                 field=field,
                 usage=ctx.get_usage() if ctx is not None else None,
             )
-            sys.stdout.write(json.dumps(error.to_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(error.to_dict()) + "\n")
             code = error.exit_status
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -217,7 +216,7 @@ def _run(
         _fail(StoreError(f"{type(exc).__name__}: {exc}"), as_json)
     if as_json:
         payload = result.to_dict() if hasattr(result, "to_dict") else result
-        sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(payload) + "\n")
     else:
         show(result)
         for note in getattr(getattr(result, "answer", result), "warnings", ()):
@@ -230,7 +229,7 @@ def _run(
 
 def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
     if as_json:
-        sys.stdout.write(json.dumps(exc.to_dict(), ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(exc.to_dict()) + "\n")
     else:
         err.print(f"[bold red]error[/] ({exc.code}): {safe(exc.message)}", markup=True)
         if isinstance(exc, BatchRejected) and len(exc.rejections) > 1:
@@ -390,19 +389,22 @@ def ingest(
     def action() -> Any:
         web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix or "")
         with _store(create=True) as store:
-            return store.ingest(
-                paths,
-                format=format,
-                source=source,
-                acl=acl,
-                skip_invalid=skip_invalid,
-                progress=not as_json and sys.stderr.isatty(),
-                sync=sync,
-                allow_mass_delete=allow_mass_delete,
-                web=web,
-                uid_prefix=uid_prefix,
-                allow_move=allow_move,
-            )
+            try:
+                return store.ingest(
+                    paths,
+                    format=format,
+                    source=source,
+                    acl=acl,
+                    skip_invalid=skip_invalid,
+                    progress=not as_json and sys.stderr.isatty(),
+                    sync=sync,
+                    allow_mass_delete=allow_mass_delete,
+                    web=web,
+                    uid_prefix=uid_prefix,
+                    allow_move=allow_move,
+                )
+            except BatchRejected as exc:
+                raise cli_sources.without_acl(exc) from None
 
     names = {
         "acl": "--acl",
@@ -618,6 +620,14 @@ def serve(
             help="serve SCIM 2.0 at /scim/v2, keeping the directory in this SQLite file",
         ),
     ] = None,
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create",
+            help="serve an empty store when --store holds none (to fill it over HTTP or MCP);"
+            " without it, a path with no store is an error",
+        ),
+    ] = False,
 ) -> None:
     """Serve: HTTP (REST /v1, GraphQL, MCP at /mcp, the search page) or MCP over stdio."""
     from knowledge_store.surfaces.serve import serve as run_server
@@ -637,6 +647,7 @@ def serve(
             oidc_claims=oidc_claims,
             oidc_page_client=oidc_page_client,
             scim=scim,
+            create=create,
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)
@@ -655,9 +666,7 @@ def schema_record(
     """The JSON Schema (draft 2020-12) of one ingest record, one JSON Lines line (docs/records.md)."""
     from knowledge_store.ingest.record_schema import record_json_schema
 
-    sys.stdout.write(
-        json.dumps(record_json_schema(acl_default=acl_default), indent=2, ensure_ascii=False) + "\n"
-    )
+    sys.stdout.write(json_text(record_json_schema(acl_default=acl_default), indent=2) + "\n")
 
 
 def main() -> None:

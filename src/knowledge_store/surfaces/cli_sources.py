@@ -5,7 +5,6 @@ Every value that came from data goes through :func:`~.terminal.safe`.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -18,11 +17,18 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.table import Table
 
-from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, Rejection, StoreError
+from knowledge_store.errors import (
+    BatchRejected,
+    InvalidRequest,
+    KnowledgeStoreError,
+    Rejection,
+    StoreError,
+)
+from knowledge_store.ingest.records import NO_ACL
 from knowledge_store.model import IngestReport, SourcesAnswer
-from knowledge_store.surfaces.terminal import safe
+from knowledge_store.surfaces.terminal import json_text, safe
 
-__all__ = ["show_ingest", "show_sources", "uids_line", "watch", "web_options"]
+__all__ = ["show_ingest", "show_sources", "uids_line", "watch", "web_options", "without_acl"]
 
 
 def web_options(
@@ -47,6 +53,35 @@ def web_options(
 
 
 _UNSUPPORTED = re.compile(r"unsupported type \(([^)]*)\)")
+
+
+def without_acl(exc: BatchRejected) -> BatchRejected:
+    """A batch refused only because its records have no ACL and ``--acl`` was not given (a web
+    site's or a folder's pages never carry one): the error names the flag first."""
+    if not all(r.field == "acl" and r.message == NO_ACL for r in exc.rejections):
+        return exc
+    count = len(exc.rejections)
+    records = f"{count} record{'s' if count != 1 else ''}"
+    out = type(exc).__new__(type(exc))  # the same error, details and rejections; new words
+    out.__dict__.update(exc.__dict__)
+    out.message = (
+        f"{records} ({_first(exc.rejections)}) {'have' if count != 1 else 'has'} no acl, and"
+        " the batch has no default acl: nothing becomes public silently, so nothing was published."
+        " Say who may read them with --acl: --acl everyone for anyone, or --acl group:NAME /"
+        " --acl user:NAME (repeatable)"
+    )
+    out.args = (out.message,)
+    return out
+
+
+def _first(rejections: Sequence[Rejection]) -> str:
+    first = rejections[0]
+    where = first.file + (f":{first.line}" if first.line is not None else "")
+    return (
+        where
+        + (f" record {first.uid!r}" if first.uid else "")
+        + (", …" if len(rejections) > 1 else "")
+    )
 
 
 def summary(report: IngestReport) -> str:
@@ -117,7 +152,7 @@ def watch(
 
     def on_sync(_changed: list[Path], report: IngestReport) -> None:
         if as_json:
-            sys.stdout.write(json.dumps(report.to_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(report.to_dict()) + "\n")
             sys.stdout.flush()
             return
         at = time.strftime("%H:%M:%S")
@@ -131,7 +166,7 @@ def watch(
     def on_error(_changed: list[Path], exc: Exception) -> None:
         error = exc if isinstance(exc, KnowledgeStoreError) else StoreError(str(exc))
         if as_json:
-            sys.stdout.write(json.dumps(error.to_dict(), ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(error.to_dict()) + "\n")
             sys.stdout.flush()
         else:
             err.print(f"[bold red]error[/] ({error.code}): {safe(error.message)}; still watching")

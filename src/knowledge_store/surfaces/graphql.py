@@ -30,7 +30,9 @@ from functools import cache
 from typing import Annotated, Any, Literal, NewType, TypeVar, Union, get_args, get_origin
 
 import strawberry
+from cross_web import HTTPException
 from fastapi import Depends
+from fastapi.responses import JSONResponse
 from graphql import FieldNode, GraphQLError
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
@@ -40,8 +42,9 @@ from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, Info
 from strawberry.types.scalar import ScalarDefinition
+from strawberry.types.unset import UNSET
 
-from knowledge_store.errors import KnowledgeStoreError
+from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, NotFound, clip
 from knowledge_store.requests import FilterSpec
 from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
@@ -296,6 +299,55 @@ async def _context(svc: Annotated[Service, Depends(the_service)], who: AnyCaller
     return {"service": svc, "caller": who, "one_at_a_time": asyncio.Lock()}
 
 
+#: The members of a GraphQL request body a refusal may be about (GraphQL over HTTP).
+_REQUEST_MEMBERS = ("query", "variables", "operationName", "extensions")
+
+
+class _Router(GraphQLRouter[dict[str, Any], None]):
+    """strawberry's router, whose refusals of a request before it runs (``variables`` that is
+    not an object, a body that is not a request, an unknown operation) leave in the one error
+    shape with their status, as every other error of the HTTP surfaces — not as plain text."""
+
+    async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
+        try:
+            return await super().run(request, context=context, root_value=root_value)
+        except HTTPException as exc:
+            return _refusal(exc)
+
+    def parse_json(self, data: str | bytes) -> Any:
+        parsed = super().parse_json(data)
+        if not isinstance(parsed, dict | list):  # a list is a batch, refused as one below
+            raise HTTPException(
+                400,
+                'the body must be a JSON object: {"query": "…", "variables": {…}},'
+                f" not {type(parsed).__name__ if parsed is not None else 'null'}",
+            )
+        return parsed
+
+
+#: strawberry's refusals, in words that say what to send instead.
+_REWORDED = {
+    "Unsupported content type": "send the GraphQL request as JSON (Content-Type: application/json)",
+    "Batching is not enabled": "one GraphQL request per body: a JSON list (a batch) is not taken",
+    "Not Found": "GET /graphql needs a query (?query=…); this server has no GraphQL IDE",
+    "No GraphQL query found in the request": 'the request has no query: send {"query": "…"}',
+}
+
+
+def _refusal(exc: HTTPException) -> JSONResponse:
+    field = next((name for name in _REQUEST_MEMBERS if f"`{name}`" in exc.reason), None)
+    if field is None and exc.reason.startswith("Unknown operation"):
+        field = "operationName"
+    details = {"field": field} if field else {}
+    message = clip(_REWORDED.get(exc.reason, exc.reason))
+    error: KnowledgeStoreError = (
+        NotFound(message, path="/graphql")
+        if exc.status_code == 404
+        else InvalidRequest(message, **details)
+    )
+    return JSONResponse(error.to_dict(), status_code=exc.status_code)
+
+
 def graphql_router() -> GraphQLRouter[dict[str, Any], None]:
     """The ``/graphql`` route (POST, and GET for queries); no browser IDE (it needs a CDN)."""
-    return GraphQLRouter(schema, path="/graphql", context_getter=_context, graphql_ide=None)
+    return _Router(schema, path="/graphql", context_getter=_context, graphql_ide=None)

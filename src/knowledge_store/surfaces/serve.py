@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowledge_store import graphquery
-from knowledge_store.errors import InvalidRequest, StoreError
+from knowledge_store.errors import InvalidRequest, NotFound, StoreError
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.environment import EMBEDDER_ENV
@@ -151,6 +151,7 @@ def serve(
     oidc_claims: Path | None = None,
     oidc_page_client: str | None = None,
     scim: Path | None = None,
+    create: bool = False,
 ) -> None:
     """Run until interrupted (HTTP) or until the client closes the pipe (stdio).
 
@@ -159,7 +160,9 @@ def serve(
     audience ``oidc_audience`` (default: this server's URL), mapped by ``oidc_claims``
     (a JSON file, :class:`~.oidc.ClaimsMapping`); ``oidc_page_client``: the search page's
     client id at the issuer (sign-in with the IdP). ``scim``: serve SCIM 2.0 at
-    ``/scim/v2``, keeping the directory in this SQLite file."""
+    ``/scim/v2``, keeping the directory in this SQLite file. A ``location`` that holds no
+    store is ``NotFound`` — a typo must not serve an empty store that says nothing —
+    unless ``create`` asks for an empty one (to be filled over HTTP or MCP)."""
     from knowledge_store.surfaces.auth import TokenTable
 
     if mcp_stdio:
@@ -168,7 +171,7 @@ def serve(
                 "--tokens, --anonymous, --oidc, --scim and --workers are for HTTP; over stdio"
                 " use --as"
             )
-        _serve_stdio(location, environment.identity(identity).principal)
+        _serve_stdio(location, environment.identity(identity).principal, create)
         return
     if identity is not None:
         raise InvalidRequest(
@@ -209,9 +212,9 @@ def serve(
             audience = oidc_audience or _own_url(host, int(sock.getsockname()[1]))
             settings = OidcSettings(oidc, audience, claims, page_client=oidc_page_client)
         if processes == 1:
-            _serve_http(location, host, sock, table, settings, scim)
+            _serve_http(location, host, sock, table, create, settings, scim)
         else:
-            _serve_workers(location, host, sock, table, processes, settings)
+            _serve_workers(location, host, sock, table, processes, create, settings)
     finally:
         sock.close()
 
@@ -231,6 +234,21 @@ def _validator(settings: OidcSettings | None) -> OidcValidator | None:
     if problem is not None:
         log.warning("OIDC: %s; access tokens are refused until it answers", problem)
     return validator
+
+
+def _served(location: str | Path | None, *, create: bool) -> KnowledgeStore:
+    """The store to serve; where there is none (and ``create`` is not asked), ``NotFound``
+    naming the path and the two ways to have one."""
+    try:
+        return open_store(location, create=create)
+    except NotFound as exc:
+        where = exc.details.get("store", location)
+        raise NotFound(
+            f"no store at {where} (nothing was created there): make one with"
+            f" `ks --store {where} ingest FILE…`, or serve an empty one to fill over HTTP or MCP"
+            f" with `ks --store {where} serve --create …`",
+            **exc.details,
+        ) from None
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -280,6 +298,7 @@ def _serve_http(
     host: str,
     sock: socket.socket,
     table: object,
+    create: bool,
     oidc: OidcSettings | None = None,
     scim: Path | None = None,
 ) -> None:
@@ -291,7 +310,7 @@ def _serve_http(
     assert isinstance(table, TokenTable)
     from knowledge_store.surfaces.workers import with_embedding_slots
 
-    opened = open_store(location)
+    opened = _served(location, create=create)
     try:
         store = with_embedding_slots(opened, window_s=environment.embed_window_s())
         _warm(store)
@@ -314,12 +333,13 @@ def _serve_workers(
     sock: socket.socket,
     table: TokenTable,
     n: int,
+    create: bool,
     oidc: OidcSettings | None = None,
 ) -> None:
     from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
 
-    with open_store(location):  # made, repaired and checked once, before any worker opens it
+    with _served(location, create=create):  # made, repaired, checked once, before the workers
         pass
     app = WorkerApp(
         location=None if location is None else str(location),
@@ -477,14 +497,14 @@ class RedactTokens(logging.Filter):
         return True
 
 
-def _serve_stdio(location: str | Path | None, who: str) -> None:
+def _serve_stdio(location: str | Path | None, who: str, create: bool) -> None:
     import anyio
 
     from knowledge_store.model import Identity
     from knowledge_store.surfaces.mcp import create_mcp_server, run_stdio
 
     identity = Identity(who)
-    with open_store(location) as store:
+    with _served(location, create=create) as store:
         _warm(store)
         server = create_mcp_server(store, identity=identity)
         print(f"knowledge-store MCP over stdio as {who}", file=sys.stderr, flush=True)

@@ -265,6 +265,16 @@ class LexicalIndex:
         index.config_reader("manual")
         return index
 
+    def _reopen(self) -> None:
+        """Open the index afresh before making a writer (the write lock held). Tantivy keeps
+        the list of the files it manages (``.managed.json``) as it was when the index was
+        opened, and a writer made from an index opened before another process's commits
+        writes that stale list back: the other process's files drop out of it, are never
+        collected, and the next open took them for a killed writer's leftovers."""
+        if self.stale is None:
+            self._index = self._open()
+            self._pinned = None
+
     def _usable(self) -> None:
         """Before a write (the write lock held): replace files this process can't use —
         unless another process replaced them since this one looked."""
@@ -427,6 +437,8 @@ class LexicalIndex:
         first one replacing files this process found unusable (:meth:`_usable`).
         """
         with self._lock:
+            if self._writer is None:
+                self._reopen()
             self._usable()
             if self._writer is None:
                 self._writer = self._call(

@@ -20,6 +20,13 @@ with the ACL join) and how many there are. Then:
 
 ``scanned`` is the number of candidates the statement ranked: the visible rows
 for ``exact``, the index candidates otherwise.
+
+The plan reads the visible share *rounded down* to a step of :data:`SHARE_STEP`
+(:func:`rough_share`): the strategy, ``ef_search`` and the ``--explain`` plan
+depend on that rough share only, never on the exact count of hidden chunks — what
+a caller learns from them is roughly how much of the store it can see
+(docs/security.md, "Vector diagnostics"), and the plan shows its own visible count,
+not the store's total.
 """
 
 from __future__ import annotations
@@ -41,8 +48,10 @@ __all__ = [
     "EF_SEARCH",
     "EXACT_FLOOR",
     "EXACT_SHARE",
+    "SHARE_STEP",
     "VectorPlan",
     "plan_vector",
+    "rough_share",
     "vector_count_statement",
     "vector_statement",
 ]
@@ -61,6 +70,12 @@ EXACT_FLOOR = 5_000
 EXACT_SHARE = 0.05
 #: Post-filter oversampling: candidates ≈ OVERSAMPLE · (k + 10) / share.
 OVERSAMPLE = 2.0
+#: The plan reads (and shows) the visible share in steps of 5 %, rounded down. Rounding down
+#: only raises ``ef`` (recall never falls): at most 2× between 5 and 10 % visible (0.0999 is
+#: read as 0.05), 1.5× between 10 and 15 %, under 1.1× above 50 %; with pgvector ≥ 0.8
+#: (iterative scans) ``ef`` does not depend on the share at all.
+SHARE_STEP = 0.05
+_STEPS = round(1 / SHARE_STEP)
 
 Strategy = Literal["hnsw", "hnsw-filtered", "exact"]
 _ROW = "c.id, e.uid"
@@ -79,25 +94,33 @@ class VectorPlan:
         return self.strategy == "exact"
 
     def to_dict(self) -> dict[str, Any]:
-        share = self.visible / self.total if self.total else 0.0
+        """What ``--explain`` shows: the caller's own visible count and the rough share, never
+        the store's total (with the visible count, that would be the hidden count)."""
         return {
             "strategy": self.strategy,
             "visible": self.visible,
-            "total": self.total,
-            "share": round(share, 6),
+            "share": rough_share(self.visible, self.total),
             "ef_search": self.ef,
             "iterative_scan": self.iterative,
         }
 
 
+def rough_share(visible: int, total: int) -> float:
+    """``visible / total`` rounded down to a step of :data:`SHARE_STEP` (0.0 for an empty store)."""
+    if total <= 0:
+        return 0.0
+    return min(visible * _STEPS // total, _STEPS) / _STEPS
+
+
 def plan_vector(visible: int, total: int, k: int, features: Features) -> VectorPlan:
-    """Pick the strategy for ``k`` hits over ``visible`` of ``total`` chunks (pure)."""
+    """Pick the strategy for ``k`` hits over ``visible`` of ``total`` chunks (pure), from the
+    rough share (:func:`rough_share`)."""
     wanted = k + 10
     if total == 0 or visible == 0:
         return VectorPlan("exact", visible, total, 0, False)
     if visible >= total:  # nothing hidden, FILTERS or not
         return VectorPlan("hnsw", visible, total, min(EF_MAX, max(EF_SEARCH, wanted)), False)
-    share = visible / total
+    share = rough_share(visible, total)
     if visible <= EXACT_FLOOR or share < EXACT_SHARE:
         return VectorPlan("exact", visible, total, 0, False)
     if features.iterative_scan:

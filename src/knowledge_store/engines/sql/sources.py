@@ -185,7 +185,8 @@ class SourceSync:
     delete_missing: bool = True
     allow_mass_delete: bool = False
     max_share: float = MASS_DELETE_SHARE
-    #: Entities of the batch the pipeline found unchanged before publishing (not sent).
+    #: Entities present but not published: the batch's unchanged ones and what a crawl
+    #: found unchanged (304s), counted before publishing.
     unchanged_before: int = 0
     #: The whole source goes: every entity, its row and its crawl state.
     forget: bool = False
