@@ -165,7 +165,9 @@ def test_cli_commands_take_every_request_field_with_the_same_limits(op: Operatio
             continue
         option = options[cli_options.flag_of(name, op.cli)]
         assert (option.min, option.max) == cli_options.limits(info), name
-    assert ("--as" in options) == (not op.admin and op.name != "stats")
+    # reads take --as (the identity to read as); audit list's --as is a field (whose reads)
+    reads_as = not op.admin and op.name != "stats"
+    assert ("--as" in options) == (reads_as or op.cli.flags.get("identity") == "--as")
     assert "--json" in options
 
 
@@ -467,6 +469,12 @@ ABSENT: dict[tuple[str, str], str] = {
         (surface, "check"): "an operator's run that reads the whole store (minutes on a large"
         " one), not a query or a model's tool: ks check and GET /v1/admin/check serve it"
         for surface in ("graphql", "mcp")
+    },
+    **{
+        (surface, name): "the audit log is an operator's record (who read what), read over"
+        " REST and ks audit; a model never reads it"
+        for surface in ("graphql", "mcp")
+        for name in ("audit_list", "audit_show", "audit_verify", "audit_settings")
     },
 }
 

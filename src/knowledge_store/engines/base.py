@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.sources import SourceSync
@@ -342,6 +343,8 @@ class Engine(Protocol):
     name: str
     #: How the engine's lexical index reads text (query terms, highlighting).
     text_analysis: TextAnalysis
+    #: The audit log (``engines.sql.audit``: the same tables in each engine's storage).
+    audit: AuditStorage
 
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 

@@ -30,6 +30,15 @@ from knowledge_store.requests.admin import (
     SourcesRequest,
     StatsRequest,
 )
+from knowledge_store.requests.audit import (
+    AuditExportRequest,
+    AuditListRequest,
+    AuditReplayRequest,
+    AuditSettingsRequest,
+    AuditShowRequest,
+    AuditVerifyRequest,
+    GcRequest,
+)
 from knowledge_store.requests.base import (
     FilterSpec,
     Request,
@@ -58,6 +67,12 @@ __all__ = [
     "AclRequest",
     "AclShowRequest",
     "AggregateRequest",
+    "AuditExportRequest",
+    "AuditListRequest",
+    "AuditReplayRequest",
+    "AuditSettingsRequest",
+    "AuditShowRequest",
+    "AuditVerifyRequest",
     "CheckRequest",
     "ContentRequest",
     "DeleteRequest",
@@ -65,6 +80,7 @@ __all__ = [
     "FacetsRequest",
     "FilterSpec",
     "FuzzyRequest",
+    "GcRequest",
     "GraphRequest",
     "IngestRequest",
     "KnowledgeRequest",

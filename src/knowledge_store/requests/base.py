@@ -227,6 +227,9 @@ class Request(BaseModel):
     bound_fields: ClassVar[frozenset[str]] = frozenset()
     #: What to say when a field that may not be empty is: field → sentence.
     needs: ClassVar[dict[str, str]] = {}
+    #: The fields that hold what a caller asked in its own words (a query, a query vector, a
+    #: query's parameters): the audit log keeps, hashes or drops them by its setting.
+    text_fields: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def parse(

@@ -74,6 +74,8 @@ def _words(request: Any, operation: str) -> None:
 class DocsSearchRequest(Request):
     """Fused search by words (an empty query: a pure filter request)."""
 
+    text_fields: ClassVar[tuple[str, ...]] = ("query",)
+
     query: Text = Field(
         "",
         max_length=MAX_TEXT_LENGTH,
@@ -109,6 +111,8 @@ class SearchRequest(DocsSearchRequest):
 class KnowledgeRequest(Request):
     """``search_knowledge``: fused search as cited passages."""
 
+    text_fields: ClassVar[tuple[str, ...]] = ("query",)
+
     needs: ClassVar[dict[str, str]] = {"query": _needs_words("search_knowledge")}
 
     query: Text = Field(
@@ -127,6 +131,8 @@ class KnowledgeRequest(Request):
 
 class LexicalRequest(Request):
     """BM25 over chunks."""
+
+    text_fields: ClassVar[tuple[str, ...]] = ("query",)
 
     needs: ClassVar[dict[str, str]] = {"query": _needs_words("lexical")}
 
@@ -157,6 +163,8 @@ class FuzzyRequest(LexicalRequest):
 
 class VectorRequest(Request):
     """Dense nearest chunks by meaning, of a text or of a query vector."""
+
+    text_fields: ClassVar[tuple[str, ...]] = ("query", "vector")
 
     query: Text = Field(
         "", max_length=MAX_TEXT_LENGTH, description="the text whose meaning to look for"
@@ -311,6 +319,8 @@ class AggregateRequest(Request):
 class QueryGraphRequest(Request):
     """A bounded, read-only openCypher query."""
 
+    text_fields: ClassVar[tuple[str, ...]] = ("params",)
+
     query: Text = Field(
         ...,
         min_length=1,
@@ -336,6 +346,8 @@ class LearningPathRequest(ContentRequest):
 
 class XrefRequest(Request):
     """``resolve_xref``: a uid, an href (with or without #anchor) or an exact title."""
+
+    text_fields: ClassVar[tuple[str, ...]] = ("ref",)
 
     ref: Text = Field(
         ...,

@@ -57,6 +57,7 @@ from knowledge_store.requests import (
     RelatedRequest,
     Request,
     SearchRequest,
+    SqlRequest,
     VectorRequest,
     XrefRequest,
 )
@@ -76,6 +77,8 @@ from knowledge_store.retrieval.reader import (
 )
 from knowledge_store.retrieval.retrievers import Retriever
 from knowledge_store.store.admin import Administration
+from knowledge_store.store.audit import Auditor, audited, current_recording
+from knowledge_store.store.auditing import Auditing
 
 __all__ = [
     "DEFAULT_STORE",
@@ -105,7 +108,7 @@ def _identity(who: IdentityLike) -> Identity:
     return Identity(who or "everyone")
 
 
-class KnowledgeStore(Administration):
+class KnowledgeStore(Administration, Auditing):
     """A knowledge store: ingest an estate, search it under the caller's identity."""
 
     def __init__(
@@ -116,6 +119,8 @@ class KnowledgeStore(Administration):
         embedder_settings: EmbedderSettings | None = None,
     ) -> None:
         self.engine = engine
+        #: The audit log's door (:mod:`.audit`): what every surface records through.
+        self.auditor = Auditor(engine.audit)
         self._types_seen = TypesSeen()
         self._embedder_arg = embedder
         self._embedder_settings = embedder_settings or EmbedderSettings()
@@ -208,8 +213,14 @@ class KnowledgeStore(Administration):
         expanded once: every answer carries the same content root.
         """
         with self.engine.reader(_identity(identity)) as engine_reader:
+            recording = current_recording()
+            if recording is not None:
+                recording.note_reader(
+                    engine_reader.publish, engine_reader.content_root, engine_reader.held
+                )
             yield StoreReader(engine_reader, lambda: self.embedder, self._types_seen)
 
+    @audited("lexical", LexicalRequest, ("query",))
     def lexical(
         self,
         text: str | LexicalRequest,
@@ -224,6 +235,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.noted(r.lexical(request), request.filters.value)
 
+    @audited("fuzzy", FuzzyRequest, ("query",))
     def fuzzy(
         self,
         text: str | FuzzyRequest,
@@ -238,6 +250,7 @@ class KnowledgeStore(Administration):
             answer = r.fuzzy(text, k=k, filters=filters, explain=explain)
             return r.noted(answer, _filters_of(text, filters))
 
+    @audited("vector", VectorRequest, ("query",))
     def vector(
         self,
         query: str | np.ndarray | VectorRequest,
@@ -252,6 +265,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.noted(r.vector(request), request.filters.value)
 
+    @audited("search", SearchRequest, ("query",))
     def search(
         self,
         text: str | SearchRequest | None = None,
@@ -271,6 +285,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.noted(r.search(request, retrievers=retrievers), request.filters.value)
 
+    @audited("sql", SqlRequest, ("filters",))
     def sql(
         self,
         filters: Any = None,
@@ -283,6 +298,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.noted(r.sql(filters, order=order, k=k), _filters_of(filters, filters))
 
+    @audited("aggregate", AggregateRequest, ("metric", "dimension"))
     def aggregate(
         self,
         metric: str | AggregateRequest,
@@ -296,6 +312,7 @@ class KnowledgeStore(Administration):
             answer = r.aggregate(metric, dimension, filters=filters)
             return r.noted(answer, _filters_of(metric, filters))
 
+    @audited("graph", GraphRequest, ("starts",))
     def graph(
         self,
         starts: Sequence[str] | GraphRequest,
@@ -310,6 +327,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.graph(starts, depth=depth, labels=labels, direction=direction, k=k)
 
+    @audited("query_graph", QueryGraphRequest, ("query", "params"))
     def query_graph(
         self,
         text: str | QueryGraphRequest,
@@ -322,6 +340,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.query_graph(text, params, lenient=lenient)
 
+    @audited("content", ContentRequest, ("uid",))
     def content(self, uid: str | ContentRequest, *, identity: IdentityLike = None) -> Content:
         """The entity ``uid`` with its chunks and its edges to entities the caller can read.
 
@@ -331,6 +350,7 @@ class KnowledgeStore(Administration):
             return r.content(uid)
 
     # -- docs tools ------------------------------------------------------------------------------
+    @audited("docs_search", DocsSearchRequest, ("query",))
     def docs_search(
         self,
         text: str | DocsSearchRequest | None = None,
@@ -343,6 +363,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.docs_search(text, k=k, filters=filters)
 
+    @audited("code_sample_search", DocsSearchRequest, ("query",))
     def code_sample_search(
         self,
         text: str | DocsSearchRequest | None = None,
@@ -355,6 +376,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.code_sample_search(text, k=k, filters=filters)
 
+    @audited("search_knowledge", KnowledgeRequest, ("query",))
     def search_knowledge(
         self,
         text: str | KnowledgeRequest,
@@ -367,6 +389,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.search_knowledge(text, k=k, filters=filters)
 
+    @audited("get_related", RelatedRequest, ("uid",))
     def get_related(
         self,
         uid: str | RelatedRequest,
@@ -381,6 +404,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.get_related(uid, labels=labels, depth=depth, direction=direction, k=k)
 
+    @audited("get_learning_path", LearningPathRequest, ("uid",))
     def get_learning_path(
         self, uid: str | LearningPathRequest, *, identity: IdentityLike = None
     ) -> LearningPath:
@@ -388,6 +412,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.get_learning_path(uid)
 
+    @audited("resolve_xref", XrefRequest, ("ref",))
     def resolve_xref(
         self, ref: str | XrefRequest, *, identity: IdentityLike = None
     ) -> XrefResolution:
@@ -395,6 +420,7 @@ class KnowledgeStore(Administration):
         with self.reader(identity) as r:
             return r.resolve_xref(ref)
 
+    @audited("graph_facets", FacetsRequest, ("uids",))
     def graph_facets(
         self, uids: Sequence[str] | FacetsRequest, *, identity: IdentityLike = None
     ) -> GraphFacets:
@@ -413,9 +439,11 @@ class KnowledgeStore(Administration):
     def content_root(self) -> str:
         return self.engine.writer.content_root()
 
+    @audited("rebuild")
     def rebuild(self, *, progress: bool = False) -> None:
         self.engine.writer.rebuild(progress=progress)
 
+    @audited("reembed")
     def reembed(self, embedder: str | Embedder | None = None, *, progress: bool = False) -> str:
         """Embed every chunk again with ``embedder`` (default: the default) as one publish.
 

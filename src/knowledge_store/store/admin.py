@@ -31,14 +31,18 @@ from knowledge_store.model import (
     text_problem,
 )
 from knowledge_store.requests import (
+    AclExplainRequest,
     AclRequest,
+    AclShowRequest,
     CheckRequest,
     DeleteRequest,
+    IngestRequest,
     MemberRequest,
     PrincipalRequest,
     RecordLines,
 )
 from knowledge_store.retrieval.reader import request_of
+from knowledge_store.store.audit import Auditor, audited
 
 if TYPE_CHECKING:
     from knowledge_store.ingest.loaders.web import WebOptions
@@ -63,6 +67,7 @@ class Administration:
     embedder."""
 
     engine: Engine
+    auditor: Auditor
 
     if TYPE_CHECKING:
 
@@ -73,6 +78,7 @@ class Administration:
         def embedder_spec(self) -> str: ...
 
     # -- ingest ------------------------------------------------------------------------------
+    @audited("ingest", None, ("paths",))
     def ingest(
         self,
         paths: Sequence[str | Path],
@@ -149,6 +155,7 @@ class Administration:
         unchanged = report.unchanged + len(not_reread(loaded))
         return report.model_copy(update={"crawls": crawls, "unchanged": unchanged})
 
+    @audited("ingest", IngestRequest, ("records",))
     def ingest_records(
         self,
         records: Iterable[Mapping[str, Any] | Entity],
@@ -231,6 +238,7 @@ class Administration:
             allow_move=allow_move,
         )
 
+    @audited("delete", DeleteRequest, ("uids",))
     def delete(
         self, uids: Sequence[str] | DeleteRequest | None = None, *, source: str | None = None
     ) -> DeleteReport:
@@ -267,6 +275,7 @@ class Administration:
             deleted_uids=list(published.deleted_uids[:DELETED_UIDS_SHOWN]),
         )
 
+    @audited("check")
     def check(self, request: CheckRequest | None = None) -> CheckReport:
         """Verify the store (``ks check``): every entity's content hash recomputed from its
         stored fields, edges and ACL, every chunk against its entity's body, the database's
@@ -274,6 +283,7 @@ class Administration:
         lists each kind of damage with its uids; ``ok`` when there is none."""
         return self.engine.writer.check()
 
+    @audited("sources")
     def sources(self) -> list[SourceSummary]:
         """Every source: entities and chunks it holds, and its last ingest (an admin view:
         the counts are of all its entities, whatever their ACL)."""
@@ -327,6 +337,7 @@ class Administration:
         )
 
     # -- ACL administration ---------------------------------------------------------------------------
+    @audited("acl_grant", AclRequest, ("uid", "principal"))
     def grant(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
         """Let ``principal`` read ``uid`` (one publish)."""
         request = request_of(AclRequest, uid, uid=uid, principal=principal)
@@ -335,6 +346,7 @@ class Administration:
         notes = [f"{request.principal} was already in {request.uid}'s ACL: nothing changed"]
         return self._acl_change(request, root, notes if held else [])
 
+    @audited("acl_revoke", AclRequest, ("uid", "principal"))
     def revoke(self, uid: str | AclRequest, principal: str | None = None) -> AclChange:
         """Stop ``principal`` reading ``uid`` through its ACL (one publish). The answer warns
         when the principal was not in the ACL, and when it still reads the entity through a
@@ -356,6 +368,7 @@ class Administration:
         acl = self.acl_show(request.uid)
         return AclChange(content_root=root, uid=request.uid, acl=acl, warnings=tuple(notes))
 
+    @audited("acl_show", AclShowRequest, ("uid",))
     def acl_show(self, uid: str) -> tuple[str, ...]:
         return self.engine.admin.acl_show(check_uid(uid))
 
@@ -364,24 +377,29 @@ class Administration:
         off its page), or None when the ACL is its own."""
         return self.engine.admin.acl_inherited_from(check_uid(uid))
 
+    @audited("acl_explain", AclExplainRequest, ("principal", "uid"))
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         return self.engine.admin.acl_explain(principal, check_uid(uid))
 
+    @audited("principals_add_member", MemberRequest, ("group", "member"))
     def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
         """Make ``member`` a member of ``group``; the member's groups after it."""
         request = request_of(MemberRequest, group, group=group, member=member)
         self.engine.admin.add_member(request.group, request.member)
         return self.engine.admin.principal_show(request.member)
 
+    @audited("principals_remove_member", MemberRequest, ("group", "member"))
     def remove_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:
         """Remove ``member`` from ``group``; the member's groups after it."""
         request = request_of(MemberRequest, group, group=group, member=member)
         self.engine.admin.remove_member(request.group, request.member)
         return self.engine.admin.principal_show(request.member)
 
+    @audited("principals_show", PrincipalRequest, ("principal",))
     def principal_show(self, principal: str | PrincipalRequest) -> PrincipalInfo:
         request = request_of(PrincipalRequest, principal, principal=principal)
         return self.engine.admin.principal_show(request.principal)
 
+    @audited("principals_load", None, ("pairs",))
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded:
         return self.engine.admin.load_memberships(pairs)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ class Caller:
     identity: Identity
     admin: bool = False
     anonymous: bool = False
+    #: Who authenticated, for the audit log: ``token:<12 hex of the token's SHA-256>``,
+    #: ``oidc:<issuer>#<sub>``, ``os:<user>`` (a local CLI or stdio server); None: nobody.
+    subject: str | None = None
 
     @property
     def principal(self) -> str:
@@ -98,7 +101,10 @@ class TokenTable:
     """Tokens → callers, and the anonymous rule. Build with :meth:`load` or :meth:`of`."""
 
     def __init__(self, entries: Mapping[str, Caller] | None = None, *, anonymous: bool = False):
-        self._by_digest = {_digest(t): c for t, c in (entries or {}).items()}
+        self._by_digest = {
+            digest: c if c.subject is not None else replace(c, subject=f"token:{digest[:12]}")
+            for digest, c in ((_digest(t), c) for t, c in (entries or {}).items())
+        }
         self.anonymous = anonymous
 
     def __len__(self) -> int:

@@ -29,6 +29,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from knowledge_store.errors import BatchRejected, InvalidRequest, KnowledgeStoreError, StoreError
 from knowledge_store.model import FUSION_MODES, Filters, Identity
+from knowledge_store.store.audit import operating_system_user
 from knowledge_store.surfaces import environment
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.cli_options import (
@@ -40,7 +41,7 @@ from knowledge_store.surfaces.cli_options import (
     with_filters,
 )
 from knowledge_store.surfaces.cli_show import SHOW
-from knowledge_store.surfaces.operations import OPERATIONS, Cli, Operation
+from knowledge_store.surfaces.operations import OPERATIONS, Cli, Operation, perform
 from knowledge_store.surfaces.spelling import respell
 from knowledge_store.surfaces.terminal import json_text, safe
 
@@ -48,6 +49,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 JSON_FLAG = "--json"
+#: Who runs ``ks``, as the audit log names the subject of a CLI command.
+_SUBJECT = operating_system_user()
 
 
 class _Plain:
@@ -113,11 +116,13 @@ def _typer(help_text: str) -> typer.Typer:
 app = _typer("knowledge-store: ingest an estate; search it by words, meaning, graph and fields.")
 acl_app = _typer("Entity ACLs: grant, revoke, show, explain.")
 principals_app = _typer("Principals and group memberships.")
+audit_app = _typer("The audit log: who read or changed what, as whom, when; verify, export.")
 schema_app = _typer("JSON Schemas of what the store takes.")
 app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
+app.add_typer(audit_app, name="audit")
 app.add_typer(schema_app, name="schema")
-_GROUPS = {"acl": acl_app, "principals": principals_app}
+_GROUPS = {"acl": acl_app, "principals": principals_app, "audit": audit_app}
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never cut in two
@@ -227,6 +232,30 @@ def _run(
         raise typer.Exit(status)
 
 
+class _Noted:
+    """Where a command written here leaves its answer for the audit record."""
+
+    answer: Any = None
+
+
+@contextmanager
+def _recorded(store: Any, operation: str, given: Mapping[str, Any]) -> Iterator[_Noted]:
+    """Record a command written here (not one of the table's) as the table's are recorded:
+    one record, appended before its answer is printed."""
+    noted = _Noted()
+    with store.auditor.recording(
+        "cli",
+        operation,
+        subject=_SUBJECT,
+        identity=_identity(None).principal,
+        admin=True,
+        request={k: v for k, v in given.items() if v not in (None, False, [], ())},
+    ) as recording:
+        yield noted
+        if recording is not None:
+            recording.answer = noted.answer
+
+
 def _fail(exc: KnowledgeStoreError, as_json: bool) -> NoReturn:
     if as_json:
         sys.stdout.write(json_text(exc.to_dict()) + "\n")
@@ -251,10 +280,11 @@ def _command(op: Operation, cli: Cli) -> Callable[..., None]:
 
         def action() -> _Answer:
             # a bad --as is the caller's input: the one error shape, not a traceback
-            caller = Caller(_identity(as_), admin=True)  # the operator's own CLI
+            caller = Caller(_identity(as_), admin=True, subject=_SUBJECT)  # the operator's CLI
+            # parsed before the store opens: arguments that don't parse touch no store
             request = op.request.parse(request_values(op, cli, given))
             with _store(create=cli.creates_store) as store:
-                return _Answer(op.run(store, caller, request), request)
+                return _Answer(perform(op, store, caller, request, surface="cli"), request)
 
         _run(as_json, action, lambda a: SHOW[op.name](out, a.answer, a.request), names)
 
@@ -388,9 +418,20 @@ def ingest(
 
     def action() -> Any:
         web = cli_sources.web_options(max_pages, max_depth, delay, uid_prefix or "")
-        with _store(create=True) as store:
+        given = {
+            "paths": paths,
+            "format": format,
+            "source": source,
+            "acl": acl,
+            "skip_invalid": skip_invalid,
+            "sync": sync,
+            "allow_mass_delete": allow_mass_delete,
+            "allow_move": allow_move,
+            "uid_prefix": uid_prefix,
+        }
+        with _store(create=True) as store, _recorded(store, "ingest", given) as recording:
             try:
-                return store.ingest(
+                recording.answer = store.ingest(
                     paths,
                     format=format,
                     source=source,
@@ -405,6 +446,7 @@ def ingest(
                 )
             except BatchRejected as exc:
                 raise cli_sources.without_acl(exc) from None
+        return recording.answer
 
     names = {
         "acl": "--acl",
@@ -446,12 +488,14 @@ def rebuild(
         if embedder is not None and not reembed:
             raise InvalidRequest("--embedder goes with --reembed", field="embedder")
         progress = not as_json and sys.stderr.isatty()
-        with _store() as store:
+        operation = "reembed" if reembed else "rebuild"
+        with _store() as store, _recorded(store, operation, {"embedder": embedder}) as recording:
             if reembed:
                 store.reembed(embedder or environment.embedder_spec(), progress=progress)
             else:
                 store.rebuild(progress=progress)
-            return store.stats()
+            recording.answer = store.stats()
+        return recording.answer
 
     def show(s: Any) -> None:
         if reembed:
@@ -515,9 +559,19 @@ def _eval(
             )
         filters = Filters.build(**filters_of(filter_values))
         progress = not as_json and sys.stderr.isatty()
-        with _store() as store:
+        given = {
+            "queries": str(queries),
+            "qrels": str(qrels),
+            "mode": mode,
+            "weights": weights,
+            "compare": list(compare) if compare else None,
+            "group_by": group_by,
+            "identity": _identity(as_).principal,
+            "filters": filters_of(filter_values),
+        }
+        with _store() as store, _recorded(store, "eval", given) as recording:
             if compare is not None:
-                return evaluation.compare(
+                recording.answer = evaluation.compare(
                     store,
                     queries,
                     qrels,
@@ -527,16 +581,18 @@ def _eval(
                     group_by=group_by,
                     progress=progress,
                 )
-            return evaluation.evaluate(
-                store,
-                queries,
-                qrels,
-                filters=filters,
-                identity=_identity(as_),
-                mode=mode,
-                weights=parse_weights(weights) if weights else None,
-                progress=progress,
-            )
+            else:
+                recording.answer = evaluation.evaluate(
+                    store,
+                    queries,
+                    qrels,
+                    filters=filters,
+                    identity=_identity(as_),
+                    mode=mode,
+                    weights=parse_weights(weights) if weights else None,
+                    progress=progress,
+                )
+        return recording.answer
 
     def show(result: dict[str, Any]) -> None:
         from knowledge_store.surfaces.cli_show import show_comparison, show_evaluation
@@ -651,6 +707,61 @@ def serve(
         )
     except KnowledgeStoreError as exc:
         _fail(exc, False)
+
+
+@audit_app.command("export", cls=_Command)
+def audit_export(
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="T", help="from this moment: an ISO date or time, or 7d"),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", metavar="T", help="before this moment")
+    ] = None,
+    as_: Annotated[
+        str | None,
+        typer.Option("--as", metavar="P", help="the records of reads acting as this identity"),
+    ] = None,
+    uid: Annotated[
+        str | None,
+        typer.Option("--uid", metavar="U", help="the records that named this entity"),
+    ] = None,
+    operation: Annotated[
+        str | None, typer.Option("--operation", metavar="OP", help="the records of one operation")
+    ] = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="jsonl|otlp",
+            help="jsonl: each record with its digest; otlp: OpenTelemetry spans (OTLP/JSON)",
+        ),
+    ] = "jsonl",
+) -> None:
+    """Write the audit records of a range as JSON Lines, oldest first (for a SIEM)."""
+    from knowledge_store.requests import AuditExportRequest
+    from knowledge_store.surfaces.cli_audit import write_lines
+
+    fields = {"since": since, "until": until, "identity": as_, "uid": uid, "operation": operation}
+    names = {"since": "--since", "until": "--until", "identity": "--as", "uid": "--uid"}
+    try:
+        request = AuditExportRequest.parse(
+            {k: v for k, v in fields.items() if v is not None}, format=format
+        )
+        with _store() as store:
+            caller = Caller(_identity(None), admin=True, subject=_SUBJECT)
+            with store.auditor.recording(
+                "cli",
+                "audit_export",
+                subject=caller.subject,
+                identity=caller.principal,
+                admin=True,
+                request=request,
+            ):
+                lines = store.audit_export(request)
+            write_lines(lines)
+    except KnowledgeStoreError as exc:
+        _fail(respell(exc, {**names, "format": "--format", "operation": "--operation"}), False)
 
 
 @schema_app.command("record", cls=_Command)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from knowledge_store.model import AggregateAnswer, ChunkHits, DeleteReport, SearchAnswer, SqlHits
+from knowledge_store.surfaces.cli_audit import SHOW_AUDIT
 from knowledge_store.surfaces.cli_graph import show_graph, show_query
 from knowledge_store.surfaces.cli_sources import show_sources, uids_line
 from knowledge_store.surfaces.shapes import NOTHING_MATCHES
@@ -254,6 +255,7 @@ SHOW: Mapping[str, Show] = {
     "principals_load": _line(
         lambda r, q: f"loaded {r.memberships} memberships of {r.groups} groups"
     ),
+    **SHOW_AUDIT,
 }
 
 

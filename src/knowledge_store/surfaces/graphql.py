@@ -48,7 +48,7 @@ from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, NotFound
 from knowledge_store.requests import FilterSpec
 from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.graphql_limits import RequestBounds
-from knowledge_store.surfaces.operations import OPERATIONS, Operation
+from knowledge_store.surfaces.operations import OPERATIONS, Operation, perform
 from knowledge_store.surfaces.shapes import Capabilities
 from knowledge_store.surfaces.spelling import camel, respell
 from knowledge_store.surfaces.tools import capabilities
@@ -216,6 +216,11 @@ async def _run(
         return await svc.run(fn, *args, heavy=heavy)
 
 
+def _perform(op: Operation, store: Any, caller: Caller, raw: dict[str, Any]) -> Any:
+    """The operation of a field, parsed and recorded (:func:`~.operations.perform`)."""
+    return perform(op, store, caller, raw, surface="graphql")
+
+
 def _several_calls(info: Ctx) -> bool:
     """Whether the operation may ask for more than one top-level field (fragments: maybe)."""
     selections = info.operation.selection_set.selections
@@ -238,8 +243,7 @@ def _resolver(op: Operation) -> Callable[..., Any]:
             )
             raise GraphQLError(denied.message, extensions=denied.to_dict()["error"])
         try:
-            request = op.request.parse(raw)
-            answer = await _run(info, op, op.run, svc.store, caller, request, weight=raw)
+            answer = await _run(info, op, _perform, op, svc.store, caller, raw, weight=raw)
         except KnowledgeStoreError as exc:
             raise _graphql_error(exc, op) from None
         return _typed(answer)

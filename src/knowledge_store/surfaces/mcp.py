@@ -52,6 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from knowledge_store.errors import KnowledgeStoreError, StoreError
 from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
+from knowledge_store.store.audit import operating_system_user
 from knowledge_store.surfaces.access import Access
 from knowledge_store.surfaces.auth import AuthError, Caller, TokenTable, bearer_token
 from knowledge_store.surfaces.mcp_sessions import MAX_SESSIONS, BoundedSessions, SessionBounds
@@ -296,7 +297,9 @@ def create_mcp_server(
 ) -> KnowledgeMCPServer:
     """An MCP server over ``store``; ``identity``/``admin`` apply where no HTTP caller is known."""
     who = identity if isinstance(identity, Identity) else Identity(identity)
-    return KnowledgeMCPServer(store, caller=Caller(who, admin=admin), watcher=watcher)
+    # where no HTTP caller is known, the server runs for whoever started it (stdio)
+    local = Caller(who, admin=admin, subject=operating_system_user())
+    return KnowledgeMCPServer(store, caller=local, watcher=watcher)
 
 
 async def run_stdio(server: KnowledgeMCPServer) -> None:

@@ -532,7 +532,9 @@ class OidcValidator:
         admin = bool(mapping.admin_scope and mapping.admin_scope in scopes) or bool(
             set(mapping.admin_groups) & set(named)
         )
-        return Caller(identity, admin=admin)
+        subject = claims.get("sub")
+        who = subject if isinstance(subject, str) and subject else name
+        return Caller(identity, admin=admin, subject=f"oidc:{self.settings.issuer}#{who}")
 
 
 def _invalid(message: str) -> AuthError:

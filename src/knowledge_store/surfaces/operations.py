@@ -46,11 +46,16 @@ from knowledge_store.model import (
     SqlHits,
     StoreStats,
 )
+from knowledge_store.model.audit import AuditList, AuditRecord, AuditSettings, AuditVerification
 from knowledge_store.requests import (
     AclExplainRequest,
     AclRequest,
     AclShowRequest,
     AggregateRequest,
+    AuditListRequest,
+    AuditSettingsRequest,
+    AuditShowRequest,
+    AuditVerifyRequest,
     CheckRequest,
     ContentRequest,
     DeleteRequest,
@@ -96,6 +101,7 @@ __all__ = [
     "Operation",
     "Rest",
     "operation",
+    "perform",
     "read_on",
 ]
 
@@ -686,6 +692,67 @@ OPERATIONS: tuple[Operation, ...] = (
             creates_store=True,
         ),
     ),
+    # -- the audit log (DESIGN §8) ------------------------------------------------------------------
+    Operation(
+        "audit_list",
+        AuditListRequest,
+        _call("audit_list"),
+        (AuditList,),
+        "Audit records, newest first: who read or changed what, as whom, when (--uid U: who saw"
+        " this entity)",
+        "Administration: the audit log's records, newest first — each request of every surface"
+        " with its time, surface, operation, who authenticated, the identity it acted as, the"
+        " content root, what its answer named (uids, chunk ids, ranks) and its outcome; every"
+        " change with what it changed. Narrow by a time range, an identity, an entity (the"
+        " reads that returned it and the changes that touched it) or an operation.",
+        admin=True,
+        rest=(Rest("GET", "/admin/audit"),),
+        cli=Cli(
+            "audit list",
+            flags={"identity": "--as"},
+            metavars={"identity": "P", "uid": "U", "since": "T", "until": "T", "operation": "OP"},
+        ),
+    ),
+    Operation(
+        "audit_verify",
+        AuditVerifyRequest,
+        _call("audit_verify"),
+        (AuditVerification,),
+        "Check the audit log's hash chain: an edited, removed, reordered or cut record is found;"
+        " exit status 1 when one is",
+        "Administration: check that every audit record follows from the one before (its digest"
+        " covers it and the previous digest), from the first kept record to the head, that the"
+        " head and the checkpoint the catalog keeps are in the log, and optionally a head kept"
+        " elsewhere (SEQ:DIGEST). Returns ok, the records checked, the head (keep it to check"
+        " against later) and every problem with its record.",
+        admin=True,
+        rest=(Rest("GET", "/admin/audit/verify"),),
+        cli=Cli("audit verify", metavars={"head": "SEQ:DIGEST"}),
+    ),
+    Operation(
+        "audit_settings",
+        AuditSettingsRequest,
+        _call("audit_settings"),
+        (AuditSettings,),
+        "Show or change the audit settings: the log on or off, the query text kept, hashed or"
+        " dropped, Python API calls recorded, the retention, fsync",
+        "Administration: the audit settings of the store (every process that opens it follows"
+        " them within a second); with any argument, change them — the change is recorded.",
+        admin=True,
+        rest=(Rest("POST", "/admin/audit/settings"),),
+        cli=Cli("audit settings", metavars={"retain": "DURATION"}),
+    ),
+    Operation(
+        "audit_show",
+        AuditShowRequest,
+        _call("audit_show"),
+        (AuditRecord,),
+        "One audit record by its seq, with its digest",
+        "Administration: one audit record, every field, with its digest.",
+        admin=True,
+        rest=(Rest("GET", "/admin/audit/{seq}"),),
+        cli=Cli("audit show", ("seq",), metavars={"seq": "ID"}),
+    ),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}
@@ -696,11 +763,70 @@ def operation(name: str) -> Operation:
     return _BY_NAME[name]
 
 
-def read_on(reader: StoreReader, name: str, fields: Mapping[str, Any]) -> Any:
+def perform(
+    op: Operation,
+    store: KnowledgeStore,
+    caller: Caller,
+    request: Request | Mapping[str, Any],
+    *,
+    surface: str,
+    context: Mapping[str, Any] | None = None,
+) -> Answer:
+    """Run ``op`` for ``caller`` — the one way every surface runs an operation: recorded in
+    the store's audit log (one record, appended before the answer is handed back; a request
+    whose fields do not parse is recorded as given, with its error). ``request``: the parsed
+    request, or its raw fields (parsed here, with ``context``)."""
+    with store.auditor.recording(
+        surface,
+        op.name,
+        subject=caller.subject,
+        identity=caller.principal,
+        admin=caller.admin,
+        request=request,
+    ) as recording:
+        parsed = (
+            request if isinstance(request, Request) else op.request.parse(request, context=context)
+        )
+        if recording is not None:
+            recording.note_request(parsed)
+        answer = op.run(store, caller, parsed)
+        if recording is not None:
+            recording.answer = answer
+    return answer
+
+
+def read_on(
+    reader: StoreReader,
+    name: str,
+    fields: Mapping[str, Any],
+    *,
+    store: KnowledgeStore | None = None,
+    caller: Caller | None = None,
+    surface: str = "page",
+) -> Any:
     """The read operation ``name`` on an open ``reader``: ``fields`` validated by its request
     model (every bound of every surface), answered as every surface answers it — for a
-    surface that makes several reads for one request (the search page) on one reader."""
+    surface that makes several reads for one request (the search page) on one reader. With
+    ``store`` and ``caller``, each read is recorded in the audit log as :func:`perform`
+    records (its own record, the reader's snapshot)."""
     op = _BY_NAME[name]
     if op.reads is None:
         raise ValueError(f"{name} is not a read")
-    return reader.answer(op.reads, op.request.model_validate(dict(fields)))
+    if store is None or caller is None:
+        return reader.answer(op.reads, op.request.model_validate(dict(fields)))
+    with store.auditor.recording(
+        surface,
+        name,
+        subject=caller.subject,
+        identity=caller.principal,
+        admin=caller.admin,
+        request=dict(fields),
+    ) as recording:
+        request = op.request.parse(dict(fields))
+        if recording is not None:
+            recording.note_request(request)
+            recording.note_reader(reader.engine.publish, reader.content_root, reader.held)
+        answer = reader.answer(op.reads, request)
+        if recording is not None:
+            recording.answer = answer
+    return answer

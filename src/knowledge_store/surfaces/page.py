@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from importlib.resources import files
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Request
@@ -308,21 +310,31 @@ def _search_html(svc: Service, who: Caller, request: Request) -> str:
     }
     store = svc.store
     with store.reader(who.identity) as reader:  # one snapshot, one identity expansion
-        return _search_body(store.is_empty, store.text_analysis, reader, q, chosen)
+        return _search_body(
+            store.is_empty, store.text_analysis, _reads(reader, svc, who), q, chosen
+        )
+
+
+Read = Callable[[str, dict[str, Any]], Any]
+
+
+def _reads(reader: StoreReader, svc: Service, who: Caller) -> Read:
+    """The page's reads on one reader, each through the operation table and recorded."""
+    return lambda name, fields: read_on(reader, name, fields, store=svc.store, caller=who)
 
 
 def _search_body(
     empty: bool,
     analysis: TextAnalysis,
-    reader: StoreReader,
+    read: Read,
     q: str,
     chosen: dict[str, list[str]],
 ) -> str:
     """The search page's body from one reader: every read through the operation table."""
     filters = {name: values for name, values in chosen.items() if values}
     by = {"metric": "count"}
-    types = read_on(reader, "aggregate", {**by, "dimension": "type"}).pairs()
-    sources = read_on(reader, "aggregate", {**by, "dimension": "source"}).pairs()
+    types = read("aggregate", {**by, "dimension": "type"}).pairs()
+    sources = read("aggregate", {**by, "dimension": "source"}).pairs()
     form = f"""<form class="search" method="get" action="/" role="search">
 <input id="q" name="q" type="search" value="{e(q)}" placeholder="Search the knowledge base (press / to focus)"
  autocomplete="off" autofocus aria-label="search">
@@ -338,7 +350,7 @@ def _search_body(
             " or POST /v1/admin/ingest) and it appears here — no restart needed.</p>"
         )
     if not q and not filters:
-        recent = read_on(reader, "sql", {})
+        recent = read("sql", {})
         items = "".join(
             f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
             f" <span class='muted'>{e(h.updated_at or '')}</span></li>"
@@ -348,7 +360,7 @@ def _search_body(
             form
             + f'<section class="card"><h2>Recently updated</h2><ul class="plain">{items}</ul></section>'
         )
-    answer: SearchAnswer = read_on(reader, "search", {"query": q, "filters": filters})
+    answer: SearchAnswer = read("search", {"query": q, "filters": filters})
     marks = (analysis.query_terms(q), analysis)
     similarity = _vector_only_similarity(answer)
     cards = [
@@ -358,7 +370,7 @@ def _search_body(
     facets = ""
     if answer.results:
         uids = [r.uid for r in answer.results]
-        found = read_on(reader, "graph_facets", {"uids": uids})
+        found = read("graph_facets", {"uids": uids})
         by_label = "".join(
             f"<li>{e(label)} <b>{count}</b></li>" for label, count in found.by_label.items()
         )
@@ -410,12 +422,12 @@ async def search_page(request: Request) -> Response:
 # -- the entity page -----------------------------------------------------------------------------------
 def _entity_html(svc: Service, who: Caller, uid: str) -> tuple[str, str]:
     with svc.store.reader(who.identity) as reader:  # one snapshot, one identity expansion
-        return _entity_body(reader, uid)
+        return _entity_body(_reads(reader, svc, who), uid)
 
 
-def _entity_body(reader: StoreReader, uid: str) -> tuple[str, str]:
+def _entity_body(read: Read, uid: str) -> tuple[str, str]:
     """The entity page from one reader: every read through the operation table."""
-    content = read_on(reader, "content", {"uid": uid}).to_dict()
+    content = read("content", {"uid": uid}).to_dict()
     entity = content["entity"]
     out_edges, in_edges = content["edges"]["out"], content["edges"]["in"]
     successor = next((x for x in out_edges if x["label"] == "supersededBy"), None)
@@ -452,7 +464,7 @@ def _entity_body(reader: StoreReader, uid: str) -> tuple[str, str]:
         body = rest  # the page title is already the h1
     targets = {x["href"]: x["uid"] for x in out_edges if x.get("href")}
     body_html = render_body(body, href=entity["href"], targets=targets)
-    related = read_on(reader, "get_related", {"uid": uid, "k": RELATED_ON_PAGE})
+    related = read("get_related", {"uid": uid, "k": RELATED_ON_PAGE})
     related_items = "".join(
         f"<li>{_entity_link(h.uid, h.title)} <span class='type'>{e(h.type)}</span>"
         f" <span class='muted'>{e(h.path[-1].label or '')}"
@@ -461,7 +473,7 @@ def _entity_body(reader: StoreReader, uid: str) -> tuple[str, str]:
     )
     path_html = ""
     try:
-        path = read_on(reader, "get_learning_path", {"uid": uid})
+        path = read("get_learning_path", {"uid": uid})
     except NotFound:
         path = None
     if path is not None and len(path.units) > 1:

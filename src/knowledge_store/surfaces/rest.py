@@ -29,7 +29,7 @@ from knowledge_store.ingest.loaders.jsonl import json_lines
 from knowledge_store.ingest.records import loads_strict, not_a_record
 from knowledge_store.requests import RecordLines
 from knowledge_store.surfaces.auth import Caller
-from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest
+from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest, perform
 from knowledge_store.surfaces.shapes import Capabilities, ErrorEnvelope
 from knowledge_store.surfaces.tools import call_tool, capabilities, heavy_call
 from knowledge_store.surfaces.web import AdminCaller, AnyCaller, Service, the_service
@@ -121,21 +121,21 @@ def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[Response]]:
         svc: Service = given.pop("svc")
         who: Caller = given.pop("who")
         body = given.pop("body", None)
+        context = None
         if isinstance(body, op.request):
             request: Any = body
             raw = body.model_dump()
         else:
             raw = _raw(op, rest, given)
-            context = None
             if rest.body == "records":
                 http: Request = given["request"]
                 content = await http.body()  # bounded before it arrives (surfaces.limits)
                 kind = http.headers.get("content-type", "")
                 raw["records"], lines = await svc.run(records_of, content, kind, heavy=True)
                 context = {RecordLines.CONTEXT_KEY: lines} if lines else None
-            request = op.request.parse(raw, context=context)
+            request = raw  # parsed by perform: a request that does not parse is recorded too
         heavy = op.heavy or is_heavy(op.name, raw)
-        body = await svc.run(_answer_json, op, svc.store, who, request, heavy=heavy)
+        body = await svc.run(_answer_json, op, svc.store, who, request, context, heavy=heavy)
         if op.admin:
             await svc.watcher.check()  # an ingest or a delete may flip is_empty: tell MCP sessions
         return Response(body, media_type="application/json")
@@ -149,11 +149,14 @@ def _endpoint(op: Operation, rest: Rest) -> Callable[..., Awaitable[Response]]:
     return endpoint
 
 
-def _answer_json(op: Operation, store: Any, who: Caller, request: Any) -> bytes:
-    """Run the operation and serialise its answer, once, in the worker thread (pydantic's
-    own JSON serialiser: the ``to_dict()`` shape, without a dict and ``json.dumps`` on the
-    event loop)."""
-    return op.run(store, who, request).model_dump_json().encode()
+def _answer_json(
+    op: Operation, store: Any, who: Caller, request: Any, context: Any = None
+) -> bytes:
+    """Run the operation (recorded: :func:`~.operations.perform`) and serialise its answer,
+    once, in the worker thread (pydantic's own JSON serialiser: the ``to_dict()`` shape,
+    without a dict and ``json.dumps`` on the event loop)."""
+    answer = perform(op, store, who, request, surface="rest", context=context)
+    return answer.model_dump_json().encode()
 
 
 def _response_model(op: Operation) -> Any:

@@ -30,7 +30,8 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,15 @@ from scim2_server.utils import (
 
 from knowledge_store.errors import InvalidRequest, KnowledgeStoreError
 from knowledge_store.model import check_principal
+from knowledge_store.requests import MemberRequest
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.access import Access
-from knowledge_store.surfaces.auth import AuthError, bearer_token
+from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 
 __all__ = ["SCIM_PREFIX", "Directory", "ScimApp", "scim_app"]
+
+#: The caller of the SCIM request being served (its changes are recorded as that caller's).
+_CALLER: ContextVar[Caller | None] = ContextVar("knowledge_store_scim_caller", default=None)
 
 log = logging.getLogger("uvicorn.error")
 
@@ -232,12 +237,12 @@ class Directory(InMemoryStorage):
         gone, new = self._mirrored - wanted, wanted - self._mirrored
         for grp, who in sorted(gone):
             try:
-                self.store.remove_member(grp, who)
+                self._change("principals_remove_member", self.store.remove_member, grp, who)
             except KnowledgeStoreError as exc:  # already gone: nothing to undo
                 log.info("SCIM: %s ∌ %s: %s", grp, who, exc)
         for grp, who in sorted(new):
             try:
-                self.store.add_member(grp, who)
+                self._change("principals_add_member", self.store.add_member, grp, who)
             except KnowledgeStoreError as exc:  # a cycle: the directory asks for the impossible
                 log.warning("SCIM: %s ∋ %s refused by the store: %s", grp, who, exc)
                 wanted.discard((grp, who))
@@ -252,6 +257,24 @@ class Directory(InMemoryStorage):
             self._db.execute("COMMIT")
         self._mirrored = wanted
         self._active = active
+
+    def _change(
+        self, operation: str, change: Callable[[str, str], Any], group: str, member: str
+    ) -> None:
+        """One membership change, recorded in the audit log as the SCIM request's caller's
+        (none: the directory brought up to date when the server starts)."""
+        caller = _CALLER.get()
+        with self.store.auditor.recording(
+            "scim",
+            operation,
+            subject=caller.subject if caller is not None else None,
+            identity=caller.principal if caller is not None else None,
+            admin=True,
+            request=MemberRequest(group=group, member=member),
+        ) as recording:
+            answer = change(group, member)
+            if recording is not None:
+                recording.answer = answer
 
     def refusal(self, principal: str) -> str | None:
         """Why an OAuth caller ``principal`` may not read (None: an active provisioned user)."""
@@ -349,6 +372,11 @@ class ScimApp(ASGIApplication):
                     detail="SCIM provisions this server's users and groups: it needs a token"
                     " with the admin scope"
                 )
+            token_set = _CALLER.set(caller)  # the worker threads the storage runs in copy it
+            try:
+                return await super().dispatch_request(request)
+            finally:
+                _CALLER.reset(token_set)
         return await super().dispatch_request(request)
 
 

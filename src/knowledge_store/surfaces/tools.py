@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.requests import json_schema_of
 from knowledge_store.surfaces.auth import AuthError, Caller
-from knowledge_store.surfaces.operations import OPERATIONS, Operation
+from knowledge_store.surfaces.operations import OPERATIONS, Operation, perform
 from knowledge_store.surfaces.shapes import Capabilities, Endpoints, ErrorEnvelope, ToolInfo
 from knowledge_store.surfaces.workers import is_heavy
 
@@ -169,8 +169,7 @@ class Tool:
             own = set(op.request.model_fields)
             others = {n for o in self.operations for n in o.request.model_fields} - own
             given = {k: v for k, v in given.items() if k != MODE and k not in others}
-        request = op.request.parse(given)
-        return op.run(store, caller, request).to_dict()
+        return perform(op, store, caller, given, surface="mcp").to_dict()
 
 
 def _tools() -> dict[str, Tool]:

@@ -51,6 +51,7 @@ from knowledge_store.engines.embedded import components as _components  # noqa: 
 from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.embedded.admin import embedded_admin
 from knowledge_store.engines.embedded.analysis import Analyzers
+from knowledge_store.engines.embedded.auditfile import AUDIT_FILE, AuditFile
 from knowledge_store.engines.embedded.catalog import Catalog
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.derived import (
@@ -74,6 +75,7 @@ from knowledge_store.engines.shared import (
     no_store,
 )
 from knowledge_store.engines.sql.acl import AclAdministration, derived_from
+from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.publish import plan_publish
@@ -101,9 +103,10 @@ log = logging.getLogger(__name__)
 
 #: What a store directory holds (and a killed first open may have left): the catalog and its
 #: ``-wal`` / ``-shm`` / ``-journal``, the lexical index, the write lock, the dense index and
-#: the temp files of a killed save (``dense.hnsw.tmp<pid>``); and damaged indexes moved aside.
+#: the temp files of a killed save (``dense.hnsw.tmp<pid>``), the audit log; and damaged
+#: indexes moved aside.
 _STORE_FILE = re.compile(
-    r"catalog\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
+    r"(catalog|audit)\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
 )
 
 
@@ -151,6 +154,8 @@ class EmbeddedEngine:
         except OSError as exc:
             raise StoreError(f"cannot create the store directory {self.path}: {exc}") from exc
         self.catalog = Catalog(self.path / "catalog.sqlite")
+        #: The audit log (``audit.sqlite``, made on its first record: :mod:`.auditfile`).
+        self.audit = AuditStorage(AuditFile(self.path / AUDIT_FILE, self.catalog.path))
         self._write_lock = WriteLock(self.path)
         #: The derived indexes (``.derived``), each a component with its own watermark: the
         #: writer catches them up, applies publishes to them and rebuilds them, in this order.
@@ -537,6 +542,7 @@ class EmbeddedEngine:
         self.owners.close()
         for index in self.derived:
             index.close()
+        self.audit.close()
         self.catalog.close()
 
 

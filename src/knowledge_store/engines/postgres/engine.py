@@ -30,6 +30,7 @@ from knowledge_store.engines.postgres import components as _components  # noqa: 
 from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
+from knowledge_store.engines.postgres.audit import AuditTables
 from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
@@ -52,6 +53,7 @@ from knowledge_store.engines.shared import (
     no_store,
 )
 from knowledge_store.engines.sql.acl import AclAdministration, derived_from
+from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
@@ -190,6 +192,8 @@ class PostgresEngine:
         self._changed_since_analyze = 0
         self.chunk_ids = self._chunk_ids()
         self._admin = AclAdministration(_AclCatalog(self.db))
+        #: The audit log (:mod:`.audit`: tables in the store's schema).
+        self.audit = AuditStorage(AuditTables(self.db))
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
         #: How the lexical statements read text: the reference analysis they mirror in SQL

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from knowledge_store.engines.postgres.audit import create_audit_tables
 from knowledge_store.engines.postgres.db import Connection, translate
 from knowledge_store.engines.postgres.schema import (
     ADVISORY_LOCK_MIGRATE,
@@ -143,6 +144,7 @@ def open_schema(
             _migrate(conn, schema, migrations)
             _add_facets(conn)
             _add_source_columns(conn)
+            create_audit_tables(conn)
             features = detect_features(installed)
             if features.bm25_extension is not None:
                 conn.execute(extension_indexes[features.bm25_extension])
