@@ -10,7 +10,13 @@ an index behind the catalog (repaired on open) and kills that left files behind
 one derived-index file picked at random (issue 25, item 9): the reopened store must
 move it aside, rebuild it and agree with its catalog all the same.
 
-    .venv/bin/python bench/kill_soak.py [--kills 50] [--writers ingest,delete,...] [--seed 11] [--corrupt]
+The writer ``audit`` (issue 29) is the audit log's appender: four threads recording
+requests (and now and then a grant), each acknowledged once its append returned; after
+each kill every acknowledged record must be in the log with its digest, the chain must
+verify and the next append follow it (tests/engines/audit_kill.py). ``--fsync``: with the
+log's fsync setting on.
+
+    .venv/bin/python bench/kill_soak.py [--kills 50] [--writers ingest,delete,...,audit] [--seed 11] [--corrupt] [--fsync]
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from knowledge_store.ingest.embedding import open_embedder
+from tests.engines.audit_kill import audit_soak, seed_audit
 from tests.engines.kill_harness import WRITERS, KillFigures, soak
 
 
@@ -37,9 +44,27 @@ def main() -> None:
     parser.add_argument(
         "--corrupt", action="store_true", help="damage a derived-index file after each kill"
     )
+    parser.add_argument("--fsync", action="store_true", help="audit: the log's fsync setting on")
     args = parser.parse_args()
     writers = tuple(w.strip() for w in args.writers.split(",") if w.strip())
     started = time.perf_counter()
+    if "audit" in writers:
+        writers = tuple(w for w in writers if w != "audit")
+        with tempfile.TemporaryDirectory(prefix="ks-kill-soak-audit-") as root:
+            location = Path(root) / "store"
+            seed_audit(location, fsync=args.fsync)
+            got = audit_soak(
+                location,
+                args.kills,
+                random.Random(args.seed),
+                max_delay=args.max_delay,
+                fsync=args.fsync,
+            )
+        print(got.line(), f"[{time.perf_counter() - started:.0f} s]", flush=True)
+        for problem in got.problems:
+            print("    problem:", problem, flush=True)
+        if not writers:
+            return
 
     def report(writer: str, got: KillFigures) -> None:
         print(got.line(writer), f"[{time.perf_counter() - started:.0f} s]", flush=True)

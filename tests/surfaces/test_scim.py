@@ -10,6 +10,7 @@ deprovisioned user's still-valid access token is refused on its next request.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +149,17 @@ def test_group_members_are_memberships_and_leave_on_the_next_query(
         # filtering, as the IdP looks a user up before creating it
         found = http.get("/Users", params={"filter": 'userName eq "dana"'}).json()
         assert [r["userName"] for r in found["Resources"]] == ["dana"]
+
+    # every membership SCIM changed is in the audit log, as the admin token's change
+    changes = [r for r in store.audit_list().records if r.surface == "scim"]
+    assert {(r.operation, r.request["member"]) for r in changes} >= {
+        ("principals_add_member", "user:carl"),
+        ("principals_add_member", "user:dana"),
+        ("principals_remove_member", "user:dana"),
+        ("principals_remove_member", "user:carl"),
+    }
+    root = hashlib.sha256(ROOT["Authorization"].removeprefix("Bearer ").encode()).hexdigest()
+    assert {(r.subject, r.identity) for r in changes} == {(f"token:{root[:12]}", "user:root")}
 
 
 def test_only_an_admin_provisions(live: LiveServer) -> None:

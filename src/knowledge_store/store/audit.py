@@ -289,6 +289,7 @@ class Recording:
         "_started",
         "admin",
         "answer",
+        "appended",
         "at",
         "content_root",
         "error",
@@ -325,6 +326,8 @@ class Recording:
         self.held: tuple[str, ...] | None = None
         self.answer: Any = None
         self.error: KnowledgeStoreError | Exception | None = None
+        #: The record's (seq, digest) once it is appended (durable).
+        self.appended: tuple[int, str] | None = None
 
     def note_reader(self, publish: int, content_root: str, held: Sequence[str]) -> None:
         """The reader the request read on (the first one: a request reads on one)."""
@@ -506,10 +509,10 @@ class Auditor:
             _CURRENT.reset(token)
             if isinstance(exc, Exception):
                 rec.error = exc
-                self.append(rec, settings)
+                rec.appended = self.append(rec, settings)
             raise
         _CURRENT.reset(token)
-        self.append(rec, settings)
+        rec.appended = self.append(rec, settings)
 
     def append(self, rec: Recording, settings: AuditSettings | None = None) -> tuple[int, str]:
         """Append ``rec``'s record; its (seq, digest), durable."""

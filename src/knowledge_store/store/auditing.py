@@ -116,6 +116,7 @@ class Auditing:
         recorded as one record, before its first line is read."""
         return _export_lines(self.engine.audit, request or AuditExportRequest())
 
+    @audited("audit_settings", AuditSettingsRequest)
     def audit_settings(self, request: AuditSettingsRequest | None = None) -> AuditSettings:
         """The audit settings; with any field set, changed (the change is recorded, even the
         one that turns the log off)."""
@@ -223,6 +224,7 @@ def verify_chain(
     digests: dict[int, str] = {}
     wanted = {s for s, _ in [kept or (0, ""), storage.checkpoint() or (0, "")] if s}
     pending: list[tuple[StoredRecord, dict[str, Any]]] = []
+    flagged = False
 
     def check_names(rows: list[tuple[StoredRecord, dict[str, Any]]]) -> None:
         if not rows:
@@ -239,6 +241,7 @@ def verify_chain(
 
     for stored in storage.scan(RecordFilter(after=head.base_seq), batch):
         checked += 1
+        suspect = len(problems)
         if stored.seq > expected:
             gone = f"{expected}" if stored.seq == expected + 1 else f"{expected}–{stored.seq - 1}"
             problem("missing", expected, f"records {gone} are missing: deleted from the log")
@@ -248,7 +251,7 @@ def verify_chain(
                 raise ValueError("not an object")
         except ValueError:
             problem("edited", stored.seq, f"record {stored.seq} is not a JSON object any more")
-            prev, expected, last = stored.digest, stored.seq + 1, stored.seq
+            prev, expected, last, flagged = stored.digest, stored.seq + 1, stored.seq, True
             continue
         own = fields.get("seq")
         if own != stored.seq:
@@ -259,7 +262,7 @@ def verify_chain(
             )
         elif chain_digest(str(fields.get("prev")), stored.record) != stored.digest:
             problem("edited", stored.seq, f"record {stored.seq} was changed after it was written")
-        elif fields.get("prev") != prev and stored.seq == expected:
+        elif fields.get("prev") != prev and stored.seq == expected and not flagged:
             problem(
                 "edited",
                 stored.seq - 1,
@@ -280,6 +283,8 @@ def verify_chain(
         if len(pending) >= batch:
             check_names(pending)
             pending = []
+        # the next record's link to a record found wrong says nothing more
+        flagged = any(p.kind != "index" for p in problems[suspect:])
         prev, expected, last = stored.digest, stored.seq + 1, stored.seq
     check_names(pending)
     if last < head.seq:

@@ -167,9 +167,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        from knowledge_store.surfaces.rest import request_error
+        from knowledge_store.surfaces.rest import record_refused, request_error
 
-        return error_response(request_error(request, list(exc.errors()), exc.body))
+        error = request_error(request, list(exc.errors()), exc.body)
+        await record_refused(request, exc.body, error)
+        return error_response(error)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)

@@ -706,7 +706,7 @@ OPERATIONS: tuple[Operation, ...] = (
         " change with what it changed. Narrow by a time range, an identity, an entity (the"
         " reads that returned it and the changes that touched it) or an operation.",
         admin=True,
-        rest=(Rest("GET", "/admin/audit"),),
+        rest=(Rest("POST", "/admin/audit"),),
         cli=Cli(
             "audit list",
             flags={"identity": "--as"},
@@ -726,7 +726,7 @@ OPERATIONS: tuple[Operation, ...] = (
         " elsewhere (SEQ:DIGEST). Returns ok, the records checked, the head (keep it to check"
         " against later) and every problem with its record.",
         admin=True,
-        rest=(Rest("GET", "/admin/audit/verify"),),
+        rest=(Rest("POST", "/admin/audit/verify"),),
         cli=Cli("audit verify", metavars={"head": "SEQ:DIGEST"}),
     ),
     Operation(

@@ -15,6 +15,7 @@ lane its size asks for (:func:`~.workers.is_heavy`); the answer is the
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import re
@@ -28,7 +29,7 @@ from knowledge_store.errors import InvalidRequest, KnowledgeStoreError, Rejectio
 from knowledge_store.ingest.loaders.jsonl import json_lines
 from knowledge_store.ingest.records import loads_strict, not_a_record
 from knowledge_store.requests import RecordLines
-from knowledge_store.surfaces.auth import Caller
+from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.operations import OPERATIONS, Operation, Rest, perform
 from knowledge_store.surfaces.shapes import Capabilities, ErrorEnvelope
 from knowledge_store.surfaces.tools import call_tool, capabilities, heavy_call
@@ -305,6 +306,39 @@ def request_error(request: Request, problems: list[Any], body: Any) -> Knowledge
     if not loc:
         return InvalidRequest("the request body is required: send a JSON object", field=field)
     return InvalidRequest(f"{field}: {first.get('msg', 'invalid')}", field=field)
+
+
+async def record_refused(request: Request, body: Any, error: KnowledgeStoreError) -> None:
+    """A request of the table whose body FastAPI refused, recorded in the audit log as
+    :func:`~.operations.perform` records the others (its fields as given, its error) — when
+    its caller is someone: a request refused for want of a valid token is not a caller's."""
+    route = request.scope.get("route")
+    op: Operation | None = getattr(getattr(route, "endpoint", None), "operation", None)
+    if op is None:
+        return
+    svc: Service = request.app.state.knowledge_store
+    try:
+        who = await svc.access.resolve(bearer_token(request.headers.get("authorization")))
+    except AuthError:
+        return
+    if op.admin and not who.admin:
+        return
+    raw = dict(body) if isinstance(body, Mapping) else {"body": body}
+    await svc.run(_record_refusal, op, svc.store, who, raw, error)
+
+
+def _record_refusal(
+    op: Operation, store: Any, who: Caller, raw: dict[str, Any], error: KnowledgeStoreError
+) -> None:
+    with contextlib.suppress(KnowledgeStoreError), store.auditor.recording(
+        "rest",
+        op.name,
+        subject=who.subject,
+        identity=who.principal,
+        admin=who.admin,
+        request=raw,
+    ):
+        raise error
 
 
 def routers() -> list[APIRouter]:
