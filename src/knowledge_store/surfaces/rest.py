@@ -330,13 +330,16 @@ async def record_refused(request: Request, body: Any, error: KnowledgeStoreError
 def _record_refusal(
     op: Operation, store: Any, who: Caller, raw: dict[str, Any], error: KnowledgeStoreError
 ) -> None:
-    with contextlib.suppress(KnowledgeStoreError), store.auditor.recording(
-        "rest",
-        op.name,
-        subject=who.subject,
-        identity=who.principal,
-        admin=who.admin,
-        request=raw,
+    with (
+        contextlib.suppress(KnowledgeStoreError),
+        store.auditor.recording(
+            "rest",
+            op.name,
+            subject=who.subject,
+            identity=who.principal,
+            admin=who.admin,
+            request=raw,
+        ),
     ):
         raise error
 
