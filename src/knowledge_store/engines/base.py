@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.batch import BatchScope
+from knowledge_store.engines.sql.history import History
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.engines.sql.traversal import Traversal
@@ -64,10 +65,12 @@ __all__ = [
     "Engine",
     "EngineSettings",
     "EntityCard",
+    "History",
     "PreparedEntity",
     "Published",
     "RankedChunks",
     "Reader",
+    "Replica",
     "Vector",
     "Writer",
 ]
@@ -337,6 +340,23 @@ class AclAdmin(Protocol):
     def load_memberships(self, pairs: Sequence[tuple[str, str]]) -> MembershipsLoaded: ...
 
 
+class Replica(Protocol):
+    """A fresh, private store of the same engine, naming chunks with the same key and
+    recording the same model: what a publish is rebuilt in to be read again (``ks audit
+    replay``; ``engines.sql.history`` gives its content)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def set_memberships(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Every membership replaced by ``pairs``."""
+        ...
+
+    def discard(self) -> None:
+        """Close it and remove it."""
+        ...
+
+
 class Engine(Protocol):
     """What every engine implements; tested by the conformance suite."""
 
@@ -353,5 +373,19 @@ class Engine(Protocol):
 
     @property
     def admin(self) -> AclAdmin: ...
+
+    def replica(self) -> Replica:
+        """A new, empty replica of this store (see :class:`Replica`)."""
+        ...
+
+    def history(self) -> AbstractContextManager[History]:
+        """The catalog's history, on one read snapshot (``engines.sql.history``)."""
+        ...
+
+    def prune_history(
+        self, before_publish: int, before: str, *, dry_run: bool = False
+    ) -> dict[str, int]:
+        """``engines.sql.history.prune`` in one write transaction (``ks gc``)."""
+        ...
 
     def close(self) -> None: ...

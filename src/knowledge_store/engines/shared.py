@@ -219,6 +219,11 @@ class ChunkIds:
     def new_key() -> str:
         return secrets.token_hex(32)
 
+    @property
+    def key(self) -> str:
+        """The secret (hex): a replica of the store names its chunks with it too."""
+        return self._key.hex()
+
     def __call__(self, uid: str, ordinal: int) -> int:
         known = self._memo.get((uid, ordinal))
         if known is not None:

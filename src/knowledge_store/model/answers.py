@@ -478,6 +478,9 @@ class AclExplanation(Answer):
     allowed: bool
     chain: tuple[str, ...]  # principal → group → … → the ACL entry that grants
     reason: str
+    #: With ``--at``: the content root and the moment whose ACL and memberships were read.
+    content_root: str | None = Field(None, exclude_if=_absent)
+    at: str | None = Field(None, exclude_if=_absent)
 
 
 class AclChange(Answer):

@@ -32,9 +32,14 @@ __all__ = [
     "AuditProblem",
     "AuditProblemKind",
     "AuditRecord",
+    "AuditReplay",
     "AuditSettings",
     "AuditVerification",
+    "GcReport",
     "QueryTextPolicy",
+    "ReplayAccess",
+    "ReplayComparison",
+    "ReplayDifference",
     "canonical_json",
     "chain_digest",
     "duration_seconds",
@@ -106,6 +111,11 @@ class AuditRecord(Answer):
         " (oidc:<issuer>#<sub>), the operating system user of a CLI (os:<user>); null: none"
     )
     identity: str | None = Field(description="the identity the request acted as")
+    groups: list[str] = Field(
+        default_factory=list,
+        description="groups the identity held by its credential (an access token's), not by"
+        " memberships",
+    )
     admin: bool = Field(description="whether the caller held the admin scope")
     principals: str | None = Field(
         None, description="digest of the principals the identity held (sha256 of the sorted set)"
@@ -227,3 +237,86 @@ def moment(text: str, now: datetime | None = None) -> str:
     if found.tzinfo is None:
         found = found.replace(tzinfo=UTC)
     return found.astimezone(UTC).strftime(AT_FORM)
+
+
+# -- replay ----------------------------------------------------------------------------------------------
+class ReplayDifference(Answer):
+    """An entity in one answer and not the other (or at another rank), and why."""
+
+    uid: str
+    before: int | None = Field(description="its rank in the earlier answer (null: absent)")
+    after: int | None = Field(description="its rank in the later answer (null: absent)")
+    explained: bool
+    causes: list[str] = Field(description="the changes that made the difference, one a line")
+
+
+class ReplayComparison(Answer):
+    """Two answers to one request, compared by what they named and in which order."""
+
+    identical: bool = Field(description="the same entities, ranks and chunks")
+    same_answer: bool | None = Field(
+        None, description="the answers' JSON is byte for byte the same (digest); null: unknown"
+    )
+    differences: list[ReplayDifference]
+
+
+class ReplayAccess(Answer):
+    """Whether the identity could read an entity the record names, at the record's moment."""
+
+    uid: str
+    readable: bool
+    present: bool = Field(description="the entity was in the content root")
+    through: str | None = Field(None, description="the ACL entry it held, and how")
+
+
+class AuditReplay(Answer):
+    """``audit replay``: a recorded read run again at its content root under the memberships
+    of its moment (``then``: against the record), and now (``now``: against ``then``), every
+    difference explained by the change that caused it."""
+
+    seq: int
+    operation: str
+    identity: str | None
+    at: str
+    content_root: str | None
+    publish: int | None
+    replayed: bool = Field(description="the read was run again (see note when not)")
+    note: str | None = None
+    memberships_at: str | None = Field(
+        None, description="the moment whose memberships gave the record's principals"
+    )
+    principals_match: bool | None = Field(
+        None, description="the principals held then, rebuilt from the history, match the record"
+    )
+    access: list[ReplayAccess] = Field(
+        default_factory=list, description="each entity the record names: readable then?"
+    )
+    then: ReplayComparison | None = Field(
+        None, description="the record against the read run again at its root, then"
+    )
+    now: ReplayComparison | None = Field(
+        None, description="the read run again then, against the same read now"
+    )
+    now_root: str | None = None
+    explained: bool = Field(description="every difference is explained (no leak, no unknown)")
+
+    @property
+    def exit_status(self) -> int:
+        """The CLI's exit status: 1 when a difference is not explained."""
+        return 0 if self.explained else 1
+
+
+class GcReport(Answer):
+    """``ks gc``: what the retention removed (``dry_run``: would remove) of the audit log and
+    of the history."""
+
+    retain_days: int
+    before: str = Field(description="what is older than this moment goes")
+    dry_run: bool
+    records: int = Field(description="audit records removed")
+    history: dict[str, int] = Field(
+        description="history rows removed: entity versions, chunks, memberships"
+    )
+    history_from: int = Field(
+        description="the first publish whose content can still be rebuilt (replay, acl explain --at)"
+    )

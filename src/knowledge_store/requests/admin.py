@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, model_validator
 
 from knowledge_store.errors import InvalidRequest, Rejection
+from knowledge_store.model.audit import moment
 from knowledge_store.requests.base import Principal, Request, SourceName, Uid, listed
 
 __all__ = [
@@ -24,6 +25,14 @@ __all__ = [
     "SourcesRequest",
     "StatsRequest",
 ]
+
+
+def _root_or_moment(value: str) -> str:
+    """A content root as given (64 hex digits), else a moment normalised to UTC."""
+    text = value.strip().lower()
+    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+        return text
+    return moment(value)
 
 
 # -- administration ---------------------------------------------------------------------------------------
@@ -147,10 +156,16 @@ class AclShowRequest(Request):
 
 
 class AclExplainRequest(Request):
-    """Whether a principal can read an entity, and through which membership chain."""
+    """Whether a principal can read an entity, and through which membership chain — now, or
+    at a content root or a moment (from the history)."""
 
     principal: Principal = Field(..., description="'everyone', 'user:<id>' or 'group:<id>'")
     uid: Uid = Field(..., description="the entity's uid")
+    at: Annotated[str, AfterValidator(_root_or_moment)] | None = Field(
+        None,
+        description="as of a content root (64 hex digits), or a moment: an ISO date or time,"
+        " or a time ago (30d)",
+    )
 
 
 class MembershipsRequest(Request):

@@ -158,6 +158,28 @@ class TypesSeen:
 #: The reads whose answers carry the store's notes on their FILTERS (a type nobody can read).
 _NOTED = frozenset({"search", "lexical", "fuzzy", "vector", "sql", "aggregate"})
 
+#: The reads of a :class:`StoreReader` (:meth:`StoreReader.answer`'s methods) and the request
+#: each takes — what a recorded read is run again with (``ks audit replay``). The operation
+#: table declares the same pairs; a test holds them together.
+READS: Mapping[str, type[Request]] = {
+    "search": SearchRequest,
+    "docs_search": DocsSearchRequest,
+    "code_sample_search": DocsSearchRequest,
+    "search_knowledge": KnowledgeRequest,
+    "lexical": LexicalRequest,
+    "fuzzy": FuzzyRequest,
+    "vector": VectorRequest,
+    "graph": GraphRequest,
+    "sql": SqlRequest,
+    "aggregate": AggregateRequest,
+    "query_graph": QueryGraphRequest,
+    "content": ContentRequest,
+    "get_related": RelatedRequest,
+    "get_learning_path": LearningPathRequest,
+    "resolve_xref": XrefRequest,
+    "graph_facets": FacetsRequest,
+}
+
 
 def _unsearched(words: tuple[str, ...]) -> str:
     """Why a lexical query whose every word the index drops found nothing."""

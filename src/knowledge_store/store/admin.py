@@ -377,9 +377,16 @@ class Administration:
         off its page), or None when the ACL is its own."""
         return self.engine.admin.acl_inherited_from(check_uid(uid))
 
-    @audited("acl_explain", AclExplainRequest, ("principal", "uid"))
-    def acl_explain(self, principal: str, uid: str) -> AclExplanation:
-        return self.engine.admin.acl_explain(principal, check_uid(uid))
+    @audited("acl_explain", AclExplainRequest, ("principal", "uid", "at"))
+    def acl_explain(self, principal: str, uid: str, at: str | None = None) -> AclExplanation:
+        """Whether ``principal`` can read ``uid`` and through which chain — now, or ``at`` a
+        content root or a moment (an ISO time), from the history (``acl explain --at``)."""
+        if at is None:
+            return self.engine.admin.acl_explain(principal, check_uid(uid))
+        from knowledge_store.store.replay import explain_at
+
+        kept_from = int(self.auditor.kept().get("history_from", 0))
+        return explain_at(self.engine, principal, check_uid(uid), at, kept_from)
 
     @audited("principals_add_member", MemberRequest, ("group", "member"))
     def add_member(self, group: str | MemberRequest, member: str | None = None) -> PrincipalInfo:

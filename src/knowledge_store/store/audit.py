@@ -293,6 +293,7 @@ class Recording:
         "at",
         "content_root",
         "error",
+        "groups",
         "held",
         "identity",
         "operation",
@@ -311,8 +312,10 @@ class Recording:
         identity: str | None,
         admin: bool,
         request: Any,
+        groups: tuple[str, ...] = (),
     ) -> None:
         self._auditor = auditor
+        self.groups = groups
         self._started = time.perf_counter()
         self.at = _now()
         self.surface = surface
@@ -355,6 +358,8 @@ class Recording:
             "us": int((time.perf_counter() - self._started) * 1e6),
             "outcome": "ok" if self.error is None else "error",
         }
+        if self.groups:  # held by the credential (an access token's groups), not memberships
+            record["groups"] = list(self.groups)
         if self.held is not None:
             record["principals"] = principals_digest(self.held)
         if isinstance(root, str):
@@ -456,8 +461,8 @@ class Auditor:
         if found is not None and now - self._read_at < SETTINGS_TTL_S:
             return found
         head = self.storage.head()
-        merged = {**DEFAULT_SETTINGS.model_dump(), **head.settings}
-        found = AuditSettings.model_validate(merged)
+        own = {k: v for k, v in head.settings.items() if k in AuditSettings.model_fields}
+        found = AuditSettings.model_validate({**DEFAULT_SETTINGS.model_dump(), **own})
         with self._lock:
             self._settings, self._key, self._read_at = found, bytes.fromhex(head.key), now
         self.storage.fsync = found.fsync
@@ -469,8 +474,18 @@ class Auditor:
         assert self._key is not None
         return self._key
 
+    def kept(self) -> dict[str, Any]:
+        """What the log's head keeps beside the settings (``history_from``: the first publish
+        whose history gc kept)."""
+        head = self.storage.head().settings
+        return {k: v for k, v in head.items() if k not in AuditSettings.model_fields}
+
+    def keep(self, **values: Any) -> None:
+        settings = self.settings()
+        self.storage.save_settings({**self.kept(), **values, **settings.model_dump()})
+
     def save_settings(self, settings: AuditSettings) -> None:
-        self.storage.save_settings(settings.model_dump())
+        self.storage.save_settings({**self.kept(), **settings.model_dump()})
         with self._lock:
             self._settings, self._read_at = settings, time.monotonic()
         self.storage.fsync = settings.fsync
@@ -486,6 +501,7 @@ class Auditor:
         identity: str | None,
         admin: bool,
         request: Any,
+        groups: tuple[str, ...] = (),
     ) -> Iterator[Recording | None]:
         """Record the block: the answer it sets (``recording.answer``), or the error it
         raises. The record is appended before the block's answer goes anywhere; None (and
@@ -501,7 +517,7 @@ class Auditor:
             finally:
                 _CURRENT.reset(token)
             return
-        rec = Recording(self, surface, operation, subject, identity, admin, request)
+        rec = Recording(self, surface, operation, subject, identity, admin, request, groups)
         token = _CURRENT.set(rec)
         try:
             yield rec
@@ -567,6 +583,7 @@ def audited(
                 return method(self, *args, **kwargs)
             identity = kwargs.get("identity")
             who = str(getattr(identity, "principal", identity) or "everyone")
+            groups = tuple(getattr(identity, "groups", ()))
             given = _python_request(request, positional, args, kwargs)
             with auditor.recording(
                 "python",
@@ -575,6 +592,7 @@ def audited(
                 identity=who,
                 admin=True,
                 request=given,
+                groups=groups,
             ) as rec:
                 answer = method(self, *args, **kwargs)
                 if rec is not None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
 
 from knowledge_store.engines.sql.audit import (
     INDEXED,
@@ -21,26 +22,34 @@ from knowledge_store.engines.sql.audit import (
 )
 from knowledge_store.errors import NotFound, StoreError
 from knowledge_store.model.audit import (
+    AT_FORM,
     AuditAnchor,
     AuditList,
     AuditProblem,
     AuditRecord,
+    AuditReplay,
     AuditSettings,
     AuditVerification,
+    GcReport,
     chain_digest,
+    duration_seconds,
 )
 from knowledge_store.requests import (
     AuditExportRequest,
     AuditListRequest,
+    AuditReplayRequest,
     AuditSettingsRequest,
     AuditShowRequest,
     AuditVerifyRequest,
+    GcRequest,
 )
 from knowledge_store.requests.audit import _Which
 from knowledge_store.store.audit import Auditor, audited
+from knowledge_store.store.replay import Replayer
 
 if TYPE_CHECKING:
     from knowledge_store.engines.base import Engine
+    from knowledge_store.store import KnowledgeStore
 
 __all__ = ["Auditing", "otlp_line", "verify_chain"]
 
@@ -116,6 +125,47 @@ class Auditing:
         recorded as one record, before its first line is read."""
         return _export_lines(self.engine.audit, request or AuditExportRequest())
 
+    @audited("audit_replay", AuditReplayRequest, ("seq",))
+    def audit_replay(self, request: AuditReplayRequest | int) -> AuditReplay:
+        """Run recorded read ``seq`` again at its content root under the memberships of its
+        moment, and now; explain every difference (:mod:`.replay`)."""
+        seq = request.seq if isinstance(request, AuditReplayRequest) else int(request)
+        stored = self.engine.audit.record(seq)
+        if stored is None:
+            raise NotFound(f"no audit record {seq}", seq=seq)
+        with Replayer(cast("KnowledgeStore", self)) as replayer:
+            return replayer.replay(parsed(stored))
+
+    @audited("gc", GcRequest)
+    def gc(self, request: GcRequest | None = None) -> GcReport:
+        """Remove the audit records older than the retention, and the history no retained
+        moment needs (``dry_run``: count them)."""
+        request = request or GcRequest()
+        days = (
+            duration_seconds(request.retain) // 86400
+            if request.retain is not None
+            else self.auditor.settings().retain_days
+        )
+        before = (datetime.now(UTC) - timedelta(days=days)).strftime(AT_FORM)
+        with self.engine.history() as history:
+            # the latest publish at the cut: a read after it may have read that root
+            kept = [p.id for p in history.publishes() if p.at.replace("Z", ".000000Z") <= before]
+        boundary = max(kept, default=0)
+        storage = self.engine.audit
+        records = storage.count_before(before) if request.dry_run else storage.prune(before)
+        removed = self.engine.prune_history(boundary, before, dry_run=request.dry_run)
+        history_from = max(boundary, int(self.auditor.kept().get("history_from", 0)))
+        if not request.dry_run:
+            self.auditor.keep(history_from=history_from)
+        return GcReport(
+            retain_days=days,
+            before=before,
+            dry_run=request.dry_run,
+            records=records,
+            history=removed,
+            history_from=history_from,
+        )
+
     @audited("audit_settings", AuditSettingsRequest)
     def audit_settings(self, request: AuditSettingsRequest | None = None) -> AuditSettings:
         """The audit settings; with any field set, changed (the change is recorded, even the
@@ -130,8 +180,6 @@ class Auditing:
         if request.query_text is not None:
             changes["query_text"] = request.query_text
         if request.retain is not None:
-            from knowledge_store.model.audit import duration_seconds
-
             changes["retain_days"] = duration_seconds(request.retain) // 86400
         if not changes:
             return current

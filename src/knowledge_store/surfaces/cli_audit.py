@@ -12,7 +12,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from knowledge_store.model.audit import AuditList, AuditRecord, AuditSettings, AuditVerification
+from knowledge_store.model.audit import (
+    AuditList,
+    AuditRecord,
+    AuditReplay,
+    AuditSettings,
+    AuditVerification,
+    GcReport,
+)
 from knowledge_store.surfaces.terminal import json_text, safe
 
 __all__ = ["SHOW_AUDIT", "write_lines"]
@@ -83,11 +90,53 @@ def show_settings(out: Console, answer: AuditSettings, request: Any) -> None:
     )
 
 
+def show_replay(out: Console, answer: AuditReplay, request: Any) -> None:
+    head = f"record {answer.seq}: {answer.operation} as {answer.identity} at {answer.at}"
+    out.print(safe(f"{head} · publish {answer.publish} · root {(answer.content_root or '')[:12]}"))
+    if answer.principals_match is not None:
+        state = "match" if answer.principals_match else "[red]do not match[/]"
+        out.print(f"principals then (memberships at {safe(answer.memberships_at)}): {state}")
+    for a in answer.access:
+        if a.readable:
+            out.print(f"  [green]readable[/] {safe(a.uid)} through {safe(a.through)}")
+        else:
+            why = "not in the root" if not a.present else "not readable then"
+            out.print(f"  [red]{why}[/] {safe(a.uid)}")
+    if answer.note:
+        out.print(safe(answer.note))
+    for label, compared in (("then", answer.then), ("now", answer.now)):
+        if compared is None:
+            continue
+        same = " (the same answer, byte for byte)" if compared.same_answer else ""
+        verdict = (
+            "identical" + same if compared.identical else f"{len(compared.differences)} differences"
+        )
+        out.print(f"{label}: {verdict}")
+        for d in compared.differences:
+            mark = "" if d.explained else "[red]unexplained[/] "
+            out.print(f"  {mark}{safe(d.uid)}: rank {d.before} → {d.after}")
+            for cause in d.causes:
+                out.print(f"    {safe(cause)}")
+    out.print("[green]explained[/]" if answer.explained else "[red]not explained[/]")
+
+
+def show_gc(out: Console, answer: GcReport, request: Any) -> None:
+    verb = "would remove" if answer.dry_run else "removed"
+    parts = ", ".join(f"{n:,} {kind}" for kind, n in answer.history.items())
+    out.print(
+        f"{verb} {answer.records:,} audit records and history rows ({parts}) older than"
+        f" {answer.before} (retain {answer.retain_days}d); content can be rebuilt from publish"
+        f" {answer.history_from}"
+    )
+
+
 SHOW_AUDIT: dict[str, Callable[[Console, Any, Any], None]] = {
     "audit_list": show_list,
     "audit_show": show_record,
     "audit_verify": show_verify,
     "audit_settings": show_settings,
+    "audit_replay": show_replay,
+    "gc": show_gc,
 }
 
 

@@ -46,13 +46,21 @@ from knowledge_store.model import (
     SqlHits,
     StoreStats,
 )
-from knowledge_store.model.audit import AuditList, AuditRecord, AuditSettings, AuditVerification
+from knowledge_store.model.audit import (
+    AuditList,
+    AuditRecord,
+    AuditReplay,
+    AuditSettings,
+    AuditVerification,
+    GcReport,
+)
 from knowledge_store.requests import (
     AclExplainRequest,
     AclRequest,
     AclShowRequest,
     AggregateRequest,
     AuditListRequest,
+    AuditReplayRequest,
     AuditSettingsRequest,
     AuditShowRequest,
     AuditVerifyRequest,
@@ -62,6 +70,7 @@ from knowledge_store.requests import (
     DocsSearchRequest,
     FacetsRequest,
     FuzzyRequest,
+    GcRequest,
     GraphRequest,
     IngestRequest,
     KnowledgeRequest,
@@ -743,6 +752,39 @@ OPERATIONS: tuple[Operation, ...] = (
         cli=Cli("audit settings", metavars={"retain": "DURATION"}),
     ),
     Operation(
+        "audit_replay",
+        AuditReplayRequest,
+        _call("audit_replay"),
+        (AuditReplay,),
+        "Run a recorded read again at its content root under that moment's ACLs and"
+        " memberships, then now; explain every difference; exit status 1 when one is not",
+        "Administration: a recorded read run again at the content root it read, with the ACLs"
+        " and memberships of its moment (rebuilt from the history), compared with the record —"
+        " which entities, ranks and chunks; whether each was readable then and through what —"
+        " and the same read now, every entity that left or came explained by the change that"
+        " caused it (deleted, revoked or granted, a membership removed or added, updated), with"
+        " when and by whom.",
+        admin=True,
+        heavy=True,
+        rest=(Rest("POST", "/admin/audit/replay"),),
+        cli=Cli("audit replay", ("seq",), metavars={"seq": "ID"}),
+    ),
+    Operation(
+        "gc",
+        GcRequest,
+        _call("gc"),
+        (GcReport,),
+        "Remove the audit records older than the retention and the history no retained moment"
+        " needs (--dry-run: count them)",
+        "Administration: remove the audit records older than the retention (the audit"
+        " settings', 180 days by default, or retain) and the catalog's history that no retained"
+        " moment needs; the chain's first kept record is verified from its base.",
+        admin=True,
+        heavy=True,
+        rest=(Rest("POST", "/admin/gc"),),
+        cli=Cli("gc", metavars={"retain": "DURATION"}),
+    ),
+    Operation(
         "audit_show",
         AuditShowRequest,
         _call("audit_show"),
@@ -783,6 +825,7 @@ def perform(
         identity=caller.principal,
         admin=caller.admin,
         request=request,
+        groups=caller.identity.groups,
     ) as recording:
         parsed = (
             request if isinstance(request, Request) else op.request.parse(request, context=context)
@@ -821,6 +864,7 @@ def read_on(
         identity=caller.principal,
         admin=caller.admin,
         request=dict(fields),
+        groups=caller.identity.groups,
     ) as recording:
         request = op.request.parse(dict(fields))
         if recording is not None:

@@ -224,7 +224,7 @@ def acl_show(store: KnowledgeStore, caller: Caller, request: AclShowRequest) -> 
 
 
 def acl_explain(store: KnowledgeStore, caller: Caller, request: AclExplainRequest) -> Answer:
-    return store.acl_explain(request.principal, request.uid)
+    return store.acl_explain(request.principal, request.uid, request.at)
 
 
 def load_memberships(store: KnowledgeStore, caller: Caller, request: MembershipsRequest) -> Answer:

@@ -99,6 +99,14 @@ class AuditFile:
         except sqlite3.Error as exc:
             raise StoreError(f"writing the audit log {self.path} failed: {exc}") from exc
 
+    def disk_bytes(self) -> int:
+        """The file's pages (the WAL copied into it first)."""
+        conn = self._database().conn()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+        return int(pages) * int(size)
+
     @contextmanager
     def pruning(self, conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("INSERT INTO audit_gc (marker) VALUES (1)")

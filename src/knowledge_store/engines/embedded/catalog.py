@@ -31,6 +31,7 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.sql.acl import load_entity
 from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.history import retire
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
     PublishPlan,
@@ -147,6 +148,15 @@ _INSERT_ENTITY = (
     f"INSERT INTO entities({', '.join(_WRITTEN)}) VALUES ({', '.join('?' * len(_WRITTEN))})"
 )
 _UPDATE_ENTITY = f"UPDATE entities SET {', '.join(f'{c}=?' for c in _WRITTEN[:-1])} WHERE uid=?"
+
+
+def chunk_vector_bytes(conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, bytes]:
+    """The stored vectors of chunk rows ``ids`` (float32 bytes), for the history."""
+    rows = conn.execute(
+        "SELECT id, embedding FROM chunk_vectors WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)),),
+    ).fetchall()
+    return {int(i): bytes(v) for i, v in rows}
 
 
 class Catalog:
@@ -338,6 +348,15 @@ class Catalog:
         """
         publish = plan.publish
         ops: list[tuple[int, int, str]] = []
+        retire(
+            conn,
+            SQLITE,
+            publish,
+            replaced=plan.replaced,
+            deleted=plan.deletes,
+            acl_only=[e.uid for e in plan.acl_only],
+            vectors=chunk_vector_bytes,
+        )
         for uid in plan.deletes:
             row = conn.execute("SELECT id FROM entities WHERE uid = ?", (uid,)).fetchone()
             ops.extend(self._drop_chunks(conn, publish, int(row[0])))

@@ -52,7 +52,7 @@ from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (reg
 from knowledge_store.engines.embedded.admin import embedded_admin
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.embedded.auditfile import AUDIT_FILE, AuditFile
-from knowledge_store.engines.embedded.catalog import Catalog
+from knowledge_store.engines.embedded.catalog import Catalog, chunk_vector_bytes
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.derived import (
     DENSE_FILE,
@@ -64,6 +64,7 @@ from knowledge_store.engines.embedded.derived import (
 from knowledge_store.engines.embedded.owners import ChunkOwners
 from knowledge_store.engines.embedded.quarantine import QUARANTINED, quarantined
 from knowledge_store.engines.embedded.reader import EmbeddedReader
+from knowledge_store.engines.embedded.replica import EmbeddedReplica
 from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
@@ -78,6 +79,7 @@ from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.history import History, prune
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.engines.sql.sources import (
     SourceSync,
@@ -537,6 +539,23 @@ class EmbeddedEngine:
                 index.rebuild_done(latest)
             self.views.reset()
             self.derived_error = None
+
+    # -- history ---------------------------------------------------------------------------------
+    def replica(self) -> EmbeddedReplica:
+        """A new, empty replica of this store (``engines.base.Replica``)."""
+        return EmbeddedReplica(self)
+
+    @contextmanager
+    def history(self) -> Iterator[History]:
+        """The catalog's history on one read snapshot."""
+        with self.catalog.read() as conn:
+            yield History(conn, SQLITE, chunk_vector_bytes)
+
+    def prune_history(
+        self, before_publish: int, before: str, *, dry_run: bool = False
+    ) -> dict[str, int]:
+        with self._writer(), self.catalog.write() as conn:
+            return prune(conn, SQLITE, before_publish, before, dry_run=dry_run)
 
     def close(self) -> None:
         self.owners.close()

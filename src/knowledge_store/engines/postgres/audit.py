@@ -98,6 +98,13 @@ class AuditTables:
             return False
         return True
 
+    def disk_bytes(self) -> int:
+        with self._db.read() as conn, translate("measuring the audit log"):
+            row = conn.execute(
+                "SELECT pg_total_relation_size('audit_log') + pg_total_relation_size('audit_names')"
+            ).fetchone()
+        return int(row[0]) if row is not None else 0
+
     @contextmanager
     def pruning(self, conn: Connection) -> Iterator[None]:
         conn.execute("SET LOCAL ks.audit_gc = 'on'")

@@ -35,6 +35,7 @@ from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.reader import PostgresReader
+from knowledge_store.engines.postgres.replica import PostgresReplica
 from knowledge_store.engines.postgres.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -56,6 +57,7 @@ from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.history import History, prune
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.engines.sql.sources import (
     SourceSync,
@@ -597,6 +599,23 @@ class PostgresEngine:
             conn.execute("VACUUM ANALYZE entities, chunks, edges, lexical_postings, lexical_terms")
         with self._plans_lock:
             self._plans.clear()
+
+    # -- history ---------------------------------------------------------------------------------
+    def replica(self) -> PostgresReplica:
+        """A new, empty replica of this store (``engines.base.Replica``)."""
+        return PostgresReplica(self)
+
+    @contextmanager
+    def history(self) -> Iterator[History]:
+        """The catalog's history on one read snapshot."""
+        with self.db.read() as conn, translate("reading the history"):
+            yield History(conn, POSTGRES, writes.chunk_vector_bytes)
+
+    def prune_history(
+        self, before_publish: int, before: str, *, dry_run: bool = False
+    ) -> dict[str, int]:
+        with self.db.write() as conn, translate("removing old history"):
+            return prune(conn, POSTGRES, before_publish, before, dry_run=dry_run)
 
     def close(self) -> None:
         self.db.close()

@@ -25,6 +25,7 @@ from knowledge_store.engines.postgres.schema import (
 )
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.facets import add_facet, missing_facets
+from knowledge_store.engines.sql.history import history_ddl
 from knowledge_store.engines.sql.sources import source_columns_missing
 from knowledge_store.errors import StoreError
 
@@ -145,6 +146,8 @@ def open_schema(
             _add_facets(conn)
             _add_source_columns(conn)
             create_audit_tables(conn)
+            for statement in history_ddl(POSTGRES):
+                conn.execute(statement)
             features = detect_features(installed)
             if features.bm25_extension is not None:
                 conn.execute(extension_indexes[features.bm25_extension])

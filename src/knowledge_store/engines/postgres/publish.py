@@ -34,6 +34,7 @@ from knowledge_store.engines.postgres.schema import (
 )
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.history import retire
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
     PublishPlan,
@@ -298,6 +299,12 @@ def _insert_edges(conn: Connection, upserts: Sequence[PreparedEntity]) -> None:
     )
 
 
+def chunk_vector_bytes(conn: Connection, ids: Sequence[int]) -> dict[int, bytes]:
+    """The stored vectors of chunk rows ``ids`` (float32 bytes), for the history."""
+    rows = conn.execute("SELECT id, embedding FROM chunks WHERE id = ANY(%s)", (list(ids),))
+    return {int(i): np.asarray(v.to_numpy(), dtype=np.float32).tobytes() for i, v in rows}
+
+
 def apply_publish(
     conn: Connection,
     upserts: Sequence[PreparedEntity],
@@ -335,6 +342,15 @@ def apply_publish(
     if plan.empty:
         record_source(conn, POSTGRES, source, Published.of(plan))
         return plan
+    retire(
+        conn,
+        POSTGRES,
+        plan.publish,
+        replaced=plan.replaced,
+        deleted=plan.deletes,
+        acl_only=[e.uid for e in plan.acl_only],
+        vectors=chunk_vector_bytes,
+    )
     replaced = [existing[u] for u in plan.replaced]
     _drop_chunks(conn, replaced + [existing[u] for u in plan.deletes])
     stale_edges = [*plan.replaced, *plan.deletes]

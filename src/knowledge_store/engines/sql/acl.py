@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from knowledge_store.engines.shared import (
@@ -29,6 +30,7 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import PRINCIPAL_PARAM, SqlDialect
+from knowledge_store.engines.sql.history import note_memberships
 from knowledge_store.errors import NotFound
 from knowledge_store.model import (
     AclExplanation,
@@ -39,6 +41,7 @@ from knowledge_store.model import (
     check_membership,
     check_principal,
 )
+from knowledge_store.model.audit import AT_FORM
 
 __all__ = ["AclAdministration", "Catalog", "derived_from", "load_entity"]
 
@@ -115,6 +118,11 @@ def _path_between(conn: Any, d: SqlDialect, start: str, goal: str) -> list[str] 
     return membership_path(start, goal, lambda members: _groups_of(conn, d, members))
 
 
+def _now() -> str:
+    """A membership change's moment, as the history and the audit log write it."""
+    return datetime.now(UTC).strftime(AT_FORM)
+
+
 def _bump(conn: Any, d: SqlDialect) -> None:
     """A membership changed: the next reader expands identities anew (a new cache key)."""
     conn.execute(
@@ -179,11 +187,13 @@ class AclAdministration:
             chain = _path_between(conn, d, group, member)
             if chain is not None:
                 raise cycle_error(group, member, chain, bulk=False)
-            conn.execute(
+            cur = conn.execute(
                 "INSERT INTO memberships (grp, member)"
                 f" VALUES ({d.param('grp')}, {d.param('member')}) ON CONFLICT DO NOTHING",
                 {"grp": group, "member": member},
             )
+            if cur.rowcount:
+                note_memberships(conn, d, [(group, member)], [], _now())
             _bump(conn, d)
 
     def remove_member(self, group: str, member: str) -> None:
@@ -197,6 +207,7 @@ class AclAdministration:
             )
             if cur.rowcount == 0:
                 raise NotFound(f"{member} is not a direct member of {group}", group=group)
+            note_memberships(conn, d, [], [(group, member)], _now())
             _bump(conn, d)
 
     def principal_show(self, principal: str) -> PrincipalInfo:
@@ -222,6 +233,13 @@ class AclAdministration:
         groups = sorted({g for g, _ in pairs})
         unique = sorted(set(pairs))
         with self._catalog.writing() as conn:
+            before = {
+                (str(g), str(m))
+                for g, m in conn.execute(
+                    f"SELECT grp, member FROM memberships WHERE {d.in_array('grp', 'groups')}",
+                    {"groups": d.bind_array(groups)},
+                ).fetchall()
+            }
             conn.execute(
                 f"DELETE FROM memberships WHERE {d.in_array('grp', 'groups')}",
                 {"groups": d.bind_array(groups)},
@@ -241,5 +259,7 @@ class AclAdministration:
                     chain = _path_between(conn, d, group, member)
                     if chain:
                         raise cycle_error(group, member, chain, bulk=True)
+            after = set(unique)
+            note_memberships(conn, d, sorted(after - before), sorted(before - after), _now())
             _bump(conn, d)
         return MembershipsLoaded(groups=len(groups), memberships=len(unique))

@@ -123,6 +123,10 @@ class AuditTransactions(Protocol):
         """Close what the log opened of its own (the engine closes the rest)."""
         ...
 
+    def disk_bytes(self) -> int:
+        """What the audit tables and their indexes take on disk now."""
+        ...
+
     def pruning(self, conn: Any) -> AbstractContextManager[None]:
         """The append-only guard lifted for the block, in ``conn``'s transaction (``ks gc``)."""
         ...
@@ -341,6 +345,9 @@ class AuditStorage:
             out.setdefault(int(seq), set()).add(str(uid))
         return out
 
+    def disk_bytes(self) -> int:
+        return self._tx.disk_bytes()
+
     def bytes_used(self) -> tuple[int, int]:
         """(records, bytes of their hashed text) — the log's size, for ``stats`` and benches."""
         with self._tx.audit_reading() as conn:
@@ -358,6 +365,15 @@ class AuditStorage:
             )
 
     # -- gc --------------------------------------------------------------------------------------------
+    def count_before(self, before: str) -> int:
+        """How many records are older than ``before`` (what :meth:`prune` would remove)."""
+        with self._tx.audit_reading() as conn:
+            (count,) = conn.execute(
+                f"SELECT count(*) FROM audit_log WHERE at < {self._d.param('before')}",
+                {"before": before},
+            ).fetchone()
+        return int(count)
+
     def prune(self, before: str) -> int:
         """Remove the records older than ``before`` (an ISO time); the last one removed becomes
         the base the kept chain starts from. How many were removed."""

@@ -69,6 +69,8 @@ class SqlDialect:
     #: A 64-bit integer column, and one that is the table's key in insertion order.
     big_integer: str = "BIGINT"
     sequence_key: str = "BIGINT PRIMARY KEY"
+    #: A column of bytes (a vector's float32 values).
+    blob: str = "BLOB"
     #: What a SELECT adds to lock the rows it reads to the end of its transaction (SQLite: a
     #: write transaction locks the whole database already).
     for_update: str = " FOR UPDATE"
@@ -253,6 +255,7 @@ class PostgresDialect(SqlDialect):
     multiple_recursive_selects: bool = False
     keyword_column: str = "text COLLATE \"C\" NOT NULL DEFAULT ''"
     add_column: str = "ADD COLUMN IF NOT EXISTS"
+    blob: str = "bytea"
 
     def param(self, name: str) -> str:
         return f"%({name})s"
