@@ -256,7 +256,8 @@ class Replayer:
                 now_root = reader.content_root
             names_now = returned_of(answer_now)
             changes = _Changes(self.store, history, publish, then, held_now)
-            now_diffs = [changes.explain(d, method) for d in _compare(names_then, names_now)]
+            moved = _compare(names_then, names_now)
+            now_diffs = [changes.explain(d, method, moved) for d in moved]
             if not names_then and not names_now:
                 then_digest = answer_digest(
                     answer_then.model_copy(update={"content_root": now_root})
@@ -484,7 +485,7 @@ class _Changes:
         return self._versions[uid]
 
     # -- one entity ----------------------------------------------------------------------------------
-    def explain(self, diff: _Diff, method: str) -> ReplayDifference:
+    def explain(self, diff: _Diff, method: str, others: Sequence[_Diff] = ()) -> ReplayDifference:
         causes: list[str] = []
         versions = self.versions(diff.uid)
         then = _at(versions, self.publish)
@@ -494,7 +495,7 @@ class _Changes:
         elif diff.before is None:  # came
             causes += self._came(diff.uid, versions, then, now)
         if not causes:
-            causes += self._moved(diff.uid, versions, then, now, method)
+            causes += self._moved(diff, versions, others)
         explained = bool(causes)
         if not causes:
             causes = ["nothing changed between the two reads: not explained"]
@@ -538,7 +539,7 @@ class _Changes:
                             f"{entry} revoked from its ACL {self._publish_words(v.valid_from)}"
                         )
                         break
-            elif entry not in self.held_now:
+            if entry not in self.held_now:  # every way in it had then, and what closed each
                 out += self._chain_lost(entry)
         return out
 
@@ -563,7 +564,7 @@ class _Changes:
                     if v.valid_from > self.publish and entry in v.acl:
                         out.append(f"{entry} granted {self._publish_words(v.valid_from)}")
                         break
-            elif entry not in self.then.held:
+            if entry not in self.then.held:  # every way in it has now, and what opened each
                 out += self._chain_gained(entry)
         return out
 
@@ -578,15 +579,26 @@ class _Changes:
         return out[-1:]
 
     def _moved(
-        self,
-        uid: str,
-        versions: Sequence[EntityVersion],
-        then: EntityVersion | None,
-        now: EntityVersion | None,
-        method: str,
+        self, diff: _Diff, versions: Sequence[EntityVersion], others: Sequence[_Diff]
     ) -> list[str]:
-        own = self._content(uid, versions)
-        return own or self._corpus() or self._groups()
+        """An entity that only moved, or came or left while unchanged and readable: its own
+        update, else the entities that left or came around it, and the changes since."""
+        own = self._content(diff.uid, versions)
+        if own:
+            return own
+        left = [d.uid for d in others if d.after is None and d.uid != diff.uid]
+        came = [d.uid for d in others if d.before is None and d.uid != diff.uid]
+        around = []
+        if left:
+            around.append(f"{', '.join(left[:5])} left the answer")
+        if came:
+            around.append(f"{', '.join(came[:5])} came into it")
+        context = self._corpus() or self._groups()
+        if not context:
+            return []
+        if around:
+            return [f"readable and unchanged; moved as {' and '.join(around)}", *context]
+        return context
 
     def _corpus(self) -> list[str]:
         rows = sorted(self.publishes.values(), key=lambda p: p.id)
