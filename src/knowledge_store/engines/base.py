@@ -365,6 +365,10 @@ class Engine(Protocol):
     text_analysis: TextAnalysis
     #: The audit log (``engines.sql.audit``: the same tables in each engine's storage).
     audit: AuditStorage
+    #: Whether the lexical list's BM25 statistics count only the chunks of the snapshot (else
+    #: also chunks deleted but not yet merged away, as Tantivy's do): replay's question of
+    #: whether a fresh index of the same content can rank otherwise than the one that read.
+    exact_lexical_statistics: bool
 
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 

@@ -128,6 +128,9 @@ class AuditRecord(Answer):
         default_factory=list, description="what the answer named, in its order"
     )
     answer: str | None = Field(None, description="sha256 of the answer's JSON")
+    vector: dict[str, Any] | None = Field(
+        None, description="how the vector list ran: strategy, exhaustive (approximate: false)"
+    )
     changed: dict[str, Any] | None = Field(None, description="what a change changed")
     us: int = Field(description="how long the operation took, in microseconds")
     outcome: Literal["ok", "error"]

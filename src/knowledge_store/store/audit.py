@@ -375,6 +375,9 @@ class Recording:
             digest = answer_digest(answer)
             if digest is not None:
                 record["answer"] = digest
+            vector = getattr(answer, "vector", None)
+            if vector is not None and hasattr(vector, "exhaustive"):  # how the vector list ran
+                record["vector"] = {"strategy": vector.strategy, "exhaustive": vector.exhaustive}
             if self.operation in CHANGES:
                 record["changed"] = changed_of(self.request, answer)
                 record["returned"] = []

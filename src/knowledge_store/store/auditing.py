@@ -149,7 +149,7 @@ class Auditing:
         before = (datetime.now(UTC) - timedelta(days=days)).strftime(AT_FORM)
         with self.engine.history() as history:
             # the latest publish at the cut: a read after it may have read that root
-            kept = [p.id for p in history.publishes() if p.at.replace("Z", ".000000Z") <= before]
+            kept = [p.id for p in history.publishes() if p.moment <= before]
         boundary = max(kept, default=0)
         storage = self.engine.audit
         records = storage.count_before(before) if request.dry_run else storage.prune(before)

@@ -28,6 +28,7 @@ nothing did.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -49,6 +50,7 @@ from knowledge_store.model.audit import (
     ReplayAccess,
     ReplayComparison,
     ReplayDifference,
+    canonical_json,
     principals_digest,
 )
 from knowledge_store.retrieval.reader import READS
@@ -59,18 +61,12 @@ if TYPE_CHECKING:
 
 __all__ = ["INDEXED_READS", "Replayer", "explain_at"]
 
-#: The reads ranked by a derived index (whose state at the read a replica rebuilds fresh).
-INDEXED_READS = frozenset(
-    {
-        "search",
-        "docs_search",
-        "code_sample_search",
-        "search_knowledge",
-        "lexical",
-        "fuzzy",
-        "vector",
-    }
-)
+#: The reads ranked by a derived index (whose state at the read a replica rebuilds fresh):
+#: the lexical list, the vector list.
+_FUSED = frozenset({"search", "docs_search", "code_sample_search", "search_knowledge"})
+LEXICAL_READS = _FUSED | {"lexical", "fuzzy"}
+VECTOR_READS = _FUSED | {"vector"}
+INDEXED_READS = LEXICAL_READS | VECTOR_READS
 #: Replicas kept between records (one per publish).
 REPLICAS = 4
 _MEMBERSHIP_OPS = ("principals_add_member", "principals_remove_member", "principals_load")
@@ -249,7 +245,10 @@ class Replayer:
             recorded = [n.to_dict() for n in record.returned]
             compared_then = _compare(recorded, names_then)
             same_then = answer_digest(answer_then) == record.answer if record.answer else None
-            then_diffs = [self._index_difference(d, method, access) for d in compared_then]
+            then_diffs = [
+                self._index_difference(d, method, access, record, history, publish)
+                for d in compared_then
+            ]
             with self.store.reader(identity) as reader:
                 answer_now = reader.answer(method, request)
                 held_now = reader.held
@@ -258,11 +257,23 @@ class Replayer:
             changes = _Changes(self.store, history, publish, then, held_now)
             moved = _compare(names_then, names_now)
             now_diffs = [changes.explain(d, method, moved) for d in moved]
-            if not names_then and not names_now:
-                then_digest = answer_digest(
-                    answer_then.model_copy(update={"content_root": now_root})
-                )
-                if then_digest != answer_digest(answer_now):
+            same_now = _comparable(answer_then) == _comparable(answer_now)
+            if not same_now and not now_diffs:
+                # the same entities in the same places, another answer: what they say changed
+                for named in names_now:
+                    own = changes.updated(str(named["uid"]))
+                    if own:
+                        rank = named.get("rank")
+                        now_diffs.append(
+                            ReplayDifference(
+                                uid=str(named["uid"]),
+                                before=rank,
+                                after=rank,
+                                explained=True,
+                                causes=own,
+                            )
+                        )
+                if not now_diffs:
                     now_diffs.append(changes.values_changed())
             replay = AuditReplay(
                 **base,
@@ -273,7 +284,9 @@ class Replayer:
                 then=ReplayComparison(
                     identical=not then_diffs, same_answer=same_then, differences=then_diffs
                 ),
-                now=ReplayComparison(identical=not now_diffs, differences=now_diffs),
+                now=ReplayComparison(
+                    identical=not now_diffs, same_answer=same_now, differences=now_diffs
+                ),
                 now_root=now_root,
                 explained=not leak
                 and then.match is not False
@@ -345,21 +358,44 @@ class Replayer:
         return ReplayAccess(uid=uid, readable=True, present=True, through=how)
 
     def _index_difference(
-        self, diff: _Diff, method: str, access: Sequence[ReplayAccess]
+        self,
+        diff: _Diff,
+        method: str,
+        access: Sequence[ReplayAccess],
+        record: AuditRecord,
+        history: History,
+        publish: int,
     ) -> ReplayDifference:
         """A difference between the record and the read run again at its root: the content
-        and memberships are those of then, so only the derived index's state can make one."""
+        and memberships are those of then, so only the state of a derived index can make one
+        — where the record says its vector search was approximate, or where the lexical
+        index's statistics could count chunks already deleted (this engine's may, and some
+        were by then). Each entity the record names must have been readable at the root."""
         readable = {a.uid for a in access if a.readable and a.present}
-        ok = method in INDEXED_READS and (diff.before is None or diff.uid in readable)
-        cause = (
-            "ranked by the derived index as it was at the read (HNSW is approximate; BM25"
-            " counted documents deleted but not yet merged away); the replay ranks a fresh"
-            " index of the same content and memberships"
-            if ok
-            else "the same content and memberships gave another answer: not explained"
-        )
+        causes = []
+        if method in LEXICAL_READS and not self.store.engine.exact_lexical_statistics:
+            kept_from = int(self.store.auditor.kept().get("history_from", 0))
+            removed = history.chunks_removed_by(publish)
+            if removed or kept_from:
+                causes.append(
+                    "BM25 statistics: the lexical index that read still counted chunks deleted"
+                    f" by then ({removed} removed at or before publish {publish}) until its"
+                    " segments merged; the replay's index is fresh"
+                )
+        vector = record.vector or {}
+        if method in VECTOR_READS and vector.get("exhaustive") is False:
+            causes.append(
+                f"the vector list ran {vector.get('strategy')} (approximate) at the read; the"
+                " replay's index is built fresh"
+            )
+        named_ok = diff.before is None or diff.uid in readable
+        explained = bool(causes) and named_ok
+        if not named_ok:
+            causes.insert(0, f"{diff.uid} was not readable at the root: not explained")
+        elif not causes:
+            causes = ["the same content and memberships gave another answer: not explained"]
         return ReplayDifference(
-            uid=diff.uid, before=diff.before, after=diff.after, explained=ok, causes=[cause]
+            uid=diff.uid, before=diff.before, after=diff.after, explained=explained, causes=causes
         )
 
 
@@ -392,6 +428,17 @@ def _compare(
     return out
 
 
+def _comparable(answer: Any) -> str | None:
+    """A digest of an answer without what differs between two reads of the same thing: its
+    content root and its ``explain`` (timings)."""
+    if not hasattr(answer, "model_dump"):
+        return None
+    data = answer.model_dump(mode="json")
+    data.pop("content_root", None)
+    data.pop("explain", None)
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
 def _plus_us(at: str, us: int) -> str:
     from datetime import datetime, timedelta
 
@@ -421,7 +468,7 @@ class _Changes:
         self.pairs_now = history.memberships_at("9999")
         self.membership_events = history.membership_changes(then.moment or "")
         since = min(
-            [p.at.replace("Z", ".000000Z") for p in self.publishes.values()]
+            [p.moment for p in self.publishes.values()]
             + [e[0] for e in self.membership_events]
             + [then.moment or ""],
         )
@@ -568,6 +615,10 @@ class _Changes:
                 out += self._chain_gained(entry)
         return out
 
+    def updated(self, uid: str) -> list[str]:
+        """How ``uid``'s content changed since then (its last update), or nothing."""
+        return self._content(uid, self.versions(uid))
+
     def _content(self, uid: str, versions: Sequence[EntityVersion]) -> list[str]:
         before = _at(versions, self.publish)
         out = []
@@ -711,10 +762,10 @@ def explain_at(
             row = history.publish_of(at)
             if row is None:
                 raise NotFound(f"no publish has the content root {at}", at=at)
-            publish, moment = row.id, row.at.replace("Z", ".999999Z")
+            publish, moment = row.id, row.moment
         else:
             moment = at
-            rows = [p for p in history.publishes() if p.at.replace("Z", ".000000Z") <= moment]
+            rows = [p for p in history.publishes() if p.moment <= moment]
             if not rows:
                 raise NotFound(f"the store held nothing yet at {at}", at=at)
             row, publish = rows[-1], rows[-1].id

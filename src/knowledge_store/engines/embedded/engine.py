@@ -131,6 +131,8 @@ class EmbeddedEngine:
     """The default engine. ``EmbeddedEngine(path)`` opens or creates the store directory."""
 
     name = "embedded"
+    #: Tantivy's BM25 statistics count deleted documents until their segments merge.
+    exact_lexical_statistics = False
 
     def __init__(
         self,

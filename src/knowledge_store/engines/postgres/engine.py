@@ -164,6 +164,8 @@ class PostgresEngine:
     """The production engine. ``PostgresEngine(url)`` opens or creates the store."""
 
     name = "postgres"
+    #: BM25 statistics kept exact in the publish transaction (engines/postgres/publish.py).
+    exact_lexical_statistics = True
 
     def __init__(
         self,

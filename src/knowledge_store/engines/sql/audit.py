@@ -366,25 +366,19 @@ class AuditStorage:
 
     # -- gc --------------------------------------------------------------------------------------------
     def count_before(self, before: str) -> int:
-        """How many records are older than ``before`` (what :meth:`prune` would remove)."""
+        """How many records :meth:`prune` would remove."""
         with self._tx.audit_reading() as conn:
-            (count,) = conn.execute(
-                f"SELECT count(*) FROM audit_log WHERE at < {self._d.param('before')}",
-                {"before": before},
-            ).fetchone()
-        return int(count)
+            return _cut(conn, self._d, before)[0]
 
     def prune(self, before: str) -> int:
-        """Remove the records older than ``before`` (an ISO time); the last one removed becomes
+        """Remove the records older than ``before`` (an ISO time) — the log's beginning up to
+        the first record that is not (the chain stays one piece); the last one removed becomes
         the base the kept chain starts from. How many were removed."""
         d = self._d
         p = d.param
         with self._tx.audit_appending() as conn:
-            row = conn.execute(
-                f"SELECT max(seq) FROM audit_log WHERE at < {p('before')}", {"before": before}
-            ).fetchone()
-            last = row[0] if row is not None else None
-            if last is None:
+            count, last = _cut(conn, d, before)
+            if not count:
                 return 0
             (digest,) = conn.execute(
                 f"SELECT digest FROM audit_log WHERE seq = {p('seq')}", {"seq": last}
@@ -399,6 +393,22 @@ class AuditStorage:
                 {"seq": last, "digest": str(digest)},
             )
         return removed
+
+
+def _cut(conn: Any, d: SqlDialect, before: str) -> tuple[int, int]:
+    """(how many, the last seq) of the log's beginning older than ``before``."""
+    row = conn.execute(
+        f"SELECT min(seq) FROM audit_log WHERE at >= {d.param('before')}", {"before": before}
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        last = int(row[0]) - 1
+    else:
+        (top,) = conn.execute("SELECT coalesce(max(seq), 0) FROM audit_log").fetchone()
+        last = int(top)
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM audit_log WHERE seq <= {d.param('last')}", {"last": last}
+    ).fetchone()
+    return int(count), last
 
 
 def _head(conn: Any) -> Head:

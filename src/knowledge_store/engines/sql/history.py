@@ -450,6 +450,11 @@ class Publish:
     kind: str
     at: str
 
+    @property
+    def moment(self) -> str:
+        """``at`` as the audit log writes moments (a store's older rows have whole seconds)."""
+        return self.at if "." in self.at else self.at.replace("Z", ".000000Z")
+
 
 class History:
     """The catalog's history on one read transaction (an engine's ``history()``)."""
@@ -488,6 +493,15 @@ class History:
             {"root": root},
         ).fetchone()
         return None if row is None else Publish(int(row[0]), str(row[1]), str(row[2]), str(row[3]))
+
+    def chunks_removed_by(self, publish: int) -> int:
+        """How many kept chunks were removed at or before ``publish`` (a derived index may still
+        count them, until its segments merge)."""
+        (count,) = self._conn.execute(
+            f"SELECT count(*) FROM chunk_history WHERE removed <= {self._d.param('p')}",
+            {"p": publish},
+        ).fetchone()
+        return int(count)
 
     def latest(self) -> int:
         row = self._conn.execute("SELECT coalesce(max(id), 0) FROM publishes").fetchone()

@@ -131,11 +131,12 @@ def publish_row(
     kind: str,
     counts: tuple[int, int, int] = (0, 0, 0),
 ) -> tuple[str, dict[str, Any]]:
-    """The statement that records a publish in ``publishes``, stamped now (UTC, seconds).
+    """The statement that records a publish in ``publishes``, stamped now (UTC, microseconds:
+    the history orders publishes and membership changes by it).
 
     ``counts``: the entities it added, updated and deleted (a re-embedding's are 0).
     """
-    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     values = (publish, root, parent, kind, at, *counts)
     columns = ", ".join(_PUBLISH_COLUMNS)
     params = ", ".join(d.param(c) for c in _PUBLISH_COLUMNS)
