@@ -42,7 +42,7 @@ from knowledge_store.engines.base import Engine, PreparedEntity, Replica
 from knowledge_store.engines.shared import explain_access
 from knowledge_store.engines.sql.audit import RecordFilter
 from knowledge_store.engines.sql.history import EntityVersion, History, Publish
-from knowledge_store.errors import NotFound
+from knowledge_store.errors import KnowledgeStoreError, NotFound
 from knowledge_store.model import EVERYONE, AclExplanation, Identity, check_principal
 from knowledge_store.model.audit import (
     AuditRecord,
@@ -157,18 +157,22 @@ class Replayer:
         replica = self.store.engine.replica()
         try:
             dimension = (self.store.engine.writer.model() or ("", 0))[1]
-            for batch in history.entities_at(publish):
-                prepared = [
-                    PreparedEntity(
-                        v.entity,
-                        v.chunks,
-                        v.vectors
-                        if len(v.vectors)
-                        else np.zeros((len(v.chunks), dimension), dtype=np.float32),
-                    )
-                    for v in batch
-                ]
-                replica.engine.writer.publish(prepared, [], kind="replica")
+            prepared = [
+                PreparedEntity(
+                    v.entity,
+                    v.chunks,
+                    v.vectors
+                    if len(v.vectors)
+                    else np.zeros((len(v.chunks), dimension), dtype=np.float32),
+                )
+                for v in sorted(
+                    (v for batch in history.entities_at(publish) for v in batch),
+                    key=lambda v: (min(v.rows, default=0), v.entity.uid),
+                )
+            ]
+            # one publish: one commit of each derived index, none of its documents deleted;
+            # the chunks in the order they were written, as the store's rows were
+            replica.engine.writer.publish(prepared, [], kind="replica")
         except BaseException:
             replica.discard()
             raise
@@ -238,7 +242,7 @@ class Replayer:
                     explained=not leak and then.match is not False,
                 )
             with self._reading(replica, identity) as reader:
-                answer_then = reader.answer(method, request)
+                answer_then = _answer(reader, method, request)
             if record.content_root is not None and hasattr(answer_then, "content_root"):
                 answer_then = answer_then.model_copy(update={"content_root": record.content_root})
             names_then = returned_of(answer_then)
@@ -250,16 +254,19 @@ class Replayer:
                 for d in compared_then
             ]
             with self.store.reader(identity) as reader:
-                answer_now = reader.answer(method, request)
+                answer_now = _answer(reader, method, request)
                 held_now = reader.held
                 now_root = reader.content_root
             names_now = returned_of(answer_now)
             changes = _Changes(self.store, history, publish, then, held_now)
-            moved = _compare(names_then, names_now)
+            # now against the record (the read as it was), not against the replay of it
+            moved = _compare(recorded, names_now)
             now_diffs = [changes.explain(d, method, moved) for d in moved]
-            same_now = _comparable(answer_then) == _comparable(answer_now)
-            if not same_now and not now_diffs:
-                # the same entities in the same places, another answer: what they say changed
+            if isinstance(answer_now, KnowledgeStoreError):
+                now_diffs = _failed_now(now_diffs, answer_now)
+            same_now: bool | None = None
+            if not now_diffs and names_now:
+                # the same entities in the same places: what they say may have changed
                 for named in names_now:
                     own = changes.updated(str(named["uid"]))
                     if own:
@@ -273,7 +280,10 @@ class Replayer:
                                 causes=own,
                             )
                         )
-                if not now_diffs:
+            elif not names_now and not recorded:
+                # an answer that names nothing (counts): its values, then against now
+                same_now = _comparable(answer_then) == _comparable(answer_now)
+                if not same_now:
                     now_diffs.append(changes.values_changed())
             replay = AuditReplay(
                 **base,
@@ -374,13 +384,13 @@ class Replayer:
         readable = {a.uid for a in access if a.readable and a.present}
         causes = []
         if method in LEXICAL_READS and not self.store.engine.exact_lexical_statistics:
-            kept_from = int(self.store.auditor.kept().get("history_from", 0))
             removed = history.chunks_removed_by(publish)
-            if removed or kept_from:
+            if publish > 1 or removed:
                 causes.append(
-                    "BM25 statistics: the lexical index that read still counted chunks deleted"
-                    f" by then ({removed} removed at or before publish {publish}) until its"
-                    " segments merged; the replay's index is fresh"
+                    "BM25 statistics: the lexical index that read counted documents deleted by"
+                    f" then and not yet merged away (each commit's old watermark document, the"
+                    f" {removed} chunks removed at or before publish {publish}); the replay's"
+                    " index is one fresh commit of the same content"
                 )
         vector = record.vector or {}
         if method in VECTOR_READS and vector.get("exhaustive") is False:
@@ -426,6 +436,32 @@ def _compare(
             same_place = a is not None and b is not None and rank_a == rank_b
             out.append(_Diff(uid, rank_a if a else None, rank_b if b else None, same_place))
     return out
+
+
+def _failed_now(
+    diffs: list[ReplayDifference], error: KnowledgeStoreError
+) -> list[ReplayDifference]:
+    """The read now ends in an error (``not_found``: the entity it reads is gone or hidden):
+    what it named left with it — explained when one of them left for a change of its own
+    (a deletion, a revocation, a membership), which is why the read fails."""
+    sentence = f"the read now answers {error.code}: {error.message}"
+    own = any(
+        d.explained and not any(c.startswith(("the content changed", "readable")) for c in d.causes)
+        for d in diffs
+    )
+    return [
+        d.model_copy(update={"causes": [*d.causes, sentence], "explained": d.explained or own})
+        for d in diffs
+    ]
+
+
+def _answer(reader: Any, method: str, request: Any) -> Any:
+    """The read's answer, or the error it ended with (an entity gone or hidden now: a
+    ``content`` or ``get_related`` of it is ``not_found``, and names nothing)."""
+    try:
+        return reader.answer(method, request)
+    except KnowledgeStoreError as exc:
+        return exc
 
 
 def _comparable(answer: Any) -> str | None:

@@ -230,6 +230,9 @@ class VersionAt:
     entity: Entity
     chunks: tuple[Chunk, ...]
     vectors: np.ndarray  # (len(chunks), dimension) float32; empty: none kept
+    #: The row ids its chunks had (a replica writes entities in their order, so that rows
+    #: tied in score are ranked as they were: the indexes break ties by row).
+    rows: tuple[int, ...] = ()
 
 
 def _chunks(conn: Any, d: SqlDialect, ids: Sequence[int], vectors: ChunkVectors) -> dict[int, Any]:
@@ -270,7 +273,7 @@ def _version(entity: Entity, ids: Sequence[int], found: dict[int, Any]) -> Versi
         matrix = np.stack([np.frombuffer(v, dtype=np.float32) for v in blobs])
     else:
         matrix = np.zeros((0, 0), dtype=np.float32)
-    return VersionAt(entity, chunks, matrix)
+    return VersionAt(entity, chunks, matrix, tuple(i for i in ids if i in found))
 
 
 def entity_of_record(record: dict[str, Any]) -> Entity:
