@@ -502,3 +502,12 @@ def test_every_rest_route_of_the_table_is_served(openapi: dict[str, Any]) -> Non
     for op in OPERATIONS:
         for rest in op.rest:
             assert rest.method.lower() in openapi["paths"].get(f"/v1{rest.path}", {}), op.name
+
+
+def test_the_reads_replay_runs_again_are_the_tables() -> None:
+    """``ks audit replay`` runs a recorded read through ``StoreReader.answer`` with the request
+    model ``retrieval.reader.READS`` names: the table's, for every read of the table."""
+    from knowledge_store.retrieval.reader import READS
+
+    reads = {op.reads: op.request for op in OPERATIONS if op.reads is not None}
+    assert reads == dict(READS)
