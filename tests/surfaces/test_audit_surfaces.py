@@ -144,3 +144,16 @@ def test_an_export_over_the_cli_is_json_lines(served: KnowledgeStore, tmp_path: 
     assert [line["seq"] for line in lines] == sorted(line["seq"] for line in lines)
     bad = CliRunner().invoke(cli_app, ["--store", store, "audit", "export", "--since", "soon"])
     assert bad.exit_code == 2 and "--since" in bad.stderr
+
+
+def test_a_replay_over_rest(app: Any, served: KnowledgeStore) -> None:
+    call(app, "POST", "/v1/sql", json={"filters": {"type": ["ticket"]}}, headers=ANN)
+    seq = _last(served, identity="user:ann", operation="sql").seq
+    assert (
+        call(app, "POST", "/v1/admin/audit/replay", json={"seq": seq}, headers=ANN).status_code
+        == 403
+    )
+    got = call(app, "POST", "/v1/admin/audit/replay", json={"seq": seq}, headers=ROOT).json()
+    assert got["replayed"] and got["explained"] and got["then"]["identical"]
+    assert got["principals_match"] is True
+    assert all(a["readable"] for a in got["access"])

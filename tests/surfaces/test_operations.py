@@ -474,7 +474,14 @@ ABSENT: dict[tuple[str, str], str] = {
         (surface, name): "the audit log is an operator's record (who read what), read over"
         " REST and ks audit; a model never reads it"
         for surface in ("graphql", "mcp")
-        for name in ("audit_list", "audit_show", "audit_verify", "audit_settings")
+        for name in (
+            "audit_list",
+            "audit_show",
+            "audit_verify",
+            "audit_settings",
+            "audit_replay",
+            "gc",
+        )
     },
 }
 

@@ -321,5 +321,5 @@ class GcReport(Answer):
         description="history rows removed: entity versions, chunks, memberships"
     )
     history_from: int = Field(
-        description="the first publish whose content can still be rebuilt (replay, acl explain --at)"
+        description="the first publish whose content can still be rebuilt (replay, acl explain at a moment)"
     )

@@ -58,6 +58,7 @@ class AuditFile:
         self._db: Database | None = None
         self._made = threading.Lock()
         self.fsync = False
+        self._synchronous: dict[int, bool] = {}  # connection → what its PRAGMA says
 
     def _database(self) -> Database:
         with self._made:
@@ -93,7 +94,9 @@ class AuditFile:
         db = self._database()
         try:
             conn = db.conn()
-            conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
+            if self._synchronous.get(id(conn)) != self.fsync:  # once per connection and change
+                conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync else 'NORMAL'}")
+                self._synchronous[id(conn)] = self.fsync
             with db.write() as conn:
                 yield conn
         except sqlite3.Error as exc:
@@ -145,6 +148,7 @@ class AuditFile:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+                self._synchronous.clear()
 
 
 def _parse_checkpoint(text: str) -> tuple[int, str] | None:
