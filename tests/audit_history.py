@@ -25,7 +25,30 @@ from knowledge_store.store.replay import Replayer
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.operations import operation, perform
 
-WORDS = ["replica", "failover", "vacuum", "index", "backup", "restore", "latency", "query", "planner", "lock", "deadlock", "checkpoint", "wal", "archive", "tuning", "memory", "cache", "partition", "shard", "replication", "monitor", "alert"]
+WORDS = [
+    "replica",
+    "failover",
+    "vacuum",
+    "index",
+    "backup",
+    "restore",
+    "latency",
+    "query",
+    "planner",
+    "lock",
+    "deadlock",
+    "checkpoint",
+    "wal",
+    "archive",
+    "tuning",
+    "memory",
+    "cache",
+    "partition",
+    "shard",
+    "replication",
+    "monitor",
+    "alert",
+]
 GROUPS = ("group:sre", "group:dba", "group:support", "group:finance")
 USERS = ("user:ann", "user:bob", "user:cy", "user:dee", "user:eve", "user:fay")
 IDENTITIES = (*USERS, "everyone", "group:sre")
