@@ -77,17 +77,21 @@ def main() -> None:
             run(text)
         # -- latency, interleaved --------------------------------------------------------------
         took: dict[str, list[float]] = {side: [] for side in SIDES}
+        cpu: dict[str, float] = dict.fromkeys(SIDES, 0.0)
         for i, text in enumerate(texts):
             order = SIDES[i % 3 :] + SIDES[: i % 3]
             for side in order:
                 _settings(store, side)
-                started = time.perf_counter()
+                started, used = time.perf_counter(), time.process_time()
                 run(text)
                 took[side].append(time.perf_counter() - started)
+                cpu[side] += time.process_time() - used
         print(f"\nfused search through perform, {len(texts)} queries, ms:")
         for side in SIDES:
             p = percentiles(took[side])
             print(f"  audit {side:>5}: p50 {p['p50']:.3f}  p95 {p['p95']:.3f}")
+        for side in SIDES:
+            print(f"  audit {side:>5}: CPU {cpu[side] / len(texts) * 1000:.3f} ms a request")
         for side in ("on", "fsync"):
             diffs = sorted(b - a for a, b in zip(took["off"], took[side], strict=True))
             print(
