@@ -10,9 +10,11 @@
 
 The store is the postgres-docs eval corpus ingested with the hashing embedder (the audit
 cost does not depend on the model; a real model's query embedding adds ~2-4 ms to every
-search, so the relative overhead here is an upper bound).
+search, so the relative overhead here is an upper bound). ``--engine postgres``: the same
+corpus in a fresh database of the test fixtures' local server (pgserver), which is stopped
+at the end; the log's bytes are then its tables' total relation size.
 
-    .venv/bin/python bench/bench_audit.py [--store DIR] [--queries 300] [--threads 8] [--seconds 10]
+    .venv/bin/python bench/bench_audit.py [--engine embedded|postgres] [--store DIR] [--queries 300] [--threads 8] [--seconds 10]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import need_eval, percentiles, queries
@@ -45,30 +48,50 @@ def _settings(store: KnowledgeStore, side: str) -> None:
     )
 
 
-def _store(path: Path) -> Path:
+def _store(location: str) -> str:
     corpus = need_eval() / "corpus.jsonl"
-    with KnowledgeStore.open(path, embedder="hash:384") as store:
+    with KnowledgeStore.open(location, embedder="hash:384") as store:
         if store.stats().entities == 0:
-            print(f"building {path} from the eval corpus (hash:384 vectors)", flush=True)
+            print(f"building {location} from the eval corpus (hash:384 vectors)", flush=True)
             store.ingest([corpus])
         print(f"store: {store.stats().entities:,} entities, {store.stats().chunks:,} chunks")
-    return path
+    return location
+
+
+def _postgres_store() -> str:
+    """A fresh database on the test fixtures' local server (started here, stopped by main)."""
+    os.environ.setdefault("KS_TEST_RUN", "bench-audit")
+    from tests import postgres_support
+
+    return postgres_support.store_url(postgres_support.fresh_database("audit"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--engine", choices=("embedded", "postgres"), default="embedded")
     parser.add_argument("--store", type=Path, default=Path(".ks/bench-audit"))
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    path = _store(args.store)
+    if args.engine == "embedded":
+        measure(_store(str(args.store)), args)
+        return
+    from tests import postgres_support
+
+    try:
+        measure(_store(_postgres_store()), args)
+    finally:
+        postgres_support.stop_server()
+
+
+def measure(location: str, args: argparse.Namespace) -> None:
     texts = [text for _, text in queries(args.queries)]
     op = operation("search")
     caller = Caller(Identity("everyone"), subject="os:bench")
     print(f"load: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores", flush=True)
 
-    with KnowledgeStore.open(path, embedder="hash:384") as store:
+    with KnowledgeStore.open(location, embedder="hash:384") as store:
 
         def run(text: str) -> None:
             perform(op, store, caller, {"query": text, "k": 10}, surface="bench")
@@ -128,7 +151,7 @@ def main() -> None:
         size1 = store.engine.audit.disk_bytes()
         print(
             f"\nbytes per audited read (k=10, query text kept): {(text1 - text0) / (records1 - records0):.0f}"
-            f" of record JSON; audit.sqlite grew {(size1 - size0) / n:.0f} bytes a record"
+            f" of record JSON; the log's storage grew {(size1 - size0) / n:.0f} bytes a record"
             f" (with its indexes and the names table; {records1:,} records in all)"
         )
         _settings(store, "on")

@@ -103,6 +103,18 @@ def test_a_read_records_who_what_where_and_what_it_named(audited: KnowledgeStore
     assert record.answer is not None and len(record.answer) == 64
 
 
+def test_a_content_read_names_its_entity_and_the_chunks_it_showed(
+    audited: KnowledgeStore,
+) -> None:
+    """The most direct read of all: "who saw this document" must find it."""
+    answer = audited.content("ticket:1042", identity="user:sam")
+    (record,) = audited.audit_list(AuditListRequest(k=1)).records
+    assert record.operation == "content" and record.returned[0].uid == "ticket:1042"
+    assert record.returned[0].chunks == [c.chunk_id for c in answer.chunks]
+    seen = audited.audit_list(AuditListRequest(uid="ticket:1042")).records
+    assert record.seq in {r.seq for r in seen}
+
+
 def test_a_record_names_only_what_its_caller_saw(audited: KnowledgeStore) -> None:
     """joe may read neither ticket: his records name neither, whatever he asked."""
     for text in ("replica lag", "payroll salary", "ERR-1042", "vacuum"):

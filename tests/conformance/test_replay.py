@@ -134,6 +134,41 @@ def test_a_record_naming_what_its_identity_could_not_read_is_not_explained(
     assert {a.uid: a.readable for a in got.access}["ticket:2001"] is False
 
 
+def test_a_refused_read_replays_refused_and_a_grant_explains_it_now(
+    estate: KnowledgeStore,
+) -> None:
+    """joe asked for the payroll ticket and got not_found: at its root it is not_found too
+    (the refusal was right); after a grant, the read now answers, and the grant says why."""
+    caller = Caller(Identity("user:joe"), subject="token:user:joe")
+    with pytest.raises(NotFound):
+        perform(operation("content"), estate, caller, {"uid": "ticket:2001"}, surface="rest")
+    seq = estate.engine.audit.head().seq
+    got = _replay(estate, seq)
+    assert got.explained and got.now is not None and got.now.identical
+    assert got.note and "not_found" in got.note
+    _change(estate, "acl_grant", uid="ticket:2001", principal="user:joe")
+    got = _replay(estate, seq)
+    causes = _causes(got, "ticket:2001")
+    assert any(c.startswith("user:joe granted") for c in causes), causes
+
+
+def test_a_record_of_a_refusal_that_was_not_one_is_not_explained(estate: KnowledgeStore) -> None:
+    seq = _read(estate, "content", "user:sam", uid="ticket:1042")
+    record = estate.audit_show(seq)
+    forged = record.model_copy(
+        update={"outcome": "error", "error": {"code": "not_found"}, "returned": []}
+    )
+    from knowledge_store.store.replay import Replayer
+
+    with Replayer(estate) as replayer:
+        got = replayer.replay(forged)
+    assert got.replayed and not got.explained
+    assert got.then is not None and not got.then.identical
+    assert any("at its root it answers" in c for d in got.then.differences for c in d.causes), (
+        got.then
+    )
+
+
 def test_a_read_without_its_text_checks_access_only(estate: KnowledgeStore) -> None:
     estate.audit_settings(AuditSettingsRequest.parse({"query_text": "hash"}))
     seq = _read(estate, "search", "user:sam", query="replica", k=3)

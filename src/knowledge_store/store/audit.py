@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.errors import KnowledgeStoreError, StoreError
-from knowledge_store.model import Answer, ChunkHits, GraphHits, SearchAnswer, SqlHits
+from knowledge_store.model import Answer, ChunkHits, Content, GraphHits, SearchAnswer, SqlHits
 from knowledge_store.model.audit import (
     QUERY_TEXT_POLICIES,
     AuditSettings,
@@ -207,9 +207,10 @@ def _walk(value: Any, found: list[dict[str, Any]]) -> None:
 def returned_of(answer: Any) -> list[dict[str, Any]]:
     """What ``answer`` named: ``[{"uid", "rank", "chunks"?}]`` in its order.
 
-    The ranked answers are read from their items; any other answer is walked for the items
-    that carry a uid (content, its edges, a learning path …), and query_graph's rows give
-    the values of their ``uid`` columns."""
+    The ranked answers are read from their items; content names its entity (with the chunks
+    it showed) first; any other answer is walked for the items that carry a uid (content's
+    edges, a learning path …), and query_graph's rows give the values of their ``uid``
+    columns."""
     if isinstance(answer, SearchAnswer):
         return [
             _compact({"uid": r.uid, "rank": i, "chunks": [e.chunk_id for e in r.evidence]})
@@ -232,7 +233,10 @@ def returned_of(answer: Any) -> list[dict[str, Any]]:
         rows = [{"uid": row[i]} for row in data["rows"] for i in picked if isinstance(row, list)]
         return _names_in(rows)
     found: list[dict[str, Any]] = []
-    if isinstance(data.get("uid"), str):
+    if isinstance(answer, Content):  # the entity read, with the chunks shown; then its edges
+        chunks = [c.chunk_id for c in answer.chunks]
+        found.append(_compact({"uid": answer.entity.uid, "chunks": chunks}))
+    elif isinstance(data.get("uid"), str):
         found.append({"uid": data["uid"]})
     _walk(data, found)
     seen: dict[str, dict[str, Any]] = {}

@@ -200,9 +200,10 @@ class Replayer:
             "content_root": record.content_root,
             "publish": record.publish,
         }
-        if record.outcome != "ok":
-            code = (record.error or {}).get("code")
-            note = f"the request failed ({code}): it read nothing to replay"
+        method = record.operation if record.operation in READS else None
+        failed = None if record.outcome == "ok" else str((record.error or {}).get("code"))
+        if failed is not None and self._request(method, record) is None:
+            note = f"the request failed ({failed}): it read nothing to replay"
             return AuditReplay(**base, replayed=False, note=note, explained=True)
         identity = Identity(record.identity or "everyone", tuple(record.groups))
         with self.store.engine.history() as history:
@@ -224,7 +225,6 @@ class Replayer:
             versions = history.versions(uids)
             access = [self._access(uid, versions[uid], then, identity) for uid in uids]
             leak = [a.uid for a in access if not (a.present and a.readable)]
-            method = record.operation if record.operation in READS else None
             request = self._request(method, record)
             if method is None or request is None:
                 why = (
@@ -253,6 +253,7 @@ class Replayer:
                 self._index_difference(d, method, access, record, history, publish)
                 for d in compared_then
             ]
+            then_diffs += _outcome_difference(failed, answer_then, request)
             with self.store.reader(identity) as reader:
                 answer_now = _answer(reader, method, request)
                 held_now = reader.held
@@ -288,6 +289,9 @@ class Replayer:
             replay = AuditReplay(
                 **base,
                 replayed=True,
+                note=None
+                if failed is None
+                else f"the read failed ({failed}): run again to see that it fails alike",
                 memberships_at=then.moment,
                 principals_match=then.match,
                 access=access,
@@ -398,7 +402,7 @@ class Replayer:
                 f"the vector list ran {vector.get('strategy')} (approximate) at the read; the"
                 " replay's index is built fresh"
             )
-        named_ok = diff.before is None or diff.uid in readable
+        named_ok = diff.came or diff.uid in readable
         explained = bool(causes) and named_ok
         if not named_ok:
             causes.insert(0, f"{diff.uid} was not readable at the root: not explained")
@@ -416,6 +420,10 @@ class _Diff:
     before: int | None
     after: int | None
     chunks: bool  # only the chunks shown differ
+    #: named by the earlier answer only (it left), by the later only (it came): an answer
+    #: that names without ranks (content, its edges) has neither rank in both
+    left: bool = False
+    came: bool = False
 
 
 def _compare(
@@ -434,8 +442,22 @@ def _compare(
         chunks_b = list(b.get("chunks") or []) if b else []
         if a is None or b is None or rank_a != rank_b or chunks_a != chunks_b:
             same_place = a is not None and b is not None and rank_a == rank_b
-            out.append(_Diff(uid, rank_a if a else None, rank_b if b else None, same_place))
+            out.append(_Diff(uid, rank_a, rank_b, same_place, left=b is None, came=a is None))
     return out
+
+
+def _outcome_difference(failed: str | None, answer: Any, request: Any) -> list[ReplayDifference]:
+    """The read run again at its root ends otherwise than the record did (it failed with
+    ``failed``, or answered: None): the content and memberships are those of then, so
+    nothing explains it — a record of a failure that was not one, or the reverse."""
+    code = answer.code if isinstance(answer, KnowledgeStoreError) else None
+    if code == failed:
+        return []
+    recorded = "answered" if failed is None else f"failed ({failed})"
+    replayed = "answers" if code is None else f"fails ({code})"
+    sentence = f"the read {recorded}; at its root it {replayed}: not explained"
+    uid = str(getattr(request, "uid", None) or "(the answer)")
+    return [ReplayDifference(uid=uid, before=None, after=None, explained=False, causes=[sentence])]
 
 
 def _failed_now(
@@ -573,9 +595,9 @@ class _Changes:
         versions = self.versions(diff.uid)
         then = _at(versions, self.publish)
         now = versions[-1] if versions and versions[-1].valid_to is None else None
-        if diff.after is None:  # left
+        if diff.left:
             causes += self._left(diff.uid, versions, then, now)
-        elif diff.before is None:  # came
+        elif diff.came:
             causes += self._came(diff.uid, versions, then, now)
         if not causes:
             causes += self._moved(diff, versions, others)
@@ -673,8 +695,8 @@ class _Changes:
         own = self._content(diff.uid, versions)
         if own:
             return own
-        left = [d.uid for d in others if d.after is None and d.uid != diff.uid]
-        came = [d.uid for d in others if d.before is None and d.uid != diff.uid]
+        left = [d.uid for d in others if d.left and d.uid != diff.uid]
+        came = [d.uid for d in others if d.came and d.uid != diff.uid]
         around = []
         if left:
             around.append(f"{', '.join(left[:5])} left the answer")
