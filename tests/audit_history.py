@@ -208,6 +208,25 @@ class Replayed:
     seconds: float = 0.0
 
 
+#: What a cause says, by the words that say it (the first that fits).
+_CAUSES = (
+    (" revoked from its ACL", "revoked"),
+    (" granted ", "granted"),
+    (" removed from ", "membership removed"),
+    (" added to ", "membership added"),
+    ("deleted ", "deleted"),
+    ("added ", "added"),
+    (" updated ", "updated"),
+    ("readable and unchanged; moved", "moved by others"),
+    ("the content changed", "publishes since"),
+    ("the read now answers", "fails now"),
+)
+
+
+def _kind(cause: str) -> str:
+    return next((kind for words, kind in _CAUSES if words in f" {cause}"), "other")
+
+
 def replay_all(store: KnowledgeStore, seqs: list[int]) -> Replayed:
     out = Replayed()
     started = time.perf_counter()
@@ -230,9 +249,7 @@ def replay_all(store: KnowledgeStore, seqs: list[int]) -> Replayed:
             out.now_explained += all(d.explained for d in got.now.differences)
             for d in got.now.differences:
                 for cause in d.causes:
-                    out.causes[
-                        cause.split(" ")[1] if cause.startswith("group:") else cause.split(" ")[0]
-                    ] += 1
+                    out.causes[_kind(cause)] += 1
             if not got.explained:
                 out.unexplained.append(
                     f"{rec.seq} {rec.operation} {rec.identity} {rec.request}: principals"
