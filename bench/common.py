@@ -213,7 +213,7 @@ def build_replicated_store(
     engine = EmbeddedEngine(dst)
     model = EmbeddedEngine(PG15_STORE).model()
     assert model is not None
-    engine.set_model(model[0], model[1], "default")
+    engine.writer.set_model(model[0], model[1], "default")
     started = time.perf_counter()
     made = 0
     for pending in batches:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import StoreError
 from knowledge_store.ingest.pipeline import chunk_entity
 from knowledge_store.model import (

@@ -172,7 +172,7 @@ def test_version_7_gives_a_version_6_store_its_chunk_locations(database: str) ->
 def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None:
     """Version 1 wrote year 1 as ``1-01-01T…`` (sorts wrong) and ACL-set keys as the
     principals' text (a long ACL overflowed its b-tree entry)."""
-    from knowledge_store.engines.postgres.publish import acl_set_key
+    from knowledge_store.engines.sql.dialect import POSTGRES
 
     url = postgres_support.store_url(database, "version1")
     acl = ("everyone", "user:x")
@@ -192,7 +192,7 @@ def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None
         assert [h.created_at for h in KnowledgeStore(engine).sql().hits] == ["0001-01-01T00:00:00Z"]
         engine.publish([prepared("b")], [], kind="ingest")  # the same ACL: the same set
         keys = [r[0] for r in engine.db.conn().execute("SELECT key FROM acl_sets")]
-        assert keys == [acl_set_key(acl)]
+        assert keys == [POSTGRES.acl_set_key(acl)]
     finally:
         engine.close()
 

@@ -14,7 +14,7 @@ answer returns (``chunks``, ``entities``), once, late.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -47,7 +47,6 @@ from knowledge_store.model import (
     Order,
     PrincipalInfo,
     QueryAnswer,
-    SourceSummary,
     SqlHits,
     StoreStats,
     VectorInfo,
@@ -56,6 +55,9 @@ from knowledge_store.model.queries import TextAnalysis
 
 if TYPE_CHECKING:
     from knowledge_store.engines.components import ListQuery
+    from knowledge_store.engines.sql.dialect import SqlDialect
+    from knowledge_store.engines.sql.write import ChunkStore
+    from knowledge_store.engines.sql.writer import CatalogWriter
 
 __all__ = [
     "AclAdmin",
@@ -239,15 +241,30 @@ class Reader(Protocol):
 
 
 class Writer(Protocol):
-    """Publishes, the model, the embedding cache, figures and rebuilds."""
+    """What an engine gives the write path every engine shares (``engines.sql.writer``,
+    ``engines.sql.write``, ``engines.sql.acl``): its catalog's dialect and connections, what
+    it keeps of chunks, and what only it can do — a publish with its derived indexes, a
+    re-embedding, its figures, rebuild and check."""
 
-    def model(self) -> tuple[str, int] | None: ...
-    def model_spec(self) -> str | None: ...
-    def set_model(self, model_id: str, dimension: int, spec: str) -> None: ...
-    def content_root(self) -> str: ...
-    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]: ...
-    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]: ...
-    def cache_embeddings(self, items: Mapping[str, Vector]) -> None: ...
+    @property
+    def dialect(self) -> SqlDialect: ...
+    @property
+    def chunk_store(self) -> ChunkStore:
+        """The engine's part of every publish (``engines.sql.write.ChunkStore``)."""
+        ...
+
+    def connection(self) -> AbstractContextManager[Any]:
+        """This thread's connection, for single statements (each its own transaction)."""
+        ...
+
+    def reading(self) -> AbstractContextManager[Any]:
+        """A connection in a read transaction: one snapshot for the block."""
+        ...
+
+    def writing(self) -> AbstractContextManager[Any]:
+        """A connection in a write transaction, the store's write lock held."""
+        ...
+
     def publish(
         self,
         upserts: Sequence[PreparedEntity],
@@ -257,8 +274,11 @@ class Writer(Protocol):
         model: str | None = None,
         source: SourceSync | None = None,
         scope: BatchScope | None = None,
+        acl_change: Callable[[Any], Sequence[Entity]] | None = None,
     ) -> Published:
-        """One publish; with ``model``, refused (ModelMismatch) unless the store records it.
+        """One publish (``engines.sql.write.publish_batch`` in a write transaction, the
+        engine's derived indexes following it); with ``model``, refused (ModelMismatch)
+        unless the store records it.
 
         With ``source``, the source's catalog row is written in the same transaction
         (even when nothing changed), and a sync also deletes the source's entities
@@ -266,33 +286,9 @@ class Writer(Protocol):
         Every publish is settled first (``engines.sql.batch.settle_batch``): no entity of
         another source is taken over unless ``scope.allow_move``, and derived entities
         follow their parent (orphans deleted, the parent's ACL) — ``scope.holds`` names
-        what the batch holds unchanged.
+        what the batch holds unchanged. ``acl_change(connection)``, decided in the
+        publish's transaction, names the entities whose ACL changes (a grant, a revoke).
         """
-        ...
-
-    def sources(self) -> list[SourceSummary]:
-        """Every source: what it holds now (all entities: an administration view) and its row."""
-        ...
-
-    def delete_source(self, name: str) -> Published:
-        """Every entity of source ``name``, its row and its crawl state, gone in one publish."""
-        ...
-
-    def crawl_pages(self, source: str) -> dict[str, str]:
-        """The crawl state remembered for ``source``: url → PageState as JSON."""
-        ...
-
-    def source_uid_prefix(self, name: str) -> str | None:
-        """The uid prefix of source ``name``'s folder pages (``engines.sql.sources.read_uid_prefix``):
-        recorded, ``""`` for a source known without one, None for a new source."""
-        ...
-
-    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
-        """Remember (JSON) or forget (None) each url's crawl state, in one transaction."""
-        ...
-
-    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
-        """``(chunk id, embedded text)`` of up to ``limit`` chunks with ids above ``after``."""
         ...
 
     def replace_embeddings(
@@ -312,9 +308,7 @@ class Writer(Protocol):
         """
         ...
 
-    def delete(self, uids: Sequence[str]) -> Published: ...
     def stats(self) -> StoreStats: ...
-    def is_empty(self) -> bool: ...
     def rebuild(self, *, progress: bool = False) -> None: ...
     def check(self) -> CheckReport:
         """The catalog verified (every content hash recomputed, chunks against bodies) and the
@@ -346,7 +340,9 @@ class Engine(Protocol):
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 
     @property
-    def writer(self) -> Writer: ...
+    def writer(self) -> CatalogWriter:
+        """The store's writer: the shared one (``engines.sql.writer``) over this engine."""
+        ...
 
     @property
     def admin(self) -> AclAdmin: ...
