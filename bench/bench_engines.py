@@ -180,7 +180,7 @@ def publish_all(engine: Any, batches: Sequence[Sequence[PreparedEntity]]) -> flo
     """Publish every batch; seconds (for PostgreSQL including the final VACUUM ANALYZE)."""
     started = time.perf_counter()
     for n, batch in enumerate(batches, start=1):
-        engine.publish(batch, [], kind="ingest")
+        engine.writer.publish(batch, [], kind="ingest")
         print(f"    batch {n}/{len(batches)} ({time.perf_counter() - started:.0f} s)", flush=True)
     if isinstance(engine, PostgresEngine):
         engine.db.conn().execute("VACUUM ANALYZE")

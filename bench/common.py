@@ -217,7 +217,7 @@ def build_replicated_store(
     started = time.perf_counter()
     made = 0
     for pending in batches:
-        engine.publish(pending, [], kind="ingest")
+        engine.writer.publish(pending, [], kind="ingest")
         made += sum(len(p.chunks) for p in pending)
         print(f"  {made:,} chunks ({time.perf_counter() - started:.0f} s)", flush=True)
     engine.close()

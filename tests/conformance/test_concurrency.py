@@ -163,10 +163,10 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
     def slow_publish() -> None:
         with engine.db.write() as conn:  # type: ignore[attr-defined]
             from knowledge_store.engines.sql.dialect import POSTGRES
-            from knowledge_store.engines.sql.write import publish_batch
+            from knowledge_store.engines.sql.write import Batch, publish_batch
 
             chunks = engine.chunk_store  # type: ignore[attr-defined]
-            publish_batch(conn, POSTGRES, chunks, [_entity("during")], [], kind="ingest")
+            publish_batch(conn, POSTGRES, chunks, Batch([_entity("during")]))
             inside.set()
             release.wait(10)
 

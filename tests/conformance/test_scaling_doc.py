@@ -34,7 +34,7 @@ def test_the_citus_ddl_applies_to_the_schema() -> None:
         entity = Entity(
             "a", "page", "A", "some text", acl=("everyone",), edges=(Edge("a", "xref", "b"),)
         )
-        engine.publish([PreparedEntity(entity, (chunk,), vector)], [], kind="ingest")
+        engine.writer.publish([PreparedEntity(entity, (chunk,), vector)], [], kind="ingest")
         conn = engine.db.conn()
         for statement in statements:
             if "citus" in statement or "create_distributed_table" in statement:

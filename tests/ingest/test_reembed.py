@@ -230,7 +230,7 @@ def test_a_store_that_moved_on_is_not_reembedded(location, fp32):
         stale = store.content_root()
         store.ingest_records([{**ESTATE[0], "body": "VACUUM, rewritten."}])
         with pytest.raises(StoreError, match="changed while it was being re-embedded"):
-            store.engine.replace_embeddings(
+            store.engine.writer.replace_embeddings(
                 ids,
                 vectors,
                 model_id=int8.model_id,
@@ -245,7 +245,7 @@ def test_a_publish_of_another_models_vectors_is_refused(location, fp32):
     with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE[:1])
         with pytest.raises(ModelMismatch, match="re-embedded"):
-            store.engine.publish([], ["guide:vacuum"], kind="delete", model="other-model")
+            store.engine.writer.publish([], ["guide:vacuum"], kind="delete", model="other-model")
         assert store.stats().entities == 1
 
 

@@ -14,7 +14,7 @@ answer returns (``chunks``, ``entities``), once, late.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.publish import PublishPlan
-from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.engines.sql.traversal import Traversal
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.graphquery.nodes import Query
@@ -56,7 +54,7 @@ from knowledge_store.model.queries import TextAnalysis
 if TYPE_CHECKING:
     from knowledge_store.engines.components import ListQuery
     from knowledge_store.engines.sql.dialect import SqlDialect
-    from knowledge_store.engines.sql.write import ChunkStore
+    from knowledge_store.engines.sql.write import Batch, ChunkStore, Reembedding
     from knowledge_store.engines.sql.writer import CatalogWriter
 
 __all__ = [
@@ -265,47 +263,14 @@ class Writer(Protocol):
         """A connection in a write transaction, the store's write lock held."""
         ...
 
-    def publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        model: str | None = None,
-        source: SourceSync | None = None,
-        scope: BatchScope | None = None,
-        acl_change: Callable[[Any], Sequence[Entity]] | None = None,
-    ) -> Published:
-        """One publish (``engines.sql.write.publish_batch`` in a write transaction, the
-        engine's derived indexes following it); with ``model``, refused (ModelMismatch)
-        unless the store records it.
-
-        With ``source``, the source's catalog row is written in the same transaction
-        (even when nothing changed), and a sync also deletes the source's entities
-        the batch does not hold (``engines.sql.sources.plan_sync`` feeding the planner).
-        Every publish is settled first (``engines.sql.batch.settle_batch``): no entity of
-        another source is taken over unless ``scope.allow_move``, and derived entities
-        follow their parent (orphans deleted, the parent's ACL) — ``scope.holds`` names
-        what the batch holds unchanged. ``acl_change(connection)``, decided in the
-        publish's transaction, names the entities whose ACL changes (a grant, a revoke).
-        """
+    def publish(self, batch: Batch) -> Published:
+        """One publish: ``engines.sql.write.publish_batch`` in a write transaction, the
+        engine's derived indexes following it."""
         ...
 
-    def replace_embeddings(
-        self,
-        ids: Sequence[int],
-        vectors: Vector,
-        *,
-        model_id: str,
-        dimension: int,
-        spec: str,
-        base_root: str,
-    ) -> str:
-        """Every chunk's vector and the recorded model, as one publish (kind ``reembed``).
-
-        ``ids`` must be every chunk of the store at ``base_root``; a store that
-        has moved on since is refused (StoreError), and nothing changes.
-        """
+    def replace_embeddings(self, job: Reembedding) -> str:
+        """``engines.sql.write.reembed`` in a write transaction, the engine's derived
+        indexes following it; the new content root."""
         ...
 
     def stats(self) -> StoreStats: ...

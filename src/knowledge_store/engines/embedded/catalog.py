@@ -29,7 +29,7 @@ from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds
 from knowledge_store.engines.sql.acl import load_entity
 from knowledge_store.engines.sql.dialect import SQLITE, Column
 from knowledge_store.engines.sql.statements import location_text
-from knowledge_store.engines.sql.write import Placed, latest_publish, publish_batch
+from knowledge_store.engines.sql.write import Batch, Placed, latest_publish, publish_batch
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     FACET_NAMES,
@@ -327,7 +327,7 @@ class Catalog:
         """Plan and write one publish to the catalog alone (the derived indexes catch up on
         their next open or read) — for tools and tests that write a catalog directly."""
         with self.write() as conn:
-            plan = publish_batch(conn, SQLITE, self.chunk_store, upserts, deletes, kind=kind)
+            plan = publish_batch(conn, SQLITE, self.chunk_store, Batch(upserts, deletes, kind))
             return Published.of(plan).publish, Published.of(plan).root
 
     # -- what the derived indexes read (no ACL check: they store the ACL's principals) ------

@@ -37,7 +37,7 @@ import logging
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
-from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.base import EngineSettings, Published
 from knowledge_store.engines.components import Components
 from knowledge_store.engines.embedded import components as _components  # noqa: F401  (registers)
 from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
@@ -66,22 +66,17 @@ from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
     check_own_directory,
-    check_prepared,
     check_store_directory,
-    check_vectors,
     no_store,
 )
 from knowledge_store.engines.sql.acl import AclAdministration
-from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import SQLITE
-from knowledge_store.engines.sql.sources import SourceSync
-from knowledge_store.engines.sql.write import publish_batch, reembed
+from knowledge_store.engines.sql.write import Batch, Reembedding, publish_batch, reembed
 from knowledge_store.engines.sql.writer import CatalogWriter
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     QUERY_GRAPH_TIME_LIMIT_S,
     CheckReport,
-    Entity,
     Identity,
     StoreStats,
 )
@@ -141,8 +136,9 @@ class EmbeddedEngine:
         self.lexical_index = self.lexical.index
         self.views = Views(self.catalog, self.lexical, self.dense_index)
         self.owners = ChunkOwners(self.catalog)
-        self._admin = AclAdministration(self)
-        self._catalog_writer = CatalogWriter(self)
+        #: ACL administration and the store's writer: the shared ones, over this engine.
+        self.admin = AclAdministration(self)
+        self.writer = CatalogWriter(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
@@ -154,20 +150,9 @@ class EmbeddedEngine:
             if acquired:
                 self._recover()
 
-    @property
-    def writer(self) -> CatalogWriter:
-        return self._catalog_writer
-
-    @property
-    def admin(self) -> AclAdministration:
-        return self._admin
-
     # -- what the shared write path needs (engines.base.Writer) -------------------------------
     dialect = SQLITE
-
-    @property
-    def chunk_store(self) -> EmbeddedChunks:
-        return self.catalog.chunk_store
+    chunk_store = EmbeddedChunks()
 
     def connection(self) -> AbstractContextManager[sqlite3.Connection]:
         return nullcontext(self.catalog.db.conn())
@@ -250,32 +235,18 @@ class EmbeddedEngine:
         return self.views.open_snapshot(conn)
 
     # -- re-embedding ------------------------------------------------------------------------------
-    def replace_embeddings(
-        self,
-        ids: Sequence[int],
-        vectors: Vector,
-        *,
-        model_id: str,
-        dimension: int,
-        spec: str,
-        base_root: str,
-    ) -> str:
-        """Every vector and the recorded model as one publish, like any publish: the
-        dense index is rebuilt from ``vectors`` and Tantivy's watermark moves (its
-        texts are unchanged) before the catalog transaction commits."""
-        check_vectors("the re-embedding", vectors, len(ids), dimension)
-        matrix = np.asarray(vectors, dtype=np.float32)
-        keys = np.asarray(ids, dtype=np.int64)
-        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+    def replace_embeddings(self, job: Reembedding) -> str:
+        """``engines.sql.write.reembed``, like any publish: the dense index is rebuilt from
+        the new vectors and Tantivy's watermark moves (its texts are unchanged) before the
+        catalog transaction commits."""
+        keys = np.asarray(job.ids, dtype=np.int64)
         with self._writer():
             self._catch_up_or_log()
             try:
                 with self.catalog.write() as conn:
-                    publish, root = reembed(
-                        conn, SQLITE, self.chunk_store, ids, matrix, meta, base_root=base_root
-                    )
+                    publish, root = reembed(conn, SQLITE, self.chunk_store, job)
                     self.lexical.mark(publish)  # its texts are unchanged: the watermark moves
-                    self.dense_index.reembed(publish, keys, matrix, dimension)
+                    self.dense_index.reembed(publish, keys, job.vectors, job.vectors.shape[1])
             except BaseException:
                 self._abort()
                 self.dense_index.forget()  # the recorded model's index reopens from its file
@@ -286,17 +257,7 @@ class EmbeddedEngine:
             return root
 
     # -- publishing -----------------------------------------------------------------------------
-    def publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        model: str | None = None,
-        source: SourceSync | None = None,
-        scope: BatchScope | None = None,
-        acl_change: Callable[[sqlite3.Connection], Sequence[Entity]] | None = None,
-    ) -> Published:
+    def publish(self, batch: Batch) -> Published:
         """One publish (``engines.base.Writer.publish``): written in the catalog's write
         transaction (``engines.sql.write.publish_batch``), the derived indexes updated before
         that transaction commits (see the module docstring).
@@ -305,24 +266,11 @@ class EmbeddedEngine:
         is written (StoreError); a derived index that fails anyway is left behind (see
         the module docstring) and the catalog commits.
         """
-        recorded = self.writer.model()
-        check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
             self._catch_up_or_log()
             try:
                 with self.catalog.write() as conn:
-                    plan = publish_batch(
-                        conn,
-                        SQLITE,
-                        self.chunk_store,
-                        upserts,
-                        deletes,
-                        kind=kind,
-                        model=model,
-                        acl_only=() if acl_change is None else acl_change(conn),
-                        source=source,
-                        scope=scope,
-                    )
+                    plan = publish_batch(conn, SQLITE, self.chunk_store, batch)
                     if plan.empty:
                         return Published.of(plan)
                     self._follow(conn, plan.publish)

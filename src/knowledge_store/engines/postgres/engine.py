@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from psycopg import sql
 
-from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.base import EngineSettings, Published
 from knowledge_store.engines.components import Components
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.postgres import components as _components  # noqa: F401  (registers)
@@ -43,19 +43,13 @@ from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
     ChunkIds,
     check_own_directory,
-    check_prepared,
     check_store_directory,
-    check_vectors,
     no_store,
 )
 from knowledge_store.engines.sql.acl import AclAdministration
-from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
-from knowledge_store.engines.sql.sources import (
-    SourceSync,
-)
-from knowledge_store.engines.sql.write import publish_batch, reembed
+from knowledge_store.engines.sql.write import Batch, Reembedding, publish_batch, reembed
 from knowledge_store.engines.sql.writer import CatalogWriter
 from knowledge_store.errors import (
     InvalidRequest,
@@ -66,7 +60,6 @@ from knowledge_store.model import (
     EVERYONE,
     QUERY_GRAPH_TIME_LIMIT_S,
     CheckReport,
-    Entity,
     Filters,
     Identity,
     StoreStats,
@@ -152,8 +145,9 @@ class PostgresEngine:
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
         self.chunk_ids = self._chunk_ids()
-        self._admin = AclAdministration(self)
-        self._catalog_writer = CatalogWriter(self)
+        #: ACL administration and the store's writer: the shared ones, over this engine.
+        self.admin = AclAdministration(self)
+        self.writer = CatalogWriter(self)
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
         #: How the lexical statements read text: the reference analysis they mirror in SQL
@@ -215,14 +209,6 @@ class PostgresEngine:
             yield PostgresReader(self, conn, identity, publish, root)
         finally:
             self.db.give(conn)
-
-    @property
-    def writer(self) -> CatalogWriter:
-        return self._catalog_writer
-
-    @property
-    def admin(self) -> AclAdministration:
-        return self._admin
 
     # -- what the shared write path needs (engines.base.Writer) -------------------------------
     dialect = POSTGRES
@@ -324,22 +310,9 @@ class PostgresEngine:
         row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
         return None if row is None else str(row[0])
 
-    def replace_embeddings(
-        self,
-        ids: Sequence[int],
-        vectors: Vector,
-        *,
-        model_id: str,
-        dimension: int,
-        spec: str,
-        base_root: str,
-    ) -> str:
-        check_vectors("the re-embedding", vectors, len(ids), dimension)
-        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+    def replace_embeddings(self, job: Reembedding) -> str:
         with self.db.write() as conn, translate("re-embedding"):
-            _, root = reembed(
-                conn, POSTGRES, self.chunk_store, ids, vectors, meta, base_root=base_root
-            )
+            _, root = reembed(conn, POSTGRES, self.chunk_store, job)
         with translate("vacuuming after the re-embedding"):
             # Every vector was replaced: the old row versions stay in pgvector's HNSW graph,
             # where a search still walks them (and spends ef on them) until a vacuum removes
@@ -348,35 +321,12 @@ class PostgresEngine:
             self.db.conn().execute("VACUUM ANALYZE chunks")
         return root
 
-    def publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        model: str | None = None,
-        source: SourceSync | None = None,
-        scope: BatchScope | None = None,
-        acl_change: Callable[[Connection], Sequence[Entity]] | None = None,
-    ) -> Published:
+    def publish(self, batch: Batch) -> Published:
         """One publish (``engines.base.Writer.publish``): ``engines.sql.write.publish_batch``
         in one write transaction; the planner's statistics refreshed after big ones."""
-        recorded_model = self.writer.model()
-        check_prepared(upserts, None if recorded_model is None else recorded_model[1])
         with self.db.write() as conn, translate("publishing"):
-            plan = publish_batch(
-                conn,
-                POSTGRES,
-                self.chunk_store,
-                upserts,
-                deletes,
-                kind=kind,
-                model=model,
-                acl_only=() if acl_change is None else acl_change(conn),
-                source=source,
-                scope=scope,
-            )
-        self._after_write(sum(len(p.chunks) for p in upserts) + plan.deleted)
+            plan = publish_batch(conn, POSTGRES, self.chunk_store, batch)
+        self._after_write(sum(len(p.chunks) for p in batch.upserts) + plan.deleted)
         return Published.of(plan)
 
     def _after_write(self, changed: int) -> None:

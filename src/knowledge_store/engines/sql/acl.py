@@ -28,6 +28,7 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import PRINCIPAL_PARAM, SqlDialect
+from knowledge_store.engines.sql.write import Batch
 from knowledge_store.errors import NotFound
 from knowledge_store.model import (
     AclExplanation,
@@ -130,7 +131,7 @@ class AclAdministration:
                 entity, change, principal, lambda parent: derived_from(conn, d, parent)
             )
 
-        return self._engine.publish([], [], kind=change, acl_change=decide).root
+        return self._engine.publish(Batch(kind=change, acl_change=decide)).root
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
         with self._engine.reading() as conn:

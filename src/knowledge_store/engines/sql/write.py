@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from knowledge_store.engines.base import PreparedEntity, Published
+from knowledge_store.engines.shared import check_prepared
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import Column, SqlDialect
 from knowledge_store.engines.sql.publish import (
@@ -47,8 +49,10 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "Batch",
     "ChunkStore",
     "Placed",
+    "Reembedding",
     "acl_set_id",
     "latest_publish",
     "publish_batch",
@@ -59,6 +63,28 @@ __all__ = [
 
 #: An upserted entity with the row id the catalog gave it.
 Placed = tuple[int, PreparedEntity]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one publish is asked to do.
+
+    ``model``: the vectors' model — refused (ModelMismatch) unless the store records that
+    model (or none yet): it may have been re-embedded since they were made. ``source``: the
+    source's row is written (even when nothing changed), and a sync deletes the source's
+    entities the batch does not hold. ``scope``: what the batch holds beyond its upserts,
+    and whether it may move entities from another source (``.batch``). ``acl_change``:
+    decides, on the publish's connection, the entities whose ACL changes and nothing
+    else (a grant, a revoke).
+    """
+
+    upserts: Sequence[PreparedEntity] = ()
+    deletes: Sequence[str] = ()
+    kind: str = "ingest"
+    model: str | None = None
+    source: SourceSync | None = None
+    scope: BatchScope | None = None
+    acl_change: Callable[[Any], Sequence[Entity]] | None = None
 
 
 class ChunkStore(Protocol):
@@ -106,54 +132,47 @@ def stored_hashes(conn: Executes, d: SqlDialect, uids: Sequence[str]) -> dict[st
 
 
 # -- the publish ------------------------------------------------------------------------------------
-def publish_batch(
-    conn: Executes,
-    d: SqlDialect,
-    chunks: ChunkStore,
-    upserts: Sequence[PreparedEntity],
-    deletes: Sequence[str],
-    *,
-    kind: str,
-    model: str | None = None,
-    acl_only: Sequence[Entity] = (),
-    source: SourceSync | None = None,
-    scope: BatchScope | None = None,
-) -> PublishPlan:
-    """Settle, plan and write one publish inside the caller's write transaction ``conn``.
-
-    With ``model`` (the vectors' model), refused (ModelMismatch) unless the store records
-    that model (or none yet): it may have been re-embedded since they were made. With
-    ``source``, a sync deletes the source's entities the batch does not hold, and the
-    source's row is written (even when nothing changed). ``acl_only``: entities whose ACL
-    changed and nothing else (a grant, a revoke). A plan that changes nothing writes nothing
-    but the source's row.
-    """
-    _check_model(conn, d, model)
+def publish_batch(conn: Executes, d: SqlDialect, chunks: ChunkStore, batch: Batch) -> PublishPlan:
+    """Settle, plan and write ``batch`` inside the caller's write transaction ``conn``
+    (the store's write lock held). A plan that changes nothing writes nothing but the
+    source's row."""
+    _check_batch(conn, d, batch)
     latest = latest_publish(conn)
-    batch = settle_batch(conn, d, upserts, deletes, source=source, scope=scope, acl_only=acl_only)
-    uids = [p.entity.uid for p in batch.upserts] + list(batch.deletes)
-    uids += [e.uid for e in batch.acl_only]
-    plan = plan_publish(
-        latest, stored_hashes(conn, d, uids), batch.upserts, batch.deletes, batch.acl_only
+    acl_only = () if batch.acl_change is None else batch.acl_change(conn)
+    settled = settle_batch(
+        conn,
+        d,
+        batch.upserts,
+        batch.deletes,
+        source=batch.source,
+        scope=batch.scope,
+        acl_only=acl_only,
     )
+    uids = [p.entity.uid for p in settled.upserts] + list(settled.deletes)
+    uids += [e.uid for e in settled.acl_only]
+    stored = stored_hashes(conn, d, uids)
+    plan = plan_publish(latest, stored, settled.upserts, settled.deletes, settled.acl_only)
     if not plan.empty:
-        write_plan(conn, d, chunks, plan, kind)
-    record_source(conn, d, source, Published.of(plan))
+        write_plan(conn, d, chunks, plan, batch.kind)
+    record_source(conn, d, batch.source, Published.of(plan))
     return plan
 
 
-def _check_model(conn: Executes, d: SqlDialect, model: str | None) -> None:
-    if model is None:
-        return
-    sql = f"SELECT value FROM meta WHERE key = {d.param('key')}"
-    row = conn.execute(sql, {"key": "model"}).fetchone()
-    if row is not None and str(row[0]) != model:
+def _check_batch(conn: Executes, d: SqlDialect, batch: Batch) -> None:
+    """Refuse, before anything is written, vectors of another model than the store's and
+    chunks or vectors no engine could take (``shared.check_prepared``)."""
+    sql = f"SELECT key, value FROM meta WHERE {d.in_array('key', 'keys')}"
+    meta = dict(conn.execute(sql, {"keys": d.bind_array(["model", "dimension"])}).fetchall())
+    recorded = meta.get("model")
+    if batch.model is not None and recorded is not None and recorded != batch.model:
         raise ModelMismatch(
-            f"this store's vectors are now {row[0]}, not {model} (it was re-embedded"
+            f"this store's vectors are now {recorded}, not {batch.model} (it was re-embedded"
             " meanwhile); nothing was published — ingest again",
-            store_model=str(row[0]),
-            model=model,
+            store_model=str(recorded),
+            model=batch.model,
         )
+    dimension = meta.get("dimension")
+    check_prepared(batch.upserts, None if dimension is None else int(dimension))
 
 
 def write_plan(
@@ -352,32 +371,34 @@ def _record(conn: Executes, sql: str, params: Mapping[str, Any]) -> None:
 
 
 # -- a re-embedding and the model -----------------------------------------------------------------
-def reembed(
-    conn: Executes,
-    d: SqlDialect,
-    chunks: ChunkStore,
-    ids: Sequence[int],
-    vectors: npt.NDArray[np.float32],
-    meta: Mapping[str, str],
-    *,
-    base_root: str,
-) -> tuple[int, str]:
-    """Every chunk's vector and the model ``meta`` as one publish (kind ``reembed``), in the
-    caller's write transaction; ``(publish, root)``.
+@dataclass(frozen=True)
+class Reembedding:
+    """Every chunk's vector replaced, and the model recorded (``meta``), as one publish.
 
-    Refused (StoreError), nothing changed, when the store moved on from ``base_root`` or
-    ``ids`` are not all its chunks.
+    ``ids`` must be every chunk of the store at ``base_root``; ``vectors`` one row per id,
+    checked (``shared.check_vectors``).
     """
+
+    ids: Sequence[int]
+    vectors: npt.NDArray[np.float32]
+    meta: Mapping[str, str]
+    base_root: str
+
+
+def reembed(conn: Executes, d: SqlDialect, chunks: ChunkStore, job: Reembedding) -> tuple[int, str]:
+    """``job`` as one publish (kind ``reembed``) in the caller's write transaction;
+    ``(publish, root)``. Refused (StoreError), nothing changed, when the store moved on from
+    ``job.base_root`` or ``job.ids`` are not all its chunks."""
     publish, parent = latest_publish(conn)
     (count,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
-    if parent != base_root or int(count) != len(ids):
+    if parent != job.base_root or int(count) != len(job.ids):
         raise StoreError(
             "the store changed while it was being re-embedded; nothing was replaced —"
             " run it again (the vectors made so far are cached)"
         )
     publish += 1
-    chunks.replace_vectors(conn, publish, ids, vectors)
-    write_meta(conn, d, meta)
+    chunks.replace_vectors(conn, publish, job.ids, job.vectors)
+    write_meta(conn, d, job.meta)
     root = content_root_of(parent, {})
     _record(conn, *publish_row(d, publish, root, parent, "reembed"))
     return publish, root

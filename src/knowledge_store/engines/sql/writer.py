@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from knowledge_store.engines.shared import deletion
+from knowledge_store.engines.shared import check_vectors, deletion
 from knowledge_store.engines.sql.acl import derived_from
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.sources import (
@@ -26,7 +26,13 @@ from knowledge_store.engines.sql.sources import (
     read_uid_prefix,
     write_crawl_pages,
 )
-from knowledge_store.engines.sql.write import latest_publish, stored_hashes, write_meta
+from knowledge_store.engines.sql.write import (
+    Batch,
+    Reembedding,
+    latest_publish,
+    stored_hashes,
+    write_meta,
+)
 from knowledge_store.errors import ModelMismatch
 from knowledge_store.model import CheckReport, SourceSummary, StoreStats, compose_context
 
@@ -74,8 +80,8 @@ class CatalogWriter:
         if current is None:
             with self._engine.writing() as conn:
                 if self._recorded(conn) is None:
-                    model = (model_id, str(dimension), spec)
-                    write_meta(conn, self._d, dict(zip(_MODEL_KEYS, model, strict=True)))
+                    meta = dict(zip(_MODEL_KEYS, (model_id, str(dimension), spec), strict=True))
+                    write_meta(conn, self._d, meta)
                     self._engine.chunk_store.set_dimension(conn, dimension)
                     return
             current = self.model()
@@ -161,10 +167,8 @@ class CatalogWriter:
         source: SourceSync | None = None,
         scope: BatchScope | None = None,
     ) -> Published:
-        """One publish (``Writer.publish``)."""
-        return self._engine.publish(
-            upserts, deletes, kind=kind, model=model, source=source, scope=scope
-        )
+        """One publish (see :class:`~.write.Batch`)."""
+        return self._engine.publish(Batch(upserts, deletes, kind, model, source, scope))
 
     def delete(self, uids: Sequence[str]) -> Published:
         """Delete ``uids`` and what was split off them (``shared.deletion``) as one publish;
@@ -172,11 +176,11 @@ class CatalogWriter:
         with self._engine.reading() as conn:
             stored = stored_hashes(conn, self._d, list(uids))
             doomed = deletion(uids, stored, lambda uid: derived_from(conn, self._d, uid))
-        return self._engine.publish([], doomed, kind="delete")
+        return self._engine.publish(Batch(deletes=doomed, kind="delete"))
 
     def delete_source(self, name: str) -> Published:
         """Every entity of source ``name``, its row and its crawl state, gone in one publish."""
-        return self._engine.publish([], [], kind="delete", source=SourceSync.removal(name))
+        return self._engine.publish(Batch(kind="delete", source=SourceSync.removal(name)))
 
     def replace_embeddings(
         self,
@@ -188,10 +192,15 @@ class CatalogWriter:
         spec: str,
         base_root: str,
     ) -> str:
-        """Every chunk's vector and the recorded model, as one publish (``Writer``'s)."""
-        return self._engine.replace_embeddings(
-            ids, vectors, model_id=model_id, dimension=dimension, spec=spec, base_root=base_root
-        )
+        """Every chunk's vector and the recorded model, as one publish (kind ``reembed``).
+
+        ``ids`` must be every chunk of the store at ``base_root``; a store that has moved
+        on since is refused (StoreError), and nothing changes.
+        """
+        check_vectors("the re-embedding", vectors, len(ids), dimension)
+        meta = dict(zip(_MODEL_KEYS, (model_id, str(dimension), spec), strict=True))
+        matrix = np.asarray(vectors, dtype=np.float32)
+        return self._engine.replace_embeddings(Reembedding(ids, matrix, meta, base_root))
 
     # -- sources and crawl state (engines.sql.sources) ---------------------------------------------------
     def sources(self) -> list[SourceSummary]:
