@@ -25,9 +25,9 @@ class EmbeddedReplica:
         self._dir = Path(tempfile.mkdtemp(prefix="ks-replica-"))
         engine = EmbeddedEngine(self._dir / "store")
         engine.chunk_ids = source.chunk_ids  # the same public chunk ids
-        model = source.model()
+        model = source.writer.model()
         if model is not None:
-            engine.set_model(model[0], model[1], source.model_spec() or "")
+            engine.writer.set_model(model[0], model[1], source.writer.model_spec() or "")
         self._engine = engine
 
     @property

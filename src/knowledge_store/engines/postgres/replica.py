@@ -29,9 +29,9 @@ class PostgresReplica:
             source.url, schema=self._schema, lexical_ranker=source.lexical_ranker
         )
         engine.chunk_ids = source.chunk_ids  # the same public chunk ids
-        model = source.model()
+        model = source.writer.model()
         if model is not None:
-            engine.set_model(model[0], model[1], source.model_spec() or "")
+            engine.writer.set_model(model[0], model[1], source.writer.model_spec() or "")
         self._engine = engine
 
     @property
