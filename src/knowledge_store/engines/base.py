@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from knowledge_store.engines.sql.batch import BatchScope
+from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.engines.sql.traversal import Traversal
@@ -350,5 +351,10 @@ class Engine(Protocol):
 
     @property
     def admin(self) -> AclAdmin: ...
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        """One catalog read transaction with no identity (an administration view: ``ks
+        export``), its publish and content root."""
+        ...
 
     def close(self) -> None: ...

@@ -11,6 +11,7 @@ rather than one module only to keep each file readable:
 ``text``            what can be stored as text: names, principals, dates
 ``values``          Order, AggregateSpec, GraphQuery: what engines take
 ``answers``         the pydantic answers, whose ``model_dump()`` is DESIGN §6's JSON
+``ops``             the answers of export, backup and restore
 ``check``           ``ks check``'s answer and the closed vocabulary of damage kinds
 ``relevance``       BM25's k1/b and the lexical field boosts both engines score with
 ``queries``         what a query's text says of itself (a question? identifiers?), and the
@@ -63,6 +64,7 @@ from knowledge_store.model.check import (
     DamageKind,
 )
 from knowledge_store.model.filters import Filters, FiltersLike, check_text
+from knowledge_store.model.ops import BackupFile, BackupReport, ExportReport, RestoreReport
 from knowledge_store.model.records import (
     ENTITY_FIELDS,
     Chunk,
@@ -240,6 +242,8 @@ __all__ = [
     "AggregateRow",
     "AggregateSpec",
     "Answer",
+    "BackupFile",
+    "BackupReport",
     "CheckFinding",
     "CheckReport",
     "Chunk",
@@ -257,6 +261,7 @@ __all__ = [
     "Edge",
     "Entity",
     "Evidence",
+    "ExportReport",
     "FilterField",
     "Filters",
     "FiltersLike",
@@ -276,6 +281,7 @@ __all__ = [
     "PathStep",
     "PrincipalInfo",
     "QueryAnswer",
+    "RestoreReport",
     "Result",
     "SearchAnswer",
     "SkippedPath",

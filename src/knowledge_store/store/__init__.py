@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from knowledge_store.model import (
     AggregateAnswer,
     ChunkHits,
     Content,
+    ExportReport,
     Filters,
     GraphHits,
     Identity,
@@ -415,6 +416,29 @@ class KnowledgeStore(Administration):
 
     def rebuild(self, *, progress: bool = False) -> None:
         self.engine.writer.rebuild(progress=progress)
+
+    # -- export ------------------------------------------------------------------------------------
+    def export(self, out: TextIO, *, filters: Any = None) -> ExportReport:
+        """Write the records (the ingest format, one a line) that ``filters`` select to
+        ``out`` — every entity by default, read on one snapshot; an ingest of them into an
+        empty store gives the same entities, content digest and answers (:mod:`.export`)."""
+        from knowledge_store.store.export import export_records
+
+        return export_records(self.engine, out, _filters_of(None, filters))
+
+    def export_principals(self, out: TextIO) -> int:
+        """Write every membership as a ``{"group", "member"}`` line (``principals load``'s)."""
+        from knowledge_store.store.export import export_memberships
+
+        return export_memberships(self.engine, out)
+
+    def digest(self) -> str:
+        """The content digest of every entity: sha256 over the sorted ``uid:content_hash``
+        lines. Two stores holding the same entities have the same digest, whatever their
+        engine or history (a content root also depends on the publishes that led there)."""
+        from knowledge_store.store.export import store_digest_of
+
+        return store_digest_of(self.engine)[1]
 
     def reembed(self, embedder: str | Embedder | None = None, *, progress: bool = False) -> str:
         """Embed every chunk again with ``embedder`` (default: the default) as one publish.

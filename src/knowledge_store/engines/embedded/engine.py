@@ -76,6 +76,7 @@ from knowledge_store.engines.shared import (
 from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
 from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import plan_publish
 from knowledge_store.engines.sql.sources import (
     SourceSync,
@@ -243,6 +244,25 @@ class EmbeddedEngine:
         try:
             publish, root, view = self._open_snapshot(conn)
             yield EmbeddedReader(self, conn, identity, publish, root, view)
+        finally:
+            self.catalog.give(conn)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One catalog read transaction, for reading the whole store back (``ks export``):
+        the derived indexes are not pinned (nothing ranks)."""
+        conn = self.catalog.borrow()
+        try:
+            conn.execute("BEGIN")
+            publish, root = self.catalog.latest_publish(conn)
+
+            def run(sql: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+                try:
+                    return conn.execute(sql, params).fetchall()
+                except sqlite3.Error as exc:
+                    raise StoreError(f"reading the catalog failed: {exc}") from exc
+
+            yield Snapshot(run, SQLITE, publish, root)
         finally:
             self.catalog.give(conn)
 

@@ -54,6 +54,7 @@ from knowledge_store.engines.shared import (
 from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.engines.sql.sources import (
     SourceSync,
@@ -249,6 +250,23 @@ class PostgresEngine:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 publish, root, _ = self._snapshot(conn)
             yield PostgresReader(self, conn, identity, publish, root)
+        finally:
+            self.db.give(conn)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One ``REPEATABLE READ`` transaction, for reading the whole store back (``ks export``)."""
+        conn = self.db.borrow()
+        try:
+            with translate("opening a snapshot"):
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                publish, root, _ = self._snapshot(conn)
+
+            def run(statement: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+                with translate("reading the store"):
+                    return conn.execute(statement, params).fetchall()
+
+            yield Snapshot(run, POSTGRES, publish, root)
         finally:
             self.db.give(conn)
 
