@@ -31,6 +31,7 @@ from knowledge_store.ingest.embedding import (
 )
 from knowledge_store.model import (
     AggregateAnswer,
+    BackupReport,
     ChunkHits,
     Content,
     ExportReport,
@@ -38,6 +39,7 @@ from knowledge_store.model import (
     GraphHits,
     Identity,
     QueryAnswer,
+    RestoreReport,
     SearchAnswer,
     SqlHits,
     StoreStats,
@@ -431,6 +433,21 @@ class KnowledgeStore(Administration):
         from knowledge_store.store.export import export_memberships
 
         return export_memberships(self.engine, out)
+
+    def backup(self, dest: str | Path) -> BackupReport:
+        """Write a consistent copy of this store, at one publish, to the new directory
+        ``dest`` — online: readers and writers go on (:mod:`.backup`)."""
+        from knowledge_store.store.backup import backup
+
+        return backup(self.engine, dest)
+
+    @staticmethod
+    def restore(src: str | Path, location: str | Path) -> RestoreReport:
+        """Verify the backup ``src`` and make it a new store at ``location`` (which must not
+        hold one), at the backup's publish and content root (:mod:`.backup`)."""
+        from knowledge_store.store.backup import restore
+
+        return restore(src, location)
 
     def digest(self) -> str:
         """The content digest of every entity: sha256 over the sorted ``uid:content_hash``

@@ -737,6 +737,67 @@ def principals_export(output: OutputOpt = None, as_json: JsonOpt = False) -> Non
     _run(as_json, action, lambda r: err.print(f"exported {r['memberships']} memberships"))
 
 
+@app.command(cls=_Command)
+def backup(
+    destination: Annotated[
+        Path, typer.Argument(metavar="DEST", help="a new directory for the backup")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Back the store up, online, to the new directory DEST: one publish, a manifest with checksums (embedded: SQLite's backup API and the derived indexes; PostgreSQL: pg_dump)."""
+
+    def action() -> Any:
+        with _store() as store:
+            return store.backup(destination)
+
+    def show(report: Any) -> None:
+        out.print(
+            f"backed up publish {report.publish} ({report.content_root[:12]}): {report.entities}"
+            f" entities, {report.chunks} chunks, {len(report.files)} files,"
+            f" {report.bytes / 1e6:.1f} MB in {report.seconds:.1f} s → {report.location}"
+        )
+
+    _run(as_json, action, show, {"destination": "DEST"})
+
+
+@app.command(cls=_Command)
+def restore(
+    source: Annotated[Path, typer.Argument(metavar="SRC", help="a backup directory (ks backup)")],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="NEW",
+            help="the new store to make (a new directory, pg:DIR, postgresql://…?schema=NAME)",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify the backup SRC (every file's checksum) and make it a new store at --store NEW, at the backup's publish and content root."""
+
+    def action() -> Any:
+        from knowledge_store.store import KnowledgeStore
+
+        location = target or state.store_location
+        if not location:
+            raise InvalidRequest(
+                "restore needs --store NEW: where to make the store", field="--store"
+            )
+        return KnowledgeStore.restore(source, location)
+
+    def show(report: Any) -> None:
+        out.print(
+            f"restored publish {report.publish} ({report.content_root[:12]}) of {source} →"
+            f" {report.store}: {report.entities} entities, {report.chunks} chunks,"
+            f" {report.verified_files} files verified, {report.seconds:.1f} s"
+        )
+        for line in report.caught_up:
+            out.print(f"  {line}")
+
+    _run(as_json, action, show, {"source": "SRC"})
+
+
 @schema_app.command("record", cls=_Command)
 def schema_record(
     acl_default: Annotated[
