@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.sql.acl import Catalog
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import PublishPlan
@@ -53,6 +54,7 @@ from knowledge_store.model import (
     StoreStats,
     VectorInfo,
 )
+from knowledge_store.model.declared import DeclaredFacet
 from knowledge_store.model.queries import TextAnalysis
 
 if TYPE_CHECKING:
@@ -205,6 +207,10 @@ class Reader(Protocol):
         """The principals the identity holds, expanded once when the reader opened."""
         ...
 
+    def declared_facets(self) -> Mapping[str, DeclaredFacet]:
+        """The store's declared facets in this snapshot, by name (``ks facets add``)."""
+        ...
+
     def rank(self, list_name: str, query: ListQuery) -> RankedChunks:
         """The chunk ids the engine's index component for ``list_name`` (``lexical``,
         ``vector``, ``fuzzy``…: ``engines.components``) ranks for ``query``."""
@@ -325,6 +331,12 @@ class Writer(Protocol):
 
 class AclAdmin(Protocol):
     """ACL and membership administration (no identity: an operation, DESIGN §1)."""
+
+    @property
+    def catalog(self) -> Catalog:
+        """The engine's catalog as administration writes it (its transactions under the
+        store's write lock): declared facets are administered over it too."""
+        ...
 
     def grant(self, uid: str, principal: str) -> str: ...
     def revoke(self, uid: str, principal: str) -> str: ...

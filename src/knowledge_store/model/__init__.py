@@ -64,7 +64,14 @@ from knowledge_store.model.check import (
     DamageKind,
 )
 from knowledge_store.model.filters import Filters, FiltersLike, check_text
-from knowledge_store.model.ops import BackupFile, BackupReport, ExportReport, RestoreReport
+from knowledge_store.model.ops import (
+    BackupFile,
+    BackupReport,
+    DeclaredFacets,
+    ExportReport,
+    FacetInfo,
+    RestoreReport,
+)
 from knowledge_store.model.records import (
     ENTITY_FIELDS,
     Chunk,
@@ -256,12 +263,14 @@ __all__ = [
     "ContentEdges",
     "ContentEntity",
     "DamageKind",
+    "DeclaredFacets",
     "DeleteReport",
     "Direction",
     "Edge",
     "Entity",
     "Evidence",
     "ExportReport",
+    "FacetInfo",
     "FilterField",
     "Filters",
     "FiltersLike",

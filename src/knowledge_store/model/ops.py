@@ -1,6 +1,6 @@
-"""The answers of the everyday operations: export, backup, restore (``ks export``,
-``ks backup``, ``ks restore``) — pydantic like every answer (``model_dump()`` is the
-``--json`` shape)."""
+"""The answers of the everyday operations: export, backup, restore, declared facets (``ks
+export``, ``ks backup``, ``ks restore``, ``ks facets``) — pydantic like every answer
+(``model_dump()`` is the ``--json`` shape)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from pydantic import Field
 
 from knowledge_store.model.answers import Answer
 
-__all__ = ["BackupFile", "BackupReport", "ExportReport", "RestoreReport"]
+__all__ = [
+    "BackupFile",
+    "BackupReport",
+    "DeclaredFacets",
+    "ExportReport",
+    "FacetInfo",
+    "RestoreReport",
+]
 
 
 class ExportReport(Answer):
@@ -61,3 +68,22 @@ class RestoreReport(Answer):
     #: Each derived index that was not at the backup's publish, and what brought it there.
     caught_up: list[str] = Field(default_factory=list)
     seconds: float
+
+
+class FacetInfo(Answer):
+    """A declared facet: its name (the ``attributes`` key it is read from) and kind, the
+    filters and dimensions it adds, and how many entities have a value (how many values)."""
+
+    name: str
+    kind: str
+    filters: list[str]
+    dimensions: list[str]
+    entities: int
+    values: int
+
+
+class DeclaredFacets(Answer):
+    """The store's declared facets (``ks facets list``); ``add`` and ``remove`` answer with
+    the facets after the change."""
+
+    facets: list[FacetInfo]

@@ -191,6 +191,12 @@ class StoreReader:
     def held(self) -> tuple[str, ...]:
         return self.engine.held
 
+    def resolved(self, filters: FilterSpec | Filters) -> Filters:
+        """FILTERS with the names of the store's declared facets resolved (``Filters.resolve``:
+        an unknown one is refused, naming the filters there are)."""
+        value = filters.value if isinstance(filters, FilterSpec) else filters
+        return value.resolve(self.engine.declared_facets()) if value.pending else value
+
     def embed(self, text: str) -> Vector:
         return self._embedder().embed_query(text)
 
@@ -276,7 +282,7 @@ class StoreReader:
     def _words_list(self, name: str, request: LexicalRequest) -> ChunkHits:
         """The answer of a list that ranks chunks by words (``lexical``, ``fuzzy``)."""
         started = time.perf_counter()
-        query = ListQuery(request.query, request.k, request.filters.value, hydrate=True)
+        query = ListQuery(request.query, request.k, self.resolved(request.filters), hydrate=True)
         ranked = self.engine.rank(name, query)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
@@ -307,7 +313,9 @@ class StoreReader:
         if vec is None:
             vec = self.embed(request.query)
         t_embed = time.perf_counter()
-        asked = ListQuery(request.query, request.k, request.filters.value, vec, hydrate=True)
+        asked = ListQuery(
+            request.query, request.k, self.resolved(request.filters), vec, hydrate=True
+        )
         ranked = self.engine.rank("vector", asked)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
@@ -353,7 +361,7 @@ class StoreReader:
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         request = request_of(SqlRequest, filters, filters=filters, order=order, k=k)
-        return self.engine.sql(request.filters.value, request.order_value, request.k)
+        return self.engine.sql(self.resolved(request.filters), request.order_value, request.k)
 
     def aggregate(
         self, metric: str | AggregateRequest, dimension: str | None = None, *, filters: Any = None
@@ -362,7 +370,12 @@ class StoreReader:
         request = request_of(
             AggregateRequest, metric, metric=metric, dimension=dimension, filters=filters
         )
-        return self.engine.aggregate(request.spec, request.filters.value)
+        spec = (
+            request.spec.resolve(self.engine.declared_facets())
+            if request.spec.facet == ""
+            else request.spec
+        )
+        return self.engine.aggregate(spec, self.resolved(request.filters))
 
     def graph(
         self,
@@ -442,7 +455,7 @@ class StoreReader:
         plan = planner.plan(
             request.query,
             k=request.k,
-            filters=request.filters.value,
+            filters=self.resolved(request.filters),
             mode=request.mode,
             weights=request.weights,
             explain=request.explain,

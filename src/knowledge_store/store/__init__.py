@@ -79,6 +79,7 @@ from knowledge_store.retrieval.reader import (
 )
 from knowledge_store.retrieval.retrievers import Retriever
 from knowledge_store.store.admin import Administration
+from knowledge_store.store.facets import Facets
 
 __all__ = [
     "DEFAULT_STORE",
@@ -108,7 +109,7 @@ def _identity(who: IdentityLike) -> Identity:
     return Identity(who or "everyone")
 
 
-class KnowledgeStore(Administration):
+class KnowledgeStore(Administration, Facets):
     """A knowledge store: ingest an estate, search it under the caller's identity."""
 
     def __init__(

@@ -23,6 +23,7 @@ from knowledge_store.engines.sql.export import (
     store_digest,
 )
 from knowledge_store.model import ExportReport, Filters
+from knowledge_store.model.declared import DeclaredFacet
 
 __all__ = ["export_memberships", "export_records", "record_line", "store_digest_of"]
 
@@ -36,6 +37,10 @@ def export_records(engine: Engine, out: TextIO, filters: Filters) -> ExportRepor
     """Write the records FILTERS select (closed under derivation) to ``out``, one a line."""
     hashes: dict[str, str] = {}
     with engine.snapshot() as snap:
+        if filters.pending:  # the store's declared facets, in this snapshot
+            rows = snap.run("SELECT name, kind FROM facets", {})
+            declared = {str(n): DeclaredFacet(str(n), str(k)) for n, k in rows}  # type: ignore[arg-type]
+            filters = filters.resolve(declared)
         ids, derived = selected_ids(snap, filters)
         for batch in exported_entities(snap, ids):
             for entity in batch:

@@ -114,10 +114,12 @@ app = _typer("knowledge-store: ingest an estate; search it by words, meaning, gr
 acl_app = _typer("Entity ACLs: grant, revoke, show, explain.")
 principals_app = _typer("Principals and group memberships.")
 schema_app = _typer("JSON Schemas of what the store takes.")
+facets_app = _typer("Facets declared on this store from the entities' attributes.")
 app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
 app.add_typer(schema_app, name="schema")
-_GROUPS = {"acl": acl_app, "principals": principals_app}
+app.add_typer(facets_app, name="facets")
+_GROUPS = {"acl": acl_app, "principals": principals_app, "facets": facets_app}
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never cut in two

@@ -134,6 +134,11 @@ def _typed(answer: BaseModel) -> Any:
 
 
 # -- requests → arguments -----------------------------------------------------------------------
+#: FilterInput's field for the store's declared facets (``ks facets add``): one JSON object
+#: of their request names, since a GraphQL input type is fixed when the schema is built.
+DECLARED = "facets"
+
+
 def _filter_input() -> Any:
     annotations: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
@@ -141,6 +146,13 @@ def _filter_input() -> Any:
         kind = list[str] | None if get_origin(info.annotation) is list else str | None
         annotations[name] = kind
         defaults[name] = strawberry.field(default=None, description=info.description)
+    annotations[DECLARED] = JSON | None
+    defaults[DECLARED] = strawberry.field(
+        default=None,
+        description="the store's declared facets (the facets field lists them), by their"
+        ' filter names: {"team": ["search"], "not_team": ["docs"], "deadline_from":'
+        ' "2024-01-01", "priority_to": 3}',
+    )
     shell = type("FilterInput", (), {"__annotations__": annotations, **defaults})
     return strawberry.input(shell, description=(FilterSpec.__doc__ or "").strip())
 
@@ -188,9 +200,20 @@ def _arguments(op: Operation) -> list[inspect.Parameter]:
 
 
 def _plain(value: Any) -> Any:
-    """An argument as the request model takes it (an input object as a mapping)."""
+    """An argument as the request model takes it (an input object as a mapping; FILTERS'
+    declared facets beside the built-in fields)."""
     if hasattr(value, "__strawberry_definition__"):
-        return {k: v for k, v in vars(value).items() if v is not None}
+        out = {k: v for k, v in vars(value).items() if v is not None}
+        declared = out.pop(DECLARED, None) if isinstance(value, FilterInput) else None
+        if isinstance(declared, Mapping):
+            out.update({k: v for k, v in declared.items() if k not in out})
+        elif declared is not None:
+            raise InvalidRequest(
+                f"filters.{DECLARED} takes an object of declared facets' filters,"
+                ' e.g. {"team": ["search"]}',
+                field=f"filters.{DECLARED}",
+            )
+        return out
     return value
 
 
@@ -229,7 +252,6 @@ def _graphql_error(exc: KnowledgeStoreError, op: Operation) -> GraphQLError:
 
 def _resolver(op: Operation) -> Callable[..., Any]:
     async def resolve(info: Ctx, **arguments: Any) -> Any:
-        raw = {k: _plain(v) for k, v in arguments.items() if v is not None}
         svc: Service = info.context["service"]
         caller: Caller = info.context["caller"]
         if op.admin and not caller.admin:
@@ -237,7 +259,9 @@ def _resolver(op: Operation) -> Callable[..., Any]:
                 403, f"{op.graphql} is an administration view: it needs the admin scope"
             )
             raise GraphQLError(denied.message, extensions=denied.to_dict()["error"])
+        raw: dict[str, Any] = {}
         try:
+            raw = {k: _plain(v) for k, v in arguments.items() if v is not None}
             request = op.request.parse(raw)
             answer = await _run(info, op, op.run, svc.store, caller, request, weight=raw)
         except KnowledgeStoreError as exc:

@@ -75,6 +75,7 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.sql.acl import AclAdministration, derived_from
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
+from knowledge_store.engines.sql.declared import write_values
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import plan_publish
@@ -402,6 +403,7 @@ class EmbeddedEngine:
                     if plan.empty:
                         return record_source(conn, SQLITE, source, Published.of(plan))
                     self.catalog.apply(conn, plan, kind=kind)
+                    write_values(conn, SQLITE, plan)  # the declared facets' values
                     record_source(conn, SQLITE, source, Published.of(plan))
                     self._follow(conn, plan.publish)
             except BaseException:

@@ -14,6 +14,7 @@ from knowledge_store.engines.embedded.migrate import (
     ENTITY_BODIES_DDL,
     LOCATION_SCHEMA,
 )
+from knowledge_store.engines.sql.declared import declared_ddl
 from knowledge_store.engines.sql.dialect import ENTITY_CARD_COLUMNS, ENTITY_CARD_INDEX, SQLITE
 from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.sources import CRAWL_PAGES_DDL, SOURCES_DDL
@@ -133,9 +134,12 @@ SCHEMA = SCHEMA.format(
     card_index=ENTITY_CARD_INDEX,
     card_columns=", ".join(ENTITY_CARD_COLUMNS),
 )
+_DECLARED = ";\n".join(declared_ddl(SQLITE))
 SCHEMA += f"""
 -- One row per source name: its last ingest (engines/sql/sources.py).
 {SOURCES_DDL};
 -- A crawl's validators per (source, url), saved after the publish commits.
 {CRAWL_PAGES_DDL};
+-- The facets an operator declared, and their values (engines/sql/declared.py).
+{_DECLARED};
 """

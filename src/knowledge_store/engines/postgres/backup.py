@@ -108,7 +108,7 @@ def backup_store(engine: PostgresEngine, dest: Path) -> BackupReport:
             _run(
                 [
                     str(dump),
-                    "--format=custom",
+                    "-Fc",  # the custom format: compressed, what pg_restore reads
                     f"--schema={engine.db.schema}",
                     f"--snapshot={snapshot}",
                     "--no-owner",

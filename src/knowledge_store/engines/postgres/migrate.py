@@ -22,6 +22,7 @@ from knowledge_store.engines.postgres.schema import (
     Migration,
     detect_features,
 )
+from knowledge_store.engines.sql.declared import declared_ddl
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.facets import add_facet, missing_facets
 from knowledge_store.engines.sql.sources import source_columns_missing
@@ -143,6 +144,8 @@ def open_schema(
             _migrate(conn, schema, migrations)
             _add_facets(conn)
             _add_source_columns(conn)
+            for statement in declared_ddl(POSTGRES):  # declared facets (engines/sql/declared)
+                conn.execute(statement)
             features = detect_features(installed)
             if features.bm25_extension is not None:
                 conn.execute(extension_indexes[features.bm25_extension])

@@ -33,6 +33,7 @@ from knowledge_store.engines.postgres.schema import (
     WORD_POSTINGS,
 )
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
+from knowledge_store.engines.sql.declared import write_values
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.publish import (
     EMPTY_ROOT,
@@ -355,6 +356,7 @@ def apply_publish(
             (acl_set_id(conn, entity.acl), entity.content_hash, plan.publish, entity.uid),
         )
     conn.execute(*plan_row(POSTGRES, plan, kind))
+    write_values(conn, POSTGRES, plan)  # the declared facets' values
     record_source(conn, POSTGRES, source, Published.of(plan))
     return plan
 

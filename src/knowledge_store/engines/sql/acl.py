@@ -130,6 +130,10 @@ class AclAdministration:
         self._catalog = catalog
         self._d = catalog.dialect
 
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
     # -- ACLs: publishes ----------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
         return self._change(uid, "grant", principal)

@@ -40,6 +40,7 @@ from knowledge_store.model import (
     Order,
     SqlHits,
 )
+from knowledge_store.model.declared import DeclaredFacet
 
 __all__ = ["SqlReader"]
 
@@ -87,6 +88,7 @@ class SqlReader:
         self._statements: dict[str, int] = {}
         self._held_once: tuple[str, ...] | None = None
         self._expand_ms = 0.0
+        self._declared: dict[str, DeclaredFacet] | None = None
 
     # -- what the engine's reader says ------------------------------------------------------
     def _run(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
@@ -104,6 +106,13 @@ class SqlReader:
     def rows(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """The rows of one statement on this reader's snapshot (for an engine's components)."""
         return self._run(sql, params)
+
+    def declared_facets(self) -> dict[str, DeclaredFacet]:
+        """The store's declared facets in this snapshot, by name (read once, when asked)."""
+        if self._declared is None:
+            rows = self._run("SELECT name, kind FROM facets ORDER BY name", {})
+            self._declared = {str(n): DeclaredFacet(str(n), str(k)) for n, k in rows}  # type: ignore[arg-type]
+        return self._declared
 
     def _counted(self, sql: str) -> None:
         self._statements[sql] = self._statements.get(sql, 0) + 1
