@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.cursors import Cursors
 from knowledge_store.engines.sql.acl import Catalog
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.export import Snapshot
@@ -217,6 +218,14 @@ class Reader(Protocol):
         ...
 
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
+    def chunk_places(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """Where each chunk is: its entity's uid and its ordinal (a place outlives a row id)."""
+        ...
+
+    def chunks_at(self, places: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The row id of the chunk now at each ``(uid, ordinal)`` (no ACL check: the caller's)."""
+        ...
+
     def chunk_hits(
         self, chunk_ids: Sequence[int], scores: Sequence[float]
     ) -> tuple[list[int], list[ChunkHit]]:
@@ -355,6 +364,8 @@ class Engine(Protocol):
     name: str
     #: How the engine's lexical index reads text (query terms, highlighting).
     text_analysis: TextAnalysis
+    #: Where paged reads keep the rankings their cursors page through.
+    cursors: Cursors
 
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 

@@ -219,6 +219,12 @@ class ChunkIds:
     def new_key() -> str:
         return secrets.token_hex(32)
 
+    def derived_key(self, purpose: str) -> bytes:
+        """A key for another use of the store's secret (``purpose``: ``cursors`` …)."""
+        from knowledge_store.engines.cursors import derive_key
+
+        return derive_key(self._key, purpose)
+
     def __call__(self, uid: str, ordinal: int) -> int:
         known = self._memo.get((uid, ordinal))
         if known is not None:

@@ -212,7 +212,9 @@ class KnowledgeStore(Administration, Facets):
         expanded once: every answer carries the same content root.
         """
         with self.engine.reader(_identity(identity)) as engine_reader:
-            yield StoreReader(engine_reader, lambda: self.embedder, self._types_seen)
+            yield StoreReader(
+                engine_reader, lambda: self.embedder, self._types_seen, self.engine.cursors
+            )
 
     def lexical(
         self,
@@ -222,9 +224,11 @@ class KnowledgeStore(Administration, Facets):
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
-        """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = lexical_request(text, k=k, filters=filters, explain=explain)
+        """BM25 over chunks (exact terms, identifiers, codes); ``cursor``: ``"*"`` pages
+        through up to 1,000 hits (the answer's ``next`` names the next page)."""
+        request = lexical_request(text, k=k, filters=filters, explain=explain, cursor=cursor)
         with self.reader(identity) as r:
             return r.noted(r.lexical(request), request.filters.value)
 
@@ -236,10 +240,11 @@ class KnowledgeStore(Administration, Facets):
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """BM25 over chunks, each misspelt word searched as the nearest word the store holds."""
         with self.reader(identity) as r:
-            answer = r.fuzzy(text, k=k, filters=filters, explain=explain)
+            answer = r.fuzzy(text, k=k, filters=filters, explain=explain, cursor=cursor)
             return r.noted(answer, _filters_of(text, filters))
 
     def vector(
@@ -250,9 +255,10 @@ class KnowledgeStore(Administration, Facets):
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
-        request = vector_request(query, k=k, filters=filters, explain=explain)
+        request = vector_request(query, k=k, filters=filters, explain=explain, cursor=cursor)
         with self.reader(identity) as r:
             return r.noted(r.vector(request), request.filters.value)
 
@@ -267,10 +273,12 @@ class KnowledgeStore(Administration, Facets):
         weights: Mapping[str, float] | None = None,
         explain: bool = False,
         retrievers: Sequence[str | Retriever] | None = None,
+        cursor: str | None = None,
     ) -> SearchAnswer:
-        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request.
+        ``cursor``: ``"*"`` pages through up to 1,000 results (``retrieval/paging.py``)."""
         request = search_request(
-            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain
+            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain, cursor=cursor
         )
         with self.reader(identity) as r:
             return r.noted(r.search(request, retrievers=retrievers), request.filters.value)
@@ -282,10 +290,12 @@ class KnowledgeStore(Administration, Facets):
         identity: IdentityLike = None,
         order: str | None = None,
         k: int | None = None,
+        cursor: str | None = None,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         with self.reader(identity) as r:
-            return r.noted(r.sql(filters, order=order, k=k), _filters_of(filters, filters))
+            answer = r.sql(filters, order=order, k=k, cursor=cursor)
+            return r.noted(answer, _filters_of(filters, filters))
 
     def aggregate(
         self,
@@ -309,10 +319,13 @@ class KnowledgeStore(Administration, Facets):
         labels: Sequence[str] = (),
         direction: str | None = None,
         k: int | None = None,
+        cursor: str | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
         with self.reader(identity) as r:
-            return r.graph(starts, depth=depth, labels=labels, direction=direction, k=k)
+            return r.graph(
+                starts, depth=depth, labels=labels, direction=direction, k=k, cursor=cursor
+            )
 
     def query_graph(
         self,

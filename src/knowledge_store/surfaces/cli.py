@@ -223,6 +223,9 @@ def _run(
         show(result)
         for note in getattr(getattr(result, "answer", result), "warnings", ()):
             err.print(f"[yellow]note[/] {safe(note)}")
+        following = getattr(getattr(result, "answer", result), "next", None)
+        if following:  # a paged read: the same command with this cursor reads the next page
+            out.print(f"next page: --cursor {safe(following)}")
     # an answer that is a verdict (``check``: damage found) sets the exit status itself
     status = getattr(getattr(result, "answer", result), "exit_status", 0)
     if status:

@@ -69,6 +69,16 @@ class ListRank:
     rank: int | None
 
 
+@strawberry.type(description="Where a paged read stands (cursor '*' starts one)")
+class PageInfo:
+    has_next_page: bool
+    end_cursor: str | None
+
+
+def _page_info(root: Any) -> PageInfo:
+    return PageInfo(has_next_page=root.next is not None, end_cursor=root.next)
+
+
 def _ranks(root: Any) -> list[ListRank]:
     """``ranks``: the answer's mapping as a list of ``{list, rank}`` — the four lists of
     DESIGN §6, then any other list the search ran (a new list changes no type)."""
@@ -123,6 +133,13 @@ def output_type(model: type[BaseModel]) -> Any:
             resolver=_ranks,
             description="The result's rank in each list: the four lists of fused search"
             " (vector, lexical, graph, sql), then any other list the search ran",
+        )
+    if "next" in annotations:
+        members["page_info"] = strawberry.field(
+            name="pageInfo",
+            resolver=_page_info,
+            description="Paging, as a Relay connection has it: hasNextPage, and endCursor (the"
+            " answer's next), to pass as cursor for the next page",
         )
     shell = type(model.__name__, (), members)
     doc = (model.__doc__ or "").strip().replace("``", "`") or None

@@ -52,6 +52,7 @@ from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (reg
 from knowledge_store.engines.embedded.admin import embedded_admin
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.embedded.catalog import Catalog
+from knowledge_store.engines.embedded.cursors import CURSORS_FILE, CursorFile
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.derived import (
     DENSE_FILE,
@@ -105,7 +106,7 @@ log = logging.getLogger(__name__)
 #: ``-wal`` / ``-shm`` / ``-journal``, the lexical index, the write lock, the dense index and
 #: the temp files of a killed save (``dense.hnsw.tmp<pid>``); and damaged indexes moved aside.
 _STORE_FILE = re.compile(
-    r"catalog\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
+    r"(catalog|cursors)\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
 )
 
 
@@ -167,6 +168,8 @@ class EmbeddedEngine:
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
+        #: Where paged reads keep their rankings (``engines/cursors.py``).
+        self.cursors = CursorFile(self.path / CURSORS_FILE, self.chunk_ids.derived_key("cursors"))
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
         #: How the lexical index reads text (the search page highlights with it).
@@ -559,6 +562,7 @@ class EmbeddedEngine:
         self.owners.close()
         for index in self.derived:
             index.close()
+        self.cursors.close()
         self.catalog.close()
 
 

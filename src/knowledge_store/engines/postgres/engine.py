@@ -31,6 +31,7 @@ from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (reg
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres import publish as writes
 from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
+from knowledge_store.engines.postgres.cursors import CursorTable
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.reader import PostgresReader
@@ -190,6 +191,8 @@ class PostgresEngine:
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
         self.chunk_ids = self._chunk_ids()
+        #: Where paged reads keep their rankings (``engines/cursors.py``).
+        self.cursors = CursorTable(self.db, self.chunk_ids.derived_key("cursors"))
         self._admin = AclAdministration(_AclCatalog(self.db))
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from knowledge_store.engines.postgres.cursors import CURSORS_DDL
 from knowledge_store.engines.postgres.db import Connection, translate
 from knowledge_store.engines.postgres.schema import (
     ADVISORY_LOCK_MIGRATE,
@@ -144,7 +145,7 @@ def open_schema(
             _migrate(conn, schema, migrations)
             _add_facets(conn)
             _add_source_columns(conn)
-            for statement in declared_ddl(POSTGRES):  # declared facets (engines/sql/declared)
+            for statement in (*declared_ddl(POSTGRES), *CURSORS_DDL):  # declared facets, cursors
                 conn.execute(statement)
             features = detect_features(installed)
             if features.bm25_extension is not None:

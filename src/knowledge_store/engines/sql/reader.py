@@ -197,6 +197,21 @@ class SqlReader:
             for r in self._cards(chunk_ids)
         }
 
+    def chunk_places(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """Where each of ``chunk_ids`` that exists is: its entity's uid and its ordinal."""
+        if not chunk_ids:
+            return {}
+        rows = self._run(*statements.chunk_places(self.dialect, chunk_ids))
+        return {int(i): (str(uid), int(ordinal)) for i, uid, ordinal in rows}
+
+    def chunks_at(self, places: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The row id of the chunk at each ``(uid, ordinal)`` that has one in this snapshot."""
+        if not places:
+            return {}
+        wanted = set(places)
+        rows = self._run(*statements.entity_chunks(self.dialect, list({u for u, _ in places})))
+        return {(str(u), int(o)): int(i) for i, u, o in rows if (str(u), int(o)) in wanted}
+
     def _cards(self, chunk_ids: Sequence[int]) -> list[Any]:
         """The hydration statement's rows for ``chunk_ids``: :data:`statements.CHUNK_COLUMNS`,
         in no order."""

@@ -298,6 +298,25 @@ def chunk_uids(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
     )
 
 
+def chunk_places(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
+    """``id, entity uid, ordinal`` of those of ``chunk_ids`` that exist: where each chunk is
+    in its entity, which outlives its row id (an update writes new rows)."""
+    return (
+        f"SELECT c.id, e.uid, c.ordinal FROM chunks AS c {d.driving_join} entities AS e"
+        f" ON e.id = c.entity WHERE {d.in_array('c.id', 'ids', 'bigint')}",
+        {"ids": d.bind_array([int(c) for c in chunk_ids])},
+    )
+
+
+def entity_chunks(d: SqlDialect, uids: Sequence[str]) -> Statement:
+    """``id, entity uid, ordinal`` of every chunk of ``uids`` (visibility is the caller's)."""
+    return (
+        f"SELECT c.id, e.uid, c.ordinal FROM {d.entities_by_uid('e')} {d.driving_join} chunks AS c"
+        f" ON c.entity = e.id WHERE {d.in_array('e.uid', 'uids')}",
+        {"uids": d.bind_array(list(uids))},
+    )
+
+
 def chunk_owners(d: SqlDialect, after: int | None = None) -> Statement:
     """``id, entity uid`` of every chunk (entity by entity, from the entity index alone), or
     of the chunks with an id above ``after`` (in id order)."""
