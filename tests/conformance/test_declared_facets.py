@@ -243,3 +243,17 @@ def test_values_are_bound_never_spliced(faceted: tuple[KnowledgeStore, list[Any]
     found = {h.uid for h in store.sql(filters={"team": hostile}, k=1000).hits}
     assert found == _expected(records, {"team": [hostile]}) != set()
     assert store.stats().entities == len(records)  # nothing was dropped
+
+
+def test_a_facet_reads_the_attribute_it_names(faceted: tuple[KnowledgeStore, list[Any]]) -> None:
+    """A camelCase key (``docbookClass``) is read under a name of the facet's own."""
+    store, records = faceted
+    with pytest.raises(InvalidRequest, match="lowercase letters"):
+        store.declare_facet("ownerName", "keyword")
+    info = store.declare_facet("owner_name", "keyword", attribute="owner").facets
+    assert next(f for f in info if f.name == "owner_name").attribute == "owner"
+    found = {h.uid for h in store.sql(filters={"owner_name": "user1"}, k=1000).hits}
+    assert found == {
+        r["uid"] for r in records if r["attributes"]["owner"] == "user1" and "everyone" in r["acl"]
+    }
+    assert "owner" not in {f.name for f in store.facets().facets}

@@ -59,6 +59,7 @@ def test_the_cli_declares_filters_and_aggregates(where: str) -> None:
         {
             "name": "team",
             "kind": "keyword",
+            "attribute": "team",
             "filters": ["team", "not_team"],
             "dimensions": ["team"],
             "entities": 12,

@@ -80,10 +80,18 @@ RESERVED_NAMES: frozenset[str] = frozenset(
 
 @dataclass(frozen=True)
 class DeclaredFacet:
-    """A facet declared on a store: its name (the attribute it is read from) and kind."""
+    """A facet declared on a store: its name, kind, and the ``attributes`` key it is read
+    from (``attribute``; None: the key is the name — a camelCase key such as
+    ``docbookClass`` gets a name of its own, ``docbook_class``)."""
 
     name: str
     kind: FacetKind
+    attribute: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The ``attributes`` key the facet's values are read from."""
+        return self.attribute or self.name
 
     @property
     def request_names(self) -> tuple[str, ...]:
@@ -125,9 +133,12 @@ def looks_declared(name: str) -> bool:
     return _REQUEST_NAME.fullmatch(field) is not None and field not in RESERVED_NAMES
 
 
-def check_declaration(name: str, kind: str, declared: Sequence[DeclaredFacet]) -> DeclaredFacet:
-    """The facet ``name`` of ``kind``, or ``InvalidRequest`` saying what to change (see the
-    module docstring); ``declared``: the store's facets."""
+def check_declaration(
+    name: str, kind: str, declared: Sequence[DeclaredFacet], attribute: str | None = None
+) -> DeclaredFacet:
+    """The facet ``name`` of ``kind`` (read from ``attributes[attribute or name]``), or
+    ``InvalidRequest`` saying what to change (see the module docstring); ``declared``: the
+    store's facets."""
     if kind not in FACET_KINDS:
         raise InvalidRequest(
             f"unknown facet kind {str(kind)[:40]!r}; use one of: {', '.join(FACET_KINDS)}",
@@ -140,7 +151,14 @@ def check_declaration(name: str, kind: str, declared: Sequence[DeclaredFacet]) -
             f" first, at most {MAX_FACET_NAME} characters (the attribute's key, e.g. team)",
             field="name",
         )
-    facet = DeclaredFacet(name, kind)  # type: ignore[arg-type]
+    if attribute is not None and (
+        not attribute or len(attribute) > MAX_NAME_CHARS or attribute != attribute.strip()
+    ):
+        raise InvalidRequest(
+            f"attribute {attribute[:80]!r}: an attributes key of 1–{MAX_NAME_CHARS} characters",
+            field="attribute",
+        )
+    facet = DeclaredFacet(name, kind, None if attribute == name else attribute)  # type: ignore[arg-type]
     clash = sorted(facet.names & RESERVED_NAMES)
     if clash:
         raise InvalidRequest(
@@ -200,10 +218,10 @@ def number_text(number: float) -> str:
 def facet_values(
     attributes: Mapping[str, Any], facet: DeclaredFacet
 ) -> list[tuple[str, float | None]]:
-    """``(text, number)`` of each value ``attributes[facet.name]`` holds (module docstring):
+    """``(text, number)`` of each value ``attributes[facet.key]`` holds (module docstring):
     the text is what a keyword filter matches and an aggregate groups by (a date in the
     stored form ``YYYY-MM-DDTHH:MM:SSZ``), the number a number facet's value."""
-    raw = attributes.get(facet.name)
+    raw = attributes.get(facet.key)
     out: dict[str, float | None] = {}
     for value in _scalars(raw):
         if value is None or isinstance(value, dict | list):

@@ -76,6 +76,8 @@ class FacetInfo(Answer):
 
     name: str
     kind: str
+    #: The ``attributes`` key its values are read from.
+    attribute: str
     filters: list[str]
     dimensions: list[str]
     entities: int

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 
 from knowledge_store.errors import InvalidRequest, Rejection
+from knowledge_store.model import MAX_NAME_CHARS
 from knowledge_store.model.declared import MAX_FACET_NAME, FacetKind
 from knowledge_store.requests.base import Principal, Request, SourceName, Uid, listed
 
@@ -195,11 +196,18 @@ class DeclareFacetRequest(RemoveFacetRequest):
         ...,
         min_length=1,
         max_length=MAX_FACET_NAME,
-        description="the facet's name: the attributes key it is read from (lowercase letters,"
-        " digits and _)",
+        description="the facet's name, its filters' and dimension's (lowercase letters, digits"
+        " and _); the attributes key it is read from unless attribute names another",
     )
     kind: FacetKind = Field(
         "keyword",
         description="keyword (any of / none of), date (a range; trends by day, week, month)"
         " or number (a range)",
+    )
+    attribute: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="the attributes key to read, when it is not the name (docbookClass for a"
+        " facet docbook_class)",
     )

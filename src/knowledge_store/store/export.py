@@ -38,8 +38,11 @@ def export_records(engine: Engine, out: TextIO, filters: Filters) -> ExportRepor
     hashes: dict[str, str] = {}
     with engine.snapshot() as snap:
         if filters.pending:  # the store's declared facets, in this snapshot
-            rows = snap.run("SELECT name, kind FROM facets", {})
-            declared = {str(n): DeclaredFacet(str(n), str(k)) for n, k in rows}  # type: ignore[arg-type]
+            rows = snap.run("SELECT name, kind, attribute FROM facets", {})
+            declared = {
+                str(n): DeclaredFacet(str(n), str(k), None if a is None else str(a))  # type: ignore[arg-type]
+                for n, k, a in rows
+            }
             filters = filters.resolve(declared)
         ids, derived = selected_ids(snap, filters)
         for batch in exported_entities(snap, ids):

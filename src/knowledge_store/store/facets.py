@@ -24,6 +24,7 @@ def _info(facet: DeclaredFacet, entities: int, values: int) -> FacetInfo:
     return FacetInfo(
         name=facet.name,
         kind=facet.kind,
+        attribute=facet.key,
         filters=list(facet.request_names),
         dimensions=list(facet.dimensions),
         entities=entities,
@@ -50,13 +51,18 @@ class Facets:
         return DeclaredFacets(facets=[_info(*found) for found in self._facets().list()])
 
     def declare_facet(
-        self, name: str | DeclareFacetRequest, kind: str | None = None
+        self,
+        name: str | DeclareFacetRequest,
+        kind: str | None = None,
+        *,
+        attribute: str | None = None,
     ) -> DeclaredFacets:
-        """Declare facet ``name`` (read from ``attributes[name]``) of ``kind`` — keyword,
-        date or number — and fill it from every entity, in one write transaction; the
-        facets after it. Refused for a name that is or brings a built-in one."""
-        request = request_of(DeclareFacetRequest, name, name=name, kind=kind)
-        self._facets().add(request.name, request.kind)
+        """Declare facet ``name`` of ``kind`` — keyword, date or number — read from
+        ``attributes[attribute or name]``, and fill it from every entity, in one write
+        transaction; the facets after it. Refused for a name that is or brings a built-in
+        one."""
+        request = request_of(DeclareFacetRequest, name, name=name, kind=kind, attribute=attribute)
+        self._facets().add(request.name, request.kind, request.attribute)
         return self.facets()
 
     def remove_facet(self, name: str | RemoveFacetRequest) -> DeclaredFacets:

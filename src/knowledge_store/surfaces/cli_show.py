@@ -235,7 +235,8 @@ def show_facets(out: Console, answer: Any, request: Any) -> None:
     for f in answer.facets:
         out.print(
             safe(
-                f"{f.name} ({f.kind}): {f.entities} entities, {f.values} values · filters"
+                f"{f.name} ({f.kind}{'' if f.attribute == f.name else ', attributes.' + f.attribute}):"
+                f" {f.entities} entities, {f.values} values · filters"
                 f" {', '.join(f.filters)} · by {', '.join(f.dimensions)}"
             )
         )

@@ -61,7 +61,7 @@ def declared_ddl(d: SqlDialect) -> list[str]:
     rowid = " WITHOUT ROWID" if d.name == "sqlite" else ""
     return [
         f"CREATE TABLE IF NOT EXISTS facets (name {text} PRIMARY KEY, kind {text} NOT NULL,"
-        f" declared_at {text} NOT NULL){rowid}",
+        f" attribute {text}, declared_at {text} NOT NULL){rowid}",
         "CREATE TABLE IF NOT EXISTS facet_values ("
         f"entity {key} NOT NULL REFERENCES entities(id) ON DELETE CASCADE,"
         f" facet {text} NOT NULL, value {text} NOT NULL, number {number},"
@@ -74,8 +74,11 @@ def declared_ddl(d: SqlDialect) -> list[str]:
 
 def read_declared(conn: Any, d: SqlDialect) -> list[DeclaredFacet]:
     """The store's declared facets, by name (on ``conn``'s snapshot)."""
-    rows = conn.execute("SELECT name, kind FROM facets ORDER BY name").fetchall()
-    return [DeclaredFacet(str(name), str(kind)) for name, kind in rows]  # type: ignore[arg-type]
+    rows = conn.execute("SELECT name, kind, attribute FROM facets ORDER BY name").fetchall()
+    return [
+        DeclaredFacet(str(name), str(kind), None if key is None else str(key))  # type: ignore[arg-type]
+        for name, kind, key in rows
+    ]
 
 
 def _rows(
@@ -150,18 +153,23 @@ class FacetAdministration:
             }
         return [(f, *counts.get(f.name, (0, 0))) for f in facets]
 
-    def add(self, name: str, kind: str) -> tuple[DeclaredFacet, int, int]:
-        """Declare facet ``name`` of ``kind`` and backfill it, in one write transaction;
-        the facet with the entities and values it found."""
+    def add(
+        self, name: str, kind: str, attribute: str | None = None
+    ) -> tuple[DeclaredFacet, int, int]:
+        """Declare facet ``name`` of ``kind`` (read from ``attributes[attribute or name]``)
+        and backfill it, in one write transaction; the facet with the entities and values
+        it found."""
         d = self._d
         with self._catalog.writing() as conn:
-            facet = check_declaration(name, kind, read_declared(conn, d))
+            facet = check_declaration(name, kind, read_declared(conn, d), attribute)
+            p = d.param
             conn.execute(
-                f"INSERT INTO facets (name, kind, declared_at) VALUES ({d.param('name')},"
-                f" {d.param('kind')}, {d.param('at')})",
+                "INSERT INTO facets (name, kind, attribute, declared_at) VALUES"
+                f" ({p('name')}, {p('kind')}, {p('attribute')}, {p('at')})",
                 {
                     "name": facet.name,
                     "kind": facet.kind,
+                    "attribute": facet.attribute,
                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 },
             )

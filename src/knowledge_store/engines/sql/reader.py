@@ -110,8 +110,11 @@ class SqlReader:
     def declared_facets(self) -> dict[str, DeclaredFacet]:
         """The store's declared facets in this snapshot, by name (read once, when asked)."""
         if self._declared is None:
-            rows = self._run("SELECT name, kind FROM facets ORDER BY name", {})
-            self._declared = {str(n): DeclaredFacet(str(n), str(k)) for n, k in rows}  # type: ignore[arg-type]
+            rows = self._run("SELECT name, kind, attribute FROM facets ORDER BY name", {})
+            self._declared = {
+                str(n): DeclaredFacet(str(n), str(k), None if a is None else str(a))  # type: ignore[arg-type]
+                for n, k, a in rows
+            }
         return self._declared
 
     def _counted(self, sql: str) -> None:
