@@ -21,6 +21,7 @@ refuses a newer server); the error says which versions it found.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from knowledge_store.engines.backup import Manifest, file_entry, now, staged, verify, write_manifest
 from knowledge_store.engines.postgres.db import Database, _redacted, check_schema_name, translate
@@ -70,10 +72,26 @@ def _major(text: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _run(command: list[str], action: str) -> None:
+def _connection(url: str) -> tuple[str, dict[str, str]]:
+    """``url`` without its password (which a command line would show to every user of the
+    machine), and the environment that carries it instead (``PGPASSWORD``)."""
+    params = conninfo_to_dict(url)
+    password = params.pop("password", None)
+    env = dict(os.environ)
+    if password is not None:
+        env["PGPASSWORD"] = str(password)
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None}), env
+
+
+def _run(command: list[str], action: str, env: dict[str, str] | None = None) -> None:
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=_TOOL_TIMEOUT_S,
+            check=False,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise StoreError(f"{action} failed: {exc}") from exc
@@ -104,6 +122,7 @@ def backup_store(engine: PostgresEngine, dest: Path) -> BackupReport:
                 f"{version} can't dump this server (PostgreSQL {server // 10000}): install"
                 f" pg_dump {server // 10000} or newer on PATH"
             )
+        dbname, env = _connection(engine.url)
         with staged(dest) as folder:
             _run(
                 [
@@ -114,9 +133,10 @@ def backup_store(engine: PostgresEngine, dest: Path) -> BackupReport:
                     "--no-owner",
                     "--no-privileges",
                     f"--file={folder / DUMP}",
-                    f"--dbname={engine.url}",
+                    f"--dbname={dbname}",
                 ],
                 "pg_dump",
+                env,
             )
             files = (file_entry(folder, folder / DUMP),)
             manifest = Manifest(
@@ -198,6 +218,7 @@ def restore_store(src: Path, manifest: Manifest, location: str) -> RestoreReport
                     field="store",
                 )
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        dbname, env = _connection(url)
         _run(
             [
                 str(tool("pg_restore")),
@@ -205,10 +226,11 @@ def restore_store(src: Path, manifest: Manifest, location: str) -> RestoreReport
                 "--exit-on-error",
                 "--no-owner",
                 "--no-privileges",
-                f"--dbname={url}",
+                f"--dbname={dbname}",
                 str(src / DUMP),
             ],
             "pg_restore",
+            env,
         )
         if dumped != schema:
             with translate("renaming the restored schema"):
