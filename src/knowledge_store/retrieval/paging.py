@@ -368,6 +368,8 @@ def search_page(
     ranking, _, following, page = _paged(reader, request, rank)
     uids = [item[0] for item in page]
     cards = reader.engine.entities(uids, filters)
+    successors = [item[1] for item in page if item[1] is not None and item[1] not in cards]
+    readable = set(cards) | set(reader.engine.entities(successors, filters))
     wanted = [c for item in page for c in item[4]]
     chunks = {c: r for c, r in reader.engine.chunks(wanted).items() if r.uid in cards}
     results = []
@@ -384,9 +386,7 @@ def search_page(
                 "href": card.href,
                 "score": score,
                 "ranks": {**dict.fromkeys([*LIST_NAMES, *names]), **ranks},
-                "superseded_by": superseded_by
-                if superseded_by in cards or superseded_by is None
-                else None,
+                "superseded_by": superseded_by if superseded_by in readable else None,
                 "evidence": [
                     {
                         "chunk_id": c.public_id,
