@@ -1,11 +1,12 @@
 """``ks backup`` of a running store: time, size, the readers' latency during it, restore time,
 and backups killed at random points (issue 31).
 
-A reader process runs lexical and sql reads in a loop (alone first: the baseline), and a
-writer process publishes a few records every second; ``ks backup`` runs beside them. The
-reads that overlapped the backup give its p50/p99 next to the baseline's. The backup is
+A reader process runs lexical and sql reads in a loop (alone first: the baseline), then a
+writer process publishes five records every second beside it (``--seconds`` of reads with
+the writer, once it has published twice), then ``ks backup`` runs beside both. The reads
+that overlapped the backup give its p50/p99 next to the two baselines'. The backup is
 restored (timed) and checked to be one of the writer's publishes. Then ``--kills`` backups
-are killed at a uniformly random point of their run (SIGKILL); each that left a backup
+are killed (SIGKILL) at a uniformly random point of 1.2 times the first run's time; each that left a backup
 behind is restored and checked the same way, and each that left none is counted.
 
     python bench/bench_backup.py STORE WORK [--seconds 15] [--kills 5]
@@ -78,7 +79,9 @@ def writer(store: str, out: Path, stop: Path) -> None:
                 for j in range(5)
             ]
             roots.append(s.ingest_records(records).content_root)
-            out.write_text(json.dumps(roots))
+            partial = out.with_suffix(".partial")
+            partial.write_text(json.dumps(roots))
+            partial.replace(out)  # the bench reads it while this writes
             n += 1
             time.sleep(max(0.0, 1.0 - (time.perf_counter() - started)))
 
@@ -137,7 +140,11 @@ def main() -> None:
     # 2. readers and a writer, and a backup beside them
     reads = _spawn("reader", args.store, str(args.work))
     writes = _spawn("writer", args.store, str(args.work))
-    time.sleep(3)
+    roots_file = args.work / "roots.json"
+    while not roots_file.exists() or len(json.loads(roots_file.read_text() or "[]")) < 3:
+        time.sleep(0.2)  # the writer has published twice: its model is loaded, it is steady
+    writer_only = time.time()
+    time.sleep(args.seconds)
     began = time.time()
     backup = _ks("--store", args.store, "backup", str(args.work / "backup"), "--json")
     out, err = backup.communicate()
@@ -154,17 +161,17 @@ def main() -> None:
     for n in range(args.kills):
         dest = args.work / f"killed-{n}"
         process = _ks("--store", args.store, "backup", str(dest))
-        time.sleep(rng.uniform(0.0, took))
+        time.sleep(rng.uniform(0.0, 1.2 * took))  # some finish first: the rename is a point too
         process.send_signal(signal.SIGKILL)
         process.wait()
         killed.append(dest)
     stop.touch()
     reads.wait()
     writes.wait()
-    during = [
-        d for t, d in json.loads((args.work / "reads.json").read_text()) if began <= t <= ended
-    ]
-    roots = set(json.loads((args.work / "roots.json").read_text()))
+    timed = json.loads((args.work / "reads.json").read_text())
+    with_writer = [d for t, d in timed if writer_only <= t < began]
+    during = [d for t, d in timed if began <= t <= ended]
+    roots = json.loads(roots_file.read_text())
     print(
         json.dumps(
             {
@@ -174,6 +181,10 @@ def main() -> None:
                 "files": len(report["files"]),
                 "publish": report["publish"],
                 "root_published": report["content_root"] in roots,
+                "writer_publishes_before_it": (
+                    roots.index(report["content_root"]) if report["content_root"] in roots else None
+                ),
+                "reads_with_the_writer": _percentiles(with_writer),
                 "reads_during_backup": _percentiles(during),
             }
         ),

@@ -1,14 +1,15 @@
 """A reader pages through 1,000 results while a writer publishes every second (issue 31):
 duplicates and gaps, against the ranking read whole at the first page's content root.
 
-Before the writer starts, each read (lexical, sql, fused search) is read whole at root ``R``
-— lexical and sql with ``k=1000``, search as its own cursor's pages of 100 — and, for
-lexical and search, the writer is handed the uids of the results ranked 500–999, which it
-edits (title changed, still matching) while adding new matching records, one publish a
-second. The reader then pages through each with ``k=10`` (100 pages, ``--pause`` seconds
-between pages). Printed per read: pages, results, duplicates, gaps (results of ``R``'s
-ranking never shown), extras (shown but not in it), publishes during the paging, and the
-page latency.
+The writer is handed the uids of fused search's results ranked 500–999 before it starts; it
+edits three of them a publish (title changed, still matching) and adds five new matching
+records, one publish a second. For each read (lexical, sql, fused search) the writer is held
+between two publishes while the read is read whole — lexical and sql with ``k=1000``, search
+as its own cursor's pages of 100 — and its first page of 10 is read, both at one root ``R``;
+then the writer goes on and the reader pages through the rest with ``k=10`` (100 pages,
+``--pause`` seconds between pages). Printed per read: pages, results, duplicates, gaps
+(results of ``R``'s ranking never shown), extras (shown but not in it), whether the order is
+``R``'s, the publishes during the paging, and the page latency.
 
     python bench/bench_paging.py STORE [--pause 0.05]
 """
@@ -45,13 +46,34 @@ READS = {
 }
 
 
-def writer(store: str, edit: Path, stop: Path, out: Path) -> None:
-    """One publish a second: five new matching records, and the next few to edit."""
-    uids = json.loads(edit.read_text())
+def _whole(store: Any, name: str, read: Any) -> tuple[list[Any], str]:
+    """``name``'s ranking read whole (to the bound of 1,000), and the root it was read at."""
+    if name != "search":
+        answer = read(store, k=1000)
+        return _items(answer), answer.content_root
+    answer = read(store, k=100, cursor="*")  # search's k is at most 100: its own pages
+    got, root = _items(answer), answer.content_root
+    while answer.next:
+        answer = read(store, k=100, cursor=answer.next)
+        got += _items(answer)
+    return got, root
+
+
+def writer(store: str, work: Path) -> None:
+    """One publish a second: five new matching records, and the next few to edit; while
+    ``hold`` exists, none (``held`` echoes its token: the bench reads at one root)."""
+    uids = json.loads((work / "edit.json").read_text())
+    stop, hold, held, out = (work / n for n in ("stop", "hold", "held", "published"))
     published = 0
     with KnowledgeStore.open(store, create=False) as s:
         n = 0
         while not stop.exists():
+            try:
+                held.write_text(hold.read_text())
+                time.sleep(0.02)
+                continue
+            except FileNotFoundError:
+                pass  # not held
             started = time.perf_counter()
             new = [
                 {
@@ -74,7 +96,9 @@ def writer(store: str, edit: Path, stop: Path, out: Path) -> None:
                         record["title"] = f"{record['title']} (edited {n})"
                 s.ingest_records(records)
             published += 1
-            out.write_text(str(published))
+            partial = out.with_suffix(".partial")
+            partial.write_text(str(published))
+            partial.replace(out)  # the bench reads it while this writes
             n += 1
             time.sleep(max(0.0, 1.0 - (time.perf_counter() - started)))
 
@@ -88,26 +112,13 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work
     if args.role == "writer":
-        writer(args.store, work / "edit.json", work / "stop", work / "published")
+        writer(args.store, work)
         return
     work.mkdir(parents=True, exist_ok=True)
-    for name in ("stop", "published"):
+    for name in ("stop", "published", "hold", "held"):
         (work / name).unlink(missing_ok=True)
     print("load", os.getloadavg())
     with KnowledgeStore.open(args.store, create=False) as store:
-        whole: dict[str, list[Any]] = {}
-        root = store.content_root()
-        for name, read in READS.items():
-            if name == "search":
-                answer = read(store, k=100, cursor="*")
-                got = _items(answer)
-                while answer.next:
-                    answer = read(store, k=100, cursor=answer.next)
-                    got += _items(answer)
-                whole[name] = got
-            else:
-                whole[name] = _items(read(store, k=1000))
-        assert store.content_root() == root
         ranked = store.search(WORD, k=100, cursor="*")
         edit = [r.uid for r in ranked.results]  # the next pages' entities: edited meanwhile
         answer = ranked
@@ -119,14 +130,17 @@ def main() -> None:
             [sys.executable, __file__, args.store, "--role", "writer", "--work", str(work)]
         )
         try:
-            time.sleep(2)
+            while not (work / "published").exists():
+                time.sleep(0.1)  # the writer has published once: it is running
             for name, read in READS.items():
-                before = (
-                    int((work / "published").read_text() or 0)
-                    if (work / "published").exists()
-                    else 0
-                )
+                (work / "hold").write_text(name)
+                while not (work / "held").exists() or (work / "held").read_text() != name:
+                    time.sleep(0.02)
+                reference, root = _whole(store, name, read)
                 answer = read(store, k=10, cursor="*")
+                assert answer.content_root == root, "the writer published while held"
+                (work / "hold").unlink()
+                before = int((work / "published").read_text())
                 seen, pages, latencies = _items(answer), 1, []
                 while answer.next:
                     time.sleep(args.pause)
@@ -135,8 +149,7 @@ def main() -> None:
                     latencies.append(time.perf_counter() - started)
                     seen += _items(answer)
                     pages += 1
-                after = int((work / "published").read_text() or 0)
-                reference = whole[name]
+                after = int((work / "published").read_text())
                 latencies.sort()
                 print(
                     json.dumps(
