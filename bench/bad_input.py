@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from typer.testing import CliRunner
 
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.ingest.embedders.hashing import HashingEmbedder
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app

@@ -253,7 +253,7 @@ def sampled(args: argparse.Namespace) -> None:
 
     reference = Path(args.stores[0])
     engine = EmbeddedEngine(reference)
-    contexts = engine.chunk_contexts(0, 1_000_000)
+    contexts = engine.writer.chunk_contexts(0, 1_000_000)
     step = max(1, len(contexts) // args.sample)
     chosen = contexts[::step][: args.sample]
     with engine.catalog.read() as conn:

@@ -180,7 +180,7 @@ def publish_all(engine: Any, batches: Sequence[Sequence[PreparedEntity]]) -> flo
     """Publish every batch; seconds (for PostgreSQL including the final VACUUM ANALYZE)."""
     started = time.perf_counter()
     for n, batch in enumerate(batches, start=1):
-        engine.publish(batch, [], kind="ingest")
+        engine.writer.publish(batch, [], kind="ingest")
         print(f"    batch {n}/{len(batches)} ({time.perf_counter() - started:.0f} s)", flush=True)
     if isinstance(engine, PostgresEngine):
         engine.db.conn().execute("VACUUM ANALYZE")
@@ -194,15 +194,15 @@ def ensure(
     chunks = sum(len(p.chunks) for b in batches for p in b)
     if marker.exists():
         data = json.loads(marker.read_text())
-        if data.get("chunks") == chunks and engine.content_root() == data.get("root"):
+        if data.get("chunks") == chunks and engine.writer.content_root() == data.get("root"):
             return dict(data)
     model = EmbeddedEngine(PG15_STORE).model()
     assert model is not None
-    engine.set_model(model[0], model[1], "default")
+    engine.writer.set_model(model[0], model[1], "default")
     seconds = publish_all(engine, batches)
     for group, member in MEMBERSHIPS:
         engine.admin.add_member(group, member)
-    data = {"chunks": chunks, "seconds": seconds, "root": engine.content_root()}
+    data = {"chunks": chunks, "seconds": seconds, "root": engine.writer.content_root()}
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(data))
     return data
@@ -300,12 +300,12 @@ def run_eval(embedder: CachedEmbedder, results: dict[str, Any]) -> None:
         print(f"  embedded: {time.perf_counter() - started:.0f} s", flush=True)
     embedder.save()
     engine = open_pg("pg15")
-    if engine.content_root() != root:
+    if engine.writer.content_root() != root:
         print(
             "  publishing the eval store to PostgreSQL (one batch, as it was ingested)", flush=True
         )
         ensure(engine, [catalog_entities(PG15_STORE)], HERE / "pg15.json")
-    assert engine.content_root() == root, "the same entities must publish the same root"
+    assert engine.writer.content_root() == root, "the same entities must publish the same root"
     engine.close()
     for ranker in ("bm25", "ts_rank_cd"):
         with KnowledgeStore(open_pg("pg15", lexical_ranker=ranker), embedder=embedder) as pg:

@@ -10,8 +10,14 @@ CPU seconds (all threads of this process) are shown beside wall seconds: on a
 machine shared with other work they measure the work itself, where wall time
 also measures the share of the CPUs the run got.
 
+``--engine postgres`` ingests into PostgreSQL instead: one local pgserver instance
+(stopped when the bench exits), a fresh schema per store. The hashing embedder
+(``--runtimes hash:384``) leaves the model out, so what is measured is the pipeline
+and the publish (the write path).
+
     .venv/bin/python bench/bench_ingest.py [--pages 150] [--rounds 2]
     .venv/bin/python bench/bench_ingest.py --runtimes onnx:fp32,onnx:int8
+    .venv/bin/python bench/bench_ingest.py --engine postgres --runtimes hash:384,onnx:fp32
 """
 
 from __future__ import annotations
@@ -21,12 +27,29 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import EVAL, need_eval, table
 
 RUNTIMES = ("st:sentence-transformers/all-MiniLM-L6-v2", "onnx:fp32", "onnx:int8")
-SHORT = {RUNTIMES[0]: "PyTorch (st:)", "onnx:fp32": "ONNX fp32", "onnx:int8": "ONNX int8"}
+SHORT = {
+    RUNTIMES[0]: "PyTorch (st:)",
+    "onnx:fp32": "ONNX fp32",
+    "onnx:int8": "ONNX int8",
+    "hash:384": "hashing (no model)",
+}
+
+
+def store_places(engine: str, work: Path) -> Callable[[str], str]:
+    """Where each store of the run lives: a directory, or a schema of one local server."""
+    if engine == "embedded":
+        return lambda name: str(work / name)
+    from knowledge_store.engines.postgres.server import local_server_url
+
+    url = local_server_url(work / "pg")  # stopped when this process exits
+    joiner = "&" if "?" in url else "?"
+    return lambda name: f"{url}{joiner}schema={name.replace('-', '_').lower()}"
 
 
 def main() -> None:
@@ -34,6 +57,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=150, help="pages of the eval corpus to ingest")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    parser.add_argument("--engine", choices=("embedded", "postgres"), default="embedded")
     args = parser.parse_args()
     need_eval()
 
@@ -51,6 +75,7 @@ def main() -> None:
             if len(lines) >= args.pages:
                 break
     work = Path(tempfile.mkdtemp(prefix="ks-bench-ingest-"))
+    place = store_places(args.engine, work)
     sample = work / "sample.jsonl"
     sample.write_text("".join(lines), encoding="utf-8")
     entities = [
@@ -75,7 +100,7 @@ def main() -> None:
             started = time.perf_counter()
             embedder.embed(texts)
             model_s[spec] = min(model_s[spec], time.perf_counter() - started)
-            where = work / f"store-{round_no}-{spec.replace('/', '_').replace(':', '_')}"
+            where = place(f"store-{round_no}-{spec.replace('/', '_').replace(':', '_')}")
             with KnowledgeStore.open(where, embedder=embedder) as store:
                 started, cpu = time.perf_counter(), time.process_time()
                 first = store.ingest([sample])
@@ -110,7 +135,8 @@ def main() -> None:
     ]
     table(
         rows,
-        f"ingest of {len(entities)} pages ({len(texts)} chunks), best of {args.rounds} rounds;"
+        f"ingest of {len(entities)} pages ({len(texts)} chunks) into {args.engine},"
+        f" best of {args.rounds} rounds;"
         f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end",
     )
 

@@ -74,7 +74,7 @@ def replicate(source: Path, target: Path, chunks_wanted: int, *, batch: int = 50
     copies = -(-chunks_wanted // per_copy)
     print(f"replicating {len(uids)} entities / {per_copy} chunks × {copies}", file=sys.stderr)
     dst = EmbeddedEngine(target)
-    dst.set_model(model[0], model[1], spec)
+    dst.writer.set_model(model[0], model[1], spec)
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     made = 0
@@ -82,7 +82,7 @@ def replicate(source: Path, target: Path, chunks_wanted: int, *, batch: int = 50
 
     def flush() -> None:
         if pending:
-            dst.publish(pending, [], kind="ingest")
+            dst.writer.publish(pending, [], kind="ingest")
             pending.clear()
 
     for copy in range(copies):

@@ -213,11 +213,11 @@ def build_replicated_store(
     engine = EmbeddedEngine(dst)
     model = EmbeddedEngine(PG15_STORE).model()
     assert model is not None
-    engine.set_model(model[0], model[1], "default")
+    engine.writer.set_model(model[0], model[1], "default")
     started = time.perf_counter()
     made = 0
     for pending in batches:
-        engine.publish(pending, [], kind="ingest")
+        engine.writer.publish(pending, [], kind="ingest")
         made += sum(len(p.chunks) for p in pending)
         print(f"  {made:,} chunks ({time.perf_counter() - started:.0f} s)", flush=True)
     engine.close()

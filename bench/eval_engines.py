@@ -71,7 +71,7 @@ def _fused(
 
 
 def _model(store: KnowledgeStore) -> str:
-    model = store.engine.model()
+    model = store.engine.writer.model()
     return "none" if model is None else str(model[0])
 
 

@@ -341,10 +341,10 @@ def seed_store(eval_set: EvalSet, cache: VectorCache, where: Path | None = None)
     with KnowledgeStore.open(where, embedder=cache.spec) as store:
         engine = store.engine
         embedder = cache.embedder
-        engine.set_model(embedder.model_id, vectors.shape[1], spec_of(embedder))
+        engine.writer.set_model(embedder.model_id, vectors.shape[1], spec_of(embedder))
         items = list(dict(zip(cache.keys(texts), vectors, strict=True)).items())
         for i in range(0, len(items), 2000):
-            engine.cache_embeddings(dict(items[i : i + 2000]))
+            engine.writer.cache_embeddings(dict(items[i : i + 2000]))
     return where
 
 
@@ -358,7 +358,7 @@ def build_store(eval_set: EvalSet, cache: VectorCache) -> Path:
     entities, _ = store_texts(eval_set)
     where = store_path(eval_set, cache.spec)
     with KnowledgeStore.open(where, embedder=cache.spec) as store:
-        current = store.engine.content_hashes([e.uid for e in entities])
+        current = store.engine.writer.content_hashes([e.uid for e in entities])
         if all(current.get(e.uid) == e.content_hash for e in entities):
             return where
     seed_store(eval_set, cache, where)

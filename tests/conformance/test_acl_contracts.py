@@ -33,7 +33,7 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
     store = estate_store
     store.add_member("group:finance", "user:fin")
     before = _chunk_ids(store, "user:fin")
-    hashes = store.engine.content_hashes(["guide:vacuum", "guide:admin", "ticket:1042"])
+    hashes = store.engine.writer.content_hashes(["guide:vacuum", "guide:admin", "ticket:1042"])
     assert "ticket:2001" not in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
     root = store.grant("ticket:2001", "user:pat").content_root
     assert root == store.content_root()
@@ -43,7 +43,7 @@ def test_grant_and_revoke_are_immediate_and_touch_only_that_entity(
     }
     # an ACL change re-points the entity; its chunks and every other entity stay as they were
     assert _chunk_ids(store, "user:fin") == before
-    assert store.engine.content_hashes(list(hashes)) == hashes
+    assert store.engine.writer.content_hashes(list(hashes)) == hashes
     store.revoke("ticket:2001", "user:pat")
     assert "ticket:2001" not in {h.uid for h in store.lexical("payroll", identity="user:pat").hits}
     assert "ticket:2001" not in {

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.cli import app
 from tests.bad_inputs import (

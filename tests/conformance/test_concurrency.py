@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.model import Entity
 from knowledge_store.store import KnowledgeStore
 
@@ -162,9 +162,11 @@ def test_a_long_write_never_blocks_a_read(store: KnowledgeStore) -> None:
 
     def slow_publish() -> None:
         with engine.db.write() as conn:  # type: ignore[attr-defined]
-            from knowledge_store.engines.postgres.publish import apply_publish
+            from knowledge_store.engines.sql.dialect import POSTGRES
+            from knowledge_store.engines.sql.write import Batch, publish_batch
 
-            apply_publish(conn, [_entity("during")], [], kind="ingest")
+            chunks = engine.chunk_store  # type: ignore[attr-defined]
+            publish_batch(conn, POSTGRES, chunks, Batch([_entity("during")]))
             inside.set()
             release.wait(10)
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import StoreError
 from knowledge_store.ingest.pipeline import chunk_entity
 from knowledge_store.model import (
@@ -193,6 +193,6 @@ def test_vectors_a_derived_index_cannot_take_are_refused_before_the_commit(
     store.ingest_records([_full({"uid": "first", "body": "kiwi"})])  # the store has its model
     root = store.content_root()
     with pytest.raises(StoreError, match=says):
-        store.engine.publish([_prepared(vectors)], [], kind="ingest")
+        store.engine.writer.publish([_prepared(vectors)], [], kind="ingest")
     assert store.content_root() == root != EMPTY_ROOT
     assert {h.uid for h in store.lexical("kiwi", k=5).hits} == {"first"}

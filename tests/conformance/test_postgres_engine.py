@@ -92,7 +92,7 @@ def _as_version_1(url: str) -> PostgresEngine:
 def test_an_older_store_is_migrated_on_open_and_says_when_a_rebuild_is_due(database: str) -> None:
     url = postgres_support.store_url(database, "older")
     with KnowledgeStore(_as_version_1(url)) as old:
-        old.engine.publish(
+        old.engine.writer.publish(
             [
                 PreparedEntity(
                     Entity("a", "page", "Alpha", "alpha", acl=("everyone",)),
@@ -172,7 +172,7 @@ def test_version_7_gives_a_version_6_store_its_chunk_locations(database: str) ->
 def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None:
     """Version 1 wrote year 1 as ``1-01-01T…`` (sorts wrong) and ACL-set keys as the
     principals' text (a long ACL overflowed its b-tree entry)."""
-    from knowledge_store.engines.postgres.publish import acl_set_key
+    from knowledge_store.engines.sql.dialect import POSTGRES
 
     url = postgres_support.store_url(database, "version1")
     acl = ("everyone", "user:x")
@@ -182,7 +182,7 @@ def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None
         return PreparedEntity(entity, (), np.zeros((0, 1), np.float32))
 
     old = _as_version_1(url)
-    old.publish([prepared("a")], [], kind="ingest")
+    old.writer.publish([prepared("a")], [], kind="ingest")
     with old.db.write() as conn:  # what version 1 wrote
         conn.execute("UPDATE entities SET created_at = '1-01-01T00:00:00Z'")
         conn.execute("UPDATE acl_sets SET key = %s", ("\n".join(acl),))
@@ -190,9 +190,9 @@ def test_version_2_pads_old_dates_and_hashes_old_acl_keys(database: str) -> None
     engine = PostgresEngine.open(url)
     try:
         assert [h.created_at for h in KnowledgeStore(engine).sql().hits] == ["0001-01-01T00:00:00Z"]
-        engine.publish([prepared("b")], [], kind="ingest")  # the same ACL: the same set
+        engine.writer.publish([prepared("b")], [], kind="ingest")  # the same ACL: the same set
         keys = [r[0] for r in engine.db.conn().execute("SELECT key FROM acl_sets")]
-        assert keys == [acl_set_key(acl)]
+        assert keys == [POSTGRES.acl_set_key(acl)]
     finally:
         engine.close()
 
@@ -414,7 +414,7 @@ def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
     engine = PostgresEngine.open(postgres_support.store_url(database))
     try:
         nodes = 1500
-        engine.publish(
+        engine.writer.publish(
             [
                 _chunkless(
                     Entity(
@@ -445,7 +445,7 @@ def test_query_graph_is_cancelled_at_its_bound(database: str) -> None:
         assert answer.rows == [["n:1"]]
         # the primitive's fan-out cap: a hub with more than FANOUT_CAP neighbours
         leaves = FANOUT_CAP + 5
-        engine.publish(
+        engine.writer.publish(
             [
                 _chunkless(
                     Entity(

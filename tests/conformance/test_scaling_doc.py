@@ -28,13 +28,13 @@ def test_the_citus_ddl_applies_to_the_schema() -> None:
     assert any("create_distributed_table('chunks'" in s for s in statements)
     engine = PostgresEngine.open(postgres_support.store_url(postgres_support.fresh_database("doc")))
     try:
-        engine.set_model("m", 4, "test")
+        engine.writer.set_model("m", 4, "test")
         chunk = Chunk(0, "some text", (), 0, 9)
         vector = np.ones((1, 4), np.float32) / 2
         entity = Entity(
             "a", "page", "A", "some text", acl=("everyone",), edges=(Edge("a", "xref", "b"),)
         )
-        engine.publish([PreparedEntity(entity, (chunk,), vector)], [], kind="ingest")
+        engine.writer.publish([PreparedEntity(entity, (chunk,), vector)], [], kind="ingest")
         conn = engine.db.conn()
         for statement in statements:
             if "citus" in statement or "create_distributed_table" in statement:

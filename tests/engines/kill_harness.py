@@ -87,7 +87,7 @@ CHILD = textwrap.dedent(
     uids = [f"c:{n}" for n in range(UIDS)]
     print("ready", flush=True)
     for i in range(100_000):
-        present = sorted(store.engine.content_hashes(uids))
+        present = sorted(store.engine.writer.content_hashes(uids))
         if writer == "ingest":
             picked = rng.sample(range(UIDS), 6)
             store.ingest_records([record(n, rng.randrange(VARIANTS), revocable=False) for n in picked])

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from knowledge_store.engines.base import PreparedEntity
-from knowledge_store.engines.embedded.catalog import EMPTY_ROOT
 from knowledge_store.engines.embedded.engine import EmbeddedEngine
+from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.errors import BatchRejected, ModelMismatch, NotFound
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.ingest.pipeline import chunk_entity
@@ -201,7 +201,7 @@ def test_rebuild_restores_a_lost_lexical_index(estate_store: KnowledgeStore) -> 
 
 def test_model_mismatch_is_refused(estate_store: KnowledgeStore) -> None:
     with pytest.raises(ModelMismatch) as info:
-        estate_store.engine.set_model("openai:text-embedding-3-small", 1536, "openai:x")
+        estate_store.engine.writer.set_model("openai:text-embedding-3-small", 1536, "openai:x")
     assert estate_store.embedder.model_id in info.value.message  # names the store's model
     with pytest.raises(ModelMismatch):
         estate_store.vector(np.ones(12, dtype=np.float32))

@@ -300,3 +300,36 @@ def test_a_hop_reads_entities_from_the_covering_index_only(estate: KnowledgeStor
             lookups = [s for s in steps if s.startswith(("SEARCH e ", "SEARCH t "))]
             assert lookups, steps
             assert all("USING COVERING INDEX entities_card" in s for s in lookups), steps
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"type": ["unit"]},
+        {"not_type": ["unit", "page"]},
+        {"updated_from": "2024-02-01"},
+        {"type": ["page"], "updated_to": "2024-01-31"},
+        {"source": ["nowhere"]},
+    ],
+)
+def test_the_walk_says_which_entities_pass_the_filters(
+    estate: KnowledgeStore, given: dict[str, Any]
+) -> None:
+    """``passes`` (read in the hop's statement, as fused search's graph stage uses it) is
+    what the FILTERS statement of ``entities`` says, for every start and identity; the walk
+    itself is the same with or without FILTERS (it goes through entities that fail them)."""
+    from knowledge_store.model import Filters
+
+    filters = Filters.build(**given)
+    starts = tuple(str(record["uid"]) for record in graph_estate.RECORDS)
+    for who in ("everyone", "user:alice"):
+        with estate.reader(who) as r:
+            for uid in starts:
+                query = GraphQuery(starts=(uid,), depth=2, direction="both", k=1000)
+                plain = r.engine.walk(query)
+                walk = r.engine.walk(query, filters)
+                assert [x[:-1] for x in walk.reached] == [x[:-1] for x in plain.reached]
+                assert all(x.passes for x in plain.reached)
+                reached = [x.uid for x in walk.reached]
+                passing = set(r.engine.entities(reached, filters))
+                assert {x.uid for x in walk.reached if x.passes} == passing, (who, uid)

@@ -58,8 +58,8 @@ def location(request: pytest.FixtureRequest, tmp_path: Path, pg_database: str) -
 def test_a_new_store_records_the_spec_and_the_model(location, fp32):
     with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE)
-        assert store.engine.model() == (DEFAULT_MODEL_ID, 384)
-        assert store.engine.model_spec() == "onnx:fp32"
+        assert store.engine.writer.model() == (DEFAULT_MODEL_ID, 384)
+        assert store.engine.writer.model_spec() == "onnx:fp32"
     with KnowledgeStore.open(location) as reopened:  # no embedder given: the recorded one
         assert reopened.embedder is open_embedder("onnx:fp32")
         assert reopened.stats().model == DEFAULT_MODEL_ID
@@ -69,7 +69,7 @@ def test_pytorch_and_onnx_fp32_read_each_others_stores(tmp_path):
     torch_path = open_embedder(f"st:{DEFAULT_MODEL_ID}")
     with KnowledgeStore.open(tmp_path / "s", embedder=torch_path) as store:
         store.ingest_records(ESTATE[:3])
-        assert store.engine.model_spec() == f"st:{DEFAULT_MODEL_ID}"
+        assert store.engine.writer.model_spec() == f"st:{DEFAULT_MODEL_ID}"
     with KnowledgeStore.open(tmp_path / "s") as store:
         assert store.embedder is open_embedder("onnx:fp32")  # read on ONNX: same vectors
         top = store.vector("the autovacuum daemon", k=1).hits[0]
@@ -124,8 +124,8 @@ def test_int8_vectors_are_refused_then_reembedded_in_place(location, fp32, monke
             _ = store.embedder
         root = store.reembed("onnx:int8")
         assert root != before
-        assert store.engine.model() == (MODEL_IDS["int8"], 384)
-        assert store.engine.model_spec() == "onnx:int8"
+        assert store.engine.writer.model() == (MODEL_IDS["int8"], 384)
+        assert store.engine.writer.model_spec() == "onnx:int8"
         assert store.stats().entities == 5  # the content is the same
         hit = store.vector("replica lag", identity="user:sam", k=1).hits[0]
         assert hit.uid == fp32_hit.uid
@@ -151,7 +151,7 @@ def test_a_store_on_the_plain_int8_model_keeps_it_until_it_is_re_embedded(tmp_pa
         with store.engine.catalog.write() as conn:  # the spec those stores recorded
             store.engine.catalog.set_meta("embedder", "onnx:int8", conn)
         before = store.vector("the autovacuum daemon", k=1).hits[0]
-    assert store.engine.model() == (f"{DEFAULT_MODEL_ID}@int8", 384)
+    assert store.engine.writer.model() == (f"{DEFAULT_MODEL_ID}@int8", 384)
     with KnowledgeStore.open(tmp_path / "s") as store:
         assert store.embedder is plain
         assert store.vector("the autovacuum daemon", k=1).hits[0] == before
@@ -164,7 +164,7 @@ def test_a_store_on_the_plain_int8_model_keeps_it_until_it_is_re_embedded(tmp_pa
         smoothed.search("vacuum")
     with KnowledgeStore.open(tmp_path / "s") as store:
         store.reembed("onnx:int8")
-        assert store.engine.model() == (MODEL_IDS["int8"], 384)
+        assert store.engine.writer.model() == (MODEL_IDS["int8"], 384)
         assert store.embedder is open_embedder("onnx:int8")
         assert store.vector("the autovacuum daemon", k=1).hits[0].uid == before.uid
 
@@ -179,7 +179,7 @@ def test_reembed_is_one_publish_and_every_vector_is_the_new_models(tmp_path, fp3
         ) + store.engine.catalog.execute("SELECT count(*) FROM publishes")
         assert rows[0][0] == "reembed" and rows[1][0] == publishes + 1
         int8 = open_embedder("onnx:int8")
-        contexts = store.engine.chunk_contexts(0, 1000)
+        contexts = store.engine.writer.chunk_contexts(0, 1000)
         with store.engine.catalog.read() as conn:
             ids, stored = store.engine.catalog.chunk_vectors(conn, [c for c, _ in contexts])
         expected = int8.embed([text for _, text in contexts])
@@ -191,7 +191,7 @@ def test_an_interrupted_reembed_resumes_from_the_cache(tmp_path, fp32, monkeypat
     with KnowledgeStore.open(tmp_path / "s", embedder=fp32) as store:
         store.ingest_records(ESTATE)
         int8 = open_embedder("onnx:int8")
-        chunks = store.engine.chunk_contexts(0, 1000)
+        chunks = store.engine.writer.chunk_contexts(0, 1000)
         assert len(chunks) > 4
         monkeypatch.setattr(pipeline, "EMBED_BATCH", 2)
         calls: list[int] = []
@@ -210,27 +210,27 @@ def test_an_interrupted_reembed_resumes_from_the_cache(tmp_path, fp32, monkeypat
         monkeypatch.setattr(int8, "embed", flaky)
         with pytest.raises(Interrupted):
             store.reembed(int8)
-        assert store.engine.model()[0] == DEFAULT_MODEL_ID  # nothing replaced
+        assert store.engine.writer.model()[0] == DEFAULT_MODEL_ID  # nothing replaced
         keys = [embedding_key(cache_id_of(int8), t) for _, t in chunks]
-        assert len(store.engine.cached_embeddings(keys)) == 2  # the first batch was kept
+        assert len(store.engine.writer.cached_embeddings(keys)) == 2  # the first batch was kept
         calls.clear()
         resumed = True
         store.reembed(int8)
         assert sum(calls) == len(set(keys)) - 2  # the rest only
-        assert store.engine.model()[0] == MODEL_IDS["int8"]
+        assert store.engine.writer.model()[0] == MODEL_IDS["int8"]
 
 
 def test_a_store_that_moved_on_is_not_reembedded(location, fp32):
     with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE)
         int8 = open_embedder("onnx:int8")
-        contexts = store.engine.chunk_contexts(0, 1000)
+        contexts = store.engine.writer.chunk_contexts(0, 1000)
         ids = [c for c, _ in contexts]
         vectors = int8.embed([t for _, t in contexts])
         stale = store.content_root()
         store.ingest_records([{**ESTATE[0], "body": "VACUUM, rewritten."}])
         with pytest.raises(StoreError, match="changed while it was being re-embedded"):
-            store.engine.replace_embeddings(
+            store.engine.writer.replace_embeddings(
                 ids,
                 vectors,
                 model_id=int8.model_id,
@@ -238,14 +238,14 @@ def test_a_store_that_moved_on_is_not_reembedded(location, fp32):
                 spec="onnx:int8",
                 base_root=stale,
             )
-        assert store.engine.model()[0] == DEFAULT_MODEL_ID
+        assert store.engine.writer.model()[0] == DEFAULT_MODEL_ID
 
 
 def test_a_publish_of_another_models_vectors_is_refused(location, fp32):
     with KnowledgeStore.open(location, embedder=fp32) as store:
         store.ingest_records(ESTATE[:1])
         with pytest.raises(ModelMismatch, match="re-embedded"):
-            store.engine.publish([], ["guide:vacuum"], kind="delete", model="other-model")
+            store.engine.writer.publish([], ["guide:vacuum"], kind="delete", model="other-model")
         assert store.stats().entities == 1
 
 
@@ -254,7 +254,7 @@ def test_reembedding_keeps_the_dimension(tmp_path, fp32):
         store.ingest_records(ESTATE[:2])
         with pytest.raises(InvalidRequest, match="keeps the dimension"):
             store.reembed("hash:64")
-        assert store.engine.model() == (DEFAULT_MODEL_ID, 384)
+        assert store.engine.writer.model() == (DEFAULT_MODEL_ID, 384)
 
 
 def test_cli_rebuild_reembed(tmp_path, fp32):

@@ -23,11 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from knowledge_store.engines.cursors import Cursors
-from knowledge_store.engines.sql.acl import Catalog
-from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import PublishPlan
-from knowledge_store.engines.sql.sources import SourceSync
 from knowledge_store.engines.sql.traversal import Traversal
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.graphquery.nodes import Query
@@ -50,7 +47,6 @@ from knowledge_store.model import (
     Order,
     PrincipalInfo,
     QueryAnswer,
-    SourceSummary,
     SqlHits,
     StoreStats,
     VectorInfo,
@@ -60,6 +56,9 @@ from knowledge_store.model.queries import TextAnalysis
 
 if TYPE_CHECKING:
     from knowledge_store.engines.components import ListQuery
+    from knowledge_store.engines.sql.dialect import SqlDialect
+    from knowledge_store.engines.sql.write import Batch, ChunkStore, Reembedding
+    from knowledge_store.engines.sql.writer import CatalogWriter
 
 __all__ = [
     "AclAdmin",
@@ -242,8 +241,9 @@ class Reader(Protocol):
     def sql(self, filters: Filters, order: Order, k: int) -> SqlHits: ...
     def aggregate(self, spec: AggregateSpec, filters: Filters) -> AggregateAnswer: ...
     def successors(self, uids: Sequence[str], filters: Filters) -> dict[str, str]: ...
-    def walk(self, query: GraphQuery) -> Traversal:
-        """The bounded walk as plain data (fused search ranks it; ``graph`` shapes it)."""
+    def walk(self, query: GraphQuery, filters: Filters | None = None) -> Traversal:
+        """The bounded walk as plain data (fused search ranks it; ``graph`` shapes it); with
+        ``filters``, each entity reached says whether it passes them (``Reached.passes``)."""
         ...
 
     def graph(self, query: GraphQuery) -> GraphHits: ...
@@ -255,82 +255,41 @@ class Reader(Protocol):
 
 
 class Writer(Protocol):
-    """Publishes, the model, the embedding cache, figures and rebuilds."""
+    """What an engine gives the write path every engine shares (``engines.sql.writer``,
+    ``engines.sql.write``, ``engines.sql.acl``): its catalog's dialect and connections, what
+    it keeps of chunks, and what only it can do — a publish with its derived indexes, a
+    re-embedding, its figures, rebuild and check."""
 
-    def model(self) -> tuple[str, int] | None: ...
-    def model_spec(self) -> str | None: ...
-    def set_model(self, model_id: str, dimension: int, spec: str) -> None: ...
-    def content_root(self) -> str: ...
-    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]: ...
-    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]: ...
-    def cache_embeddings(self, items: Mapping[str, Vector]) -> None: ...
-    def publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        model: str | None = None,
-        source: SourceSync | None = None,
-        scope: BatchScope | None = None,
-    ) -> Published:
-        """One publish; with ``model``, refused (ModelMismatch) unless the store records it.
-
-        With ``source``, the source's catalog row is written in the same transaction
-        (even when nothing changed), and a sync also deletes the source's entities
-        the batch does not hold (``engines.sql.sources.plan_sync`` feeding the planner).
-        Every publish is settled first (``engines.sql.batch.settle_batch``): no entity of
-        another source is taken over unless ``scope.allow_move``, and derived entities
-        follow their parent (orphans deleted, the parent's ACL) — ``scope.holds`` names
-        what the batch holds unchanged.
-        """
+    @property
+    def dialect(self) -> SqlDialect: ...
+    @property
+    def chunk_store(self) -> ChunkStore:
+        """The engine's part of every publish (``engines.sql.write.ChunkStore``)."""
         ...
 
-    def sources(self) -> list[SourceSummary]:
-        """Every source: what it holds now (all entities: an administration view) and its row."""
+    def connection(self) -> AbstractContextManager[Any]:
+        """This thread's connection, for single statements (each its own transaction)."""
         ...
 
-    def delete_source(self, name: str) -> Published:
-        """Every entity of source ``name``, its row and its crawl state, gone in one publish."""
+    def reading(self) -> AbstractContextManager[Any]:
+        """A connection in a read transaction: one snapshot for the block."""
         ...
 
-    def crawl_pages(self, source: str) -> dict[str, str]:
-        """The crawl state remembered for ``source``: url → PageState as JSON."""
+    def writing(self) -> AbstractContextManager[Any]:
+        """A connection in a write transaction, the store's write lock held."""
         ...
 
-    def source_uid_prefix(self, name: str) -> str | None:
-        """The uid prefix of source ``name``'s folder pages (``engines.sql.sources.read_uid_prefix``):
-        recorded, ``""`` for a source known without one, None for a new source."""
+    def publish(self, batch: Batch) -> Published:
+        """One publish: ``engines.sql.write.publish_batch`` in a write transaction, the
+        engine's derived indexes following it."""
         ...
 
-    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
-        """Remember (JSON) or forget (None) each url's crawl state, in one transaction."""
+    def replace_embeddings(self, job: Reembedding) -> str:
+        """``engines.sql.write.reembed`` in a write transaction, the engine's derived
+        indexes following it; the new content root."""
         ...
 
-    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
-        """``(chunk id, embedded text)`` of up to ``limit`` chunks with ids above ``after``."""
-        ...
-
-    def replace_embeddings(
-        self,
-        ids: Sequence[int],
-        vectors: Vector,
-        *,
-        model_id: str,
-        dimension: int,
-        spec: str,
-        base_root: str,
-    ) -> str:
-        """Every chunk's vector and the recorded model, as one publish (kind ``reembed``).
-
-        ``ids`` must be every chunk of the store at ``base_root``; a store that
-        has moved on since is refused (StoreError), and nothing changes.
-        """
-        ...
-
-    def delete(self, uids: Sequence[str]) -> Published: ...
     def stats(self) -> StoreStats: ...
-    def is_empty(self) -> bool: ...
     def rebuild(self, *, progress: bool = False) -> None: ...
     def check(self) -> CheckReport:
         """The catalog verified (every content hash recomputed, chunks against bodies) and the
@@ -342,9 +301,9 @@ class AclAdmin(Protocol):
     """ACL and membership administration (no identity: an operation, DESIGN §1)."""
 
     @property
-    def catalog(self) -> Catalog:
-        """The engine's catalog as administration writes it (its transactions under the
-        store's write lock): declared facets are administered over it too."""
+    def catalog(self) -> Writer:
+        """The engine's catalog as administration writes it (its write transactions under
+        the store's write lock): declared facets are administered over it too."""
         ...
 
     def grant(self, uid: str, principal: str) -> str: ...
@@ -370,7 +329,9 @@ class Engine(Protocol):
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 
     @property
-    def writer(self) -> Writer: ...
+    def writer(self) -> CatalogWriter:
+        """The store's writer: the shared one (``engines.sql.writer``) over this engine."""
+        ...
 
     @property
     def admin(self) -> AclAdmin: ...

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from knowledge_store.engines.base import PreparedEntity, Published, Vector, Writer
+from knowledge_store.engines.base import PreparedEntity, Published, Vector
 from knowledge_store.engines.sql.batch import BatchScope
 from knowledge_store.engines.sql.sources import SourceSync
+from knowledge_store.engines.sql.writer import CatalogWriter
 from knowledge_store.errors import BatchRejected, Rejection
 from knowledge_store.ingest.chunking import bounded_spans, chunk_markdown
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key
@@ -48,7 +49,9 @@ class _Pending:
     keys: list[str]
 
 
-def cached_vectors(engine: Writer, embedder: Embedder, texts: dict[str, str]) -> dict[str, Vector]:
+def cached_vectors(
+    engine: CatalogWriter, embedder: Embedder, texts: dict[str, str]
+) -> dict[str, Vector]:
     """The cached vectors of ``texts`` (keyed ``embedding_key(cache_id_of(embedder), text)``).
 
     A vector another runtime of the same model cached counts too: one ``model_id`` is one
@@ -69,7 +72,7 @@ def cached_vectors(engine: Writer, embedder: Embedder, texts: dict[str, str]) ->
 
 
 def embed_and_cache(
-    engine: Writer,
+    engine: CatalogWriter,
     embedder: Embedder,
     texts: dict[str, str],
     *,
@@ -106,7 +109,7 @@ def _skipped(paths: Sequence[Skipped]) -> list[SkippedPath]:
 
 
 def ingest_entities(
-    engine: Writer,
+    engine: CatalogWriter,
     embedder: Embedder,
     embedder_spec: str,
     entities: Sequence[Entity],

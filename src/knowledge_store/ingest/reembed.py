@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from knowledge_store.engines.base import Writer
+from knowledge_store.engines.sql.writer import CatalogWriter
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.embedding import Embedder, cache_id_of, embedding_key, spec_of
 from knowledge_store.ingest.pipeline import cached_vectors, embed_and_cache
@@ -23,7 +23,7 @@ __all__ = ["reembed_store"]
 _PAGE = 5000
 
 
-def reembed_store(engine: Writer, embedder: Embedder, *, progress: bool = False) -> str:
+def reembed_store(engine: CatalogWriter, embedder: Embedder, *, progress: bool = False) -> str:
     """Replace every vector of ``engine`` with ``embedder``'s; returns the new content root."""
     recorded = engine.model()
     spec = spec_of(embedder)

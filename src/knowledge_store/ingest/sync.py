@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from knowledge_store.engines.base import Writer
 from knowledge_store.engines.sql.sources import SourceSync
+from knowledge_store.engines.sql.writer import CatalogWriter
 from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.crawl_state import MemoryCrawlState, PageState
 from knowledge_store.ingest.loaders import EXTENSIONS, LoadResult, check_format, is_url
@@ -78,7 +78,7 @@ PAGE_FORMATS = ("markdown", "html")
 
 
 def folder_uid_prefix(
-    writer: Writer, paths: Sequence[str | Path], source: str | None, given: str | None
+    writer: CatalogWriter, paths: Sequence[str | Path], source: str | None, given: str | None
 ) -> str:
     """The prefix of the uids of the pages read from folders (``--uid-prefix``).
 
@@ -112,7 +112,7 @@ def web_with_prefix(
 
 
 def crawl_options(
-    writer: Writer, paths: Sequence[str | Path], source: str | None, web: WebOptions | None
+    writer: CatalogWriter, paths: Sequence[str | Path], source: str | None, web: WebOptions | None
 ) -> tuple[WebOptions | None, set[str]]:
     """The crawl options, with the state the store keeps for each site's source loaded
     (unless the caller brings its own state); the sources whose state the store keeps."""
@@ -127,7 +127,7 @@ def crawl_options(
     return dataclasses.replace(web or WebOptions(), state=state), names
 
 
-def save_crawl_state(writer: Writer, loaded: LoadResult, kept: set[str]) -> None:
+def save_crawl_state(writer: CatalogWriter, loaded: LoadResult, kept: set[str]) -> None:
     """Write what each crawl of a source in ``kept`` learned (after the publish)."""
     for crawl in loaded.crawls:
         if crawl.source in kept:

@@ -320,9 +320,10 @@ class GraphRetriever:
     """Entities linked to the seeds (the reader's ``graph``), within FILTERS.
 
     Seeded by the top fused entities of the query stage, never by the text.
-    The graph walk applies the ACL; FILTERS apply to the uids found (one
-    statement: the reader's ``entities``), so an entity outside the filters
-    never enters the list. The score is ``paths / hops``.
+    The graph walk applies the ACL and says which entities it reached pass
+    FILTERS (in the hop's own statement: the walk is one statement per hop
+    beside the starts'), so an entity outside the filters never enters the
+    list. The score is ``paths / hops``.
     """
 
     name = "graph"
@@ -333,14 +334,10 @@ class GraphRetriever:
         if not request.seeds:
             return Ranking(self.name, self.granularity, ran=False)
         started = time.perf_counter()
-        walk = reader.engine.walk(
-            GraphQuery(starts=request.seeds, depth=request.depth, k=request.k)
-        )
+        query = GraphQuery(starts=request.seeds, depth=request.depth, k=request.k)
+        walk = reader.engine.walk(query, request.filters)
         seeds = set(request.seeds)
-        hits = [r for r in walk.reached[: request.k] if r.uid not in seeds]
-        if hits and not request.filters.is_empty:
-            passing = reader.engine.entities([h.uid for h in hits], request.filters)
-            hits = [h for h in hits if h.uid in passing]
+        hits = [r for r in walk.reached[: request.k] if r.uid not in seeds and r.passes]
         return Ranking(
             self.name,
             self.granularity,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,37 +21,25 @@ from typing import Any
 
 import numpy as np
 
-from knowledge_store.engines.base import PreparedEntity, Vector
+from knowledge_store.engines.base import PreparedEntity, Published
 from knowledge_store.engines.embedded.db import Database
 from knowledge_store.engines.embedded.migrate import upgrade
 from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
-from knowledge_store.engines.shared import (
-    CHUNK_KEY_META,
-    ChunkIds,
-)
+from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds
 from knowledge_store.engines.sql.acl import load_entity
-from knowledge_store.engines.sql.dialect import SQLITE
-from knowledge_store.engines.sql.publish import (
-    EMPTY_ROOT,
-    PublishPlan,
-    content_root_of,
-    plan_publish,
-    plan_row,
-    publish_row,
-)
+from knowledge_store.engines.sql.dialect import SQLITE, Column
 from knowledge_store.engines.sql.statements import location_text
+from knowledge_store.engines.sql.write import Batch, Placed, latest_publish, publish_batch
 from knowledge_store.errors import StoreError
 from knowledge_store.model import (
-    ENTITY_FIELDS,
     FACET_NAMES,
     TIMESTAMP_FORM,
     Entity,
-    compose_context,
     format_timestamp,
     stored_timestamp,
 )
 
-__all__ = ["Catalog", "ChunkRow", "PublishOp"]
+__all__ = ["Catalog", "ChunkRow", "EmbeddedChunks", "PublishOp"]
 
 log = logging.getLogger(__name__)
 
@@ -128,29 +116,89 @@ def _chunk_row(r: sqlite3.Row) -> ChunkRow:
     )
 
 
-#: The entity fields kept in ``entity_bodies`` (keyed by the entity's row id), not in its row.
-_BODY = ("body", "attributes")
-_UPSERT_BODY = (
-    "INSERT INTO entity_bodies(entity, body, attributes) VALUES (?, ?, ?)"
-    " ON CONFLICT(entity) DO UPDATE SET body = excluded.body, attributes = excluded.attributes"
-)
+class EmbeddedChunks:
+    """The embedded engine's part of a publish (``engines.sql.write.ChunkStore``): the chunk
+    rows, their vectors in ``chunk_vectors``, and every change to a chunk logged in
+    ``publish_ops`` — ``add``, ``del``, ``acl`` (its entity's ACL set changed) — which the
+    derived indexes follow inside the publish's transaction and catch up from after it."""
 
-#: What a publish writes of an entity's row, ``uid`` (the key) last: its other fields, then ours.
-_WRITTEN = (
-    *(n for n in ENTITY_FIELDS if n not in ("uid", *_BODY)),
-    "acl_set",
-    "content_hash",
-    "publish",
-    "uid",
-)
-_INSERT_ENTITY = (
-    f"INSERT INTO entities({', '.join(_WRITTEN)}) VALUES ({', '.join('?' * len(_WRITTEN))})"
-)
-_UPDATE_ENTITY = f"UPDATE entities SET {', '.join(f'{c}=?' for c in _WRITTEN[:-1])} WHERE uid=?"
+    entity_columns: Mapping[str, tuple[Column, Callable[[PreparedEntity], Any]]] = {}
+
+    def add(self, conn: sqlite3.Connection, publish: int, placed: Sequence[Placed]) -> None:
+        # Ids never reused (AUTOINCREMENT): after the highest ever given, as SQLite would.
+        (last,) = conn.execute(
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0),"
+            " coalesce((SELECT max(id) FROM chunks), 0))"
+        ).fetchone()
+        rows: list[tuple[Any, ...]] = []
+        vectors: list[tuple[int, bytes]] = []
+        for entity_row, prepared in placed:
+            matrix = np.asarray(prepared.vectors, dtype=np.float32)
+            for chunk, vector in zip(prepared.chunks, matrix, strict=True):
+                last += 1
+                heading = json.dumps(list(chunk.heading), ensure_ascii=False)
+                location = location_text(chunk.location)
+                rows.append(
+                    (
+                        last,
+                        entity_row,
+                        chunk.ordinal,
+                        chunk.text,
+                        heading,
+                        chunk.start,
+                        chunk.end,
+                        location,
+                    )
+                )
+                vectors.append((last, vector.tobytes()))
+        conn.executemany(
+            'INSERT INTO chunks (id, entity, ordinal, text, heading, start, "end", location)'
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.executemany("INSERT INTO chunk_vectors (id, embedding) VALUES (?, ?)", vectors)
+        self._log(conn, publish, (chunk_id for chunk_id, _ in vectors), "add")
+
+    def drop(self, conn: sqlite3.Connection, publish: int, chunk_ids: Sequence[int]) -> None:
+        self._log(conn, publish, chunk_ids, "del")
+
+    def repoint(self, conn: sqlite3.Connection, publish: int, uids: Sequence[str]) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO publish_ops (publish, chunk, op)"
+            " SELECT ?, c.id, 'acl' FROM entities AS e JOIN chunks AS c ON c.entity = e.id"
+            " WHERE e.uid IN (SELECT value FROM json_each(?))",
+            (publish, json.dumps(list(uids), ensure_ascii=False)),
+        )
+
+    def replace_vectors(
+        self, conn: sqlite3.Connection, publish: int, ids: Sequence[int], vectors: np.ndarray
+    ) -> None:
+        """Each chunk is logged as re-added (``add``): a derived index catching up replays it
+        as after any publish (HNSW replacing the vectors, Tantivy re-indexing the same text)."""
+        matrix = np.asarray(vectors, dtype=np.float32)
+        conn.executemany(
+            "INSERT INTO chunk_vectors (id, embedding) VALUES (?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding",
+            ((int(c), matrix[i].tobytes()) for i, c in enumerate(ids)),
+        )
+        self._log(conn, publish, ids, "add")
+
+    def set_dimension(self, conn: sqlite3.Connection, dimension: int) -> None:
+        """Nothing to do: ``chunk_vectors`` holds vectors of any length."""
+
+    @staticmethod
+    def _log(conn: sqlite3.Connection, publish: int, chunk_ids: Iterable[int], op: str) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO publish_ops (publish, chunk, op) VALUES (?, ?, ?)",
+            ((publish, int(c), op) for c in chunk_ids),
+        )
 
 
 class Catalog:
     """The catalog's statements, on SQLite in WAL mode (connections: :class:`Database`)."""
+
+    #: What a publish writes of chunks (``engines.sql.write``).
+    chunk_store = EmbeddedChunks()
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -245,12 +293,7 @@ class Catalog:
 
     # -- publishes -----------------------------------------------------------------
     def latest_publish(self, conn: sqlite3.Connection | None = None) -> tuple[int, str]:
-        row = (
-            (conn or self._conn())
-            .execute("SELECT id, root FROM publishes ORDER BY id DESC LIMIT 1")
-            .fetchone()
-        )
-        return (0, EMPTY_ROOT) if row is None else (int(row[0]), str(row[1]))
+        return latest_publish(conn or self._conn())
 
     def ops_since(self, watermark: int, conn: sqlite3.Connection | None = None) -> list[PublishOp]:
         rows = (conn or self._conn()).execute(
@@ -259,42 +302,7 @@ class Catalog:
         )
         return [PublishOp(int(p), int(c), str(o)) for p, c, o in rows]
 
-    # -- embeddings cache ------------------------------------------------------------
-    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]:
-        out: dict[str, Vector] = {}
-        conn = self._conn()
-        for i in range(0, len(keys), _CHUNK_BATCH):
-            part = keys[i : i + _CHUNK_BATCH]
-            marks = ",".join("?" * len(part))
-            for key, blob in conn.execute(
-                f"SELECT key, vector FROM embedding_cache WHERE key IN ({marks})", part
-            ):
-                out[key] = np.frombuffer(blob, dtype=np.float32)
-        return out
-
-    def cache_embeddings(self, items: Mapping[str, Vector]) -> None:
-        with self.write() as conn:
-            conn.executemany(
-                "INSERT OR IGNORE INTO embedding_cache(key, vector) VALUES (?, ?)",
-                ((k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()),
-            )
-
     # -- entities ----------------------------------------------------------------------
-    def content_hashes(
-        self, uids: Sequence[str], conn: sqlite3.Connection | None = None
-    ) -> dict[str, str]:
-        out: dict[str, str] = {}
-        db = conn or self._conn()
-        for i in range(0, len(uids), _CHUNK_BATCH):
-            part = list(uids[i : i + _CHUNK_BATCH])
-            for uid, h in db.execute(
-                "SELECT uid, content_hash FROM entities"
-                " WHERE uid IN (SELECT value FROM json_each(?))",
-                (json.dumps(part, ensure_ascii=False),),
-            ):
-                out[uid] = h
-        return out
-
     def load_entity(self, conn: sqlite3.Connection, uid: str) -> Entity | None:
         """The stored entity with its outgoing edges and ACL (no ACL check: admin use)."""
         return load_entity(conn, SQLITE, uid)
@@ -313,168 +321,14 @@ class Catalog:
             out.setdefault(int(acl_set), []).append(str(principal))
         return {a: tuple(p) for a, p in out.items()}
 
-    def acl_set_id(self, conn: sqlite3.Connection, principals: Sequence[str]) -> int:
-        """The id of the deduplicated ACL set holding exactly ``principals`` (made if new)."""
-        members = sorted(set(principals))
-        key = "\n".join(members)
-        row = conn.execute("SELECT id FROM acl_sets WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            return int(row[0])
-        cur = conn.execute("INSERT INTO acl_sets(key) VALUES (?)", (key,))
-        acl_set = int(cur.lastrowid or 0)
-        conn.executemany(
-            "INSERT INTO acl_set_principals(acl_set, principal) VALUES (?, ?)",
-            ((acl_set, p) for p in members),
-        )
-        return acl_set
-
-    def apply(self, conn: sqlite3.Connection, plan: PublishPlan, *, kind: str) -> None:
-        """Write ``plan`` inside the caller's write transaction (``conn``).
-
-        Upserted entities get new chunks (ids never reused) and edges; ACL-only
-        changes keep their chunks (op ``acl`` re-points their derived documents);
-        deletes remove chunks and outgoing edges. Every chunk change is logged in
-        ``publish_ops`` for the derived indexes.
-        """
-        publish = plan.publish
-        ops: list[tuple[int, int, str]] = []
-        for uid in plan.deletes:
-            row = conn.execute("SELECT id FROM entities WHERE uid = ?", (uid,)).fetchone()
-            ops.extend(self._drop_chunks(conn, publish, int(row[0])))
-            conn.execute("DELETE FROM edges WHERE src = ?", (uid,))
-            conn.execute("DELETE FROM entity_bodies WHERE entity = ?", (row[0],))
-            conn.execute("DELETE FROM entities WHERE id = ?", (row[0],))
-        for prepared in plan.upserts:
-            entity = prepared.entity
-            fields = dict(zip(ENTITY_FIELDS, entity.field_values(), strict=True))
-            fields["attributes"] = json.dumps(
-                dict(entity.attributes), ensure_ascii=False, sort_keys=True
-            )
-            ours = {
-                "acl_set": self.acl_set_id(conn, entity.acl),
-                "content_hash": entity.content_hash,
-                "publish": publish,
-            }
-            values = tuple({**fields, **ours}[column] for column in _WRITTEN)
-            row = conn.execute("SELECT id FROM entities WHERE uid = ?", (entity.uid,)).fetchone()
-            if row is None:
-                entity_row = int(conn.execute(_INSERT_ENTITY, values).lastrowid or 0)
-            else:
-                entity_row = int(row[0])
-                conn.execute(_UPDATE_ENTITY, values)
-                ops.extend(self._drop_chunks(conn, publish, entity_row))
-                conn.execute("DELETE FROM edges WHERE src = ?", (entity.uid,))
-            conn.execute(_UPSERT_BODY, (entity_row, *(fields[name] for name in _BODY)))
-            vectors: list[tuple[int, bytes]] = []
-            for chunk, vector in zip(prepared.chunks, prepared.vectors, strict=True):
-                cur = conn.execute(
-                    'INSERT INTO chunks(entity, ordinal, text, heading, start, "end", location)'
-                    " VALUES (?,?,?,?,?,?,?)",
-                    (
-                        entity_row,
-                        chunk.ordinal,
-                        chunk.text,
-                        json.dumps(list(chunk.heading), ensure_ascii=False),
-                        chunk.start,
-                        chunk.end,
-                        location_text(chunk.location),
-                    ),
-                )
-                chunk_id = int(cur.lastrowid or 0)
-                vectors.append((chunk_id, np.asarray(vector, dtype=np.float32).tobytes()))
-                ops.append((publish, chunk_id, "add"))
-            conn.executemany("INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)", vectors)
-            conn.executemany(
-                "INSERT OR REPLACE INTO edges(src, label, dst, position) VALUES (?,?,?,?)",
-                ((entity.uid, e.label, e.dst, e.position) for e in entity.edges),
-            )
-        for entity in plan.acl_only:
-            row = conn.execute(
-                "UPDATE entities SET acl_set = ?, content_hash = ?, publish = ?"
-                " WHERE uid = ? RETURNING id",
-                (self.acl_set_id(conn, entity.acl), entity.content_hash, publish, entity.uid),
-            ).fetchone()
-            ops.extend(
-                (publish, int(cid), "acl")
-                for (cid,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (row[0],))
-            )
-        conn.execute(*plan_row(SQLITE, plan, kind))
-        conn.executemany("INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)", ops)
-
     def apply_publish(
         self, upserts: Sequence[PreparedEntity], deletes: Sequence[str], *, kind: str
     ) -> tuple[int, str]:
         """Plan and write one publish to the catalog alone (the derived indexes catch up on
         their next open or read) — for tools and tests that write a catalog directly."""
         with self.write() as conn:
-            latest = self.latest_publish(conn)
-            uids = [p.entity.uid for p in upserts] + list(deletes)
-            plan = plan_publish(latest, self.content_hashes(uids, conn), upserts, deletes)
-            if plan.empty:
-                return latest
-            self.apply(conn, plan, kind=kind)
-            return plan.publish, plan.root
-
-    def replace_embeddings(
-        self,
-        conn: sqlite3.Connection,
-        ids: Sequence[int],
-        vectors: Vector,
-        meta: Mapping[str, str],
-        *,
-        base_root: str,
-    ) -> tuple[int, str]:
-        """Every chunk's embedding and the model ``meta``, as one publish, in the caller's
-        write transaction ``conn``.
-
-        Each chunk is logged as re-added (op ``add``): a derived index catching
-        up replays it as after any publish (HNSW replacing the vectors, Tantivy
-        re-indexing the same text).
-        """
-        matrix = np.asarray(vectors, dtype=np.float32)
-        publish, parent = self.latest_publish(conn)
-        (count,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
-        if parent != base_root or count != len(ids):
-            raise StoreError(
-                "the store changed while it was being re-embedded; nothing was replaced —"
-                " run it again (the vectors made so far are cached)"
-            )
-        publish += 1
-        conn.executemany(
-            "INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET embedding = excluded.embedding",
-            ((int(c), matrix[i].tobytes()) for i, c in enumerate(ids)),
-        )
-        for key, value in meta.items():
-            self.set_meta(key, value, conn)
-        root = content_root_of(parent, {})
-        conn.execute(*publish_row(SQLITE, publish, root, parent, "reembed"))
-        conn.executemany(
-            "INSERT OR IGNORE INTO publish_ops VALUES (?,?,?)",
-            ((publish, int(c), "add") for c in ids),
-        )
-        return publish, root
-
-    def chunk_contexts(
-        self, conn: sqlite3.Connection, after: int, limit: int
-    ) -> list[tuple[int, str]]:
-        """``(id, embedded text)`` of chunks with ids above ``after``, in id order."""
-        rows = conn.execute(
-            "SELECT c.id, e.title, c.heading, c.text FROM chunks AS c"
-            " JOIN entities AS e ON e.id = c.entity WHERE c.id > ? ORDER BY c.id LIMIT ?",
-            (after, limit),
-        ).fetchall()
-        return [(int(r[0]), compose_context(r[1], json.loads(r[2]), r[3])) for r in rows]
-
-    @staticmethod
-    def _drop_chunks(
-        conn: sqlite3.Connection, publish: int, entity_row: int
-    ) -> list[tuple[int, int, str]]:
-        ids = [
-            int(c) for (c,) in conn.execute("SELECT id FROM chunks WHERE entity = ?", (entity_row,))
-        ]
-        conn.execute("DELETE FROM chunks WHERE entity = ?", (entity_row,))  # and their vectors
-        return [(publish, c, "del") for c in ids]
+            plan = publish_batch(conn, SQLITE, self.chunk_store, Batch(upserts, deletes, kind))
+            return Published.of(plan).publish, Published.of(plan).root
 
     # -- what the derived indexes read (no ACL check: they store the ACL's principals) ------
     def chunk_rows(self, conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> list[ChunkRow]:
@@ -538,9 +392,6 @@ class Catalog:
             )
         }
         return entities, chunks, edges
-
-    def has_chunks(self) -> bool:
-        return self._conn().execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is not None
 
     def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[Any]:
         return self._conn().execute(sql, params).fetchall()

@@ -107,7 +107,7 @@ def _owners(run: Run, chunk_ids: Sequence[int]) -> dict[int, str]:
 def _vectors(run: Run, engine: EmbeddedEngine, found: Findings) -> np.ndarray:
     """Every chunk has a vector of the store's dimension, finite and not zero; the ids of
     those that have one (the dense index holds exactly those)."""
-    model = engine.model()
+    model = engine.writer.model()
     if model is None:
         return np.zeros(0, dtype=np.int64)
     size = 4 * model[1]

@@ -38,20 +38,19 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.progress import Progress
 
-from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.base import EngineSettings, Published
 from knowledge_store.engines.components import Components
 from knowledge_store.engines.embedded import components as _components  # noqa: F401  (registers)
 from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (registers)
-from knowledge_store.engines.embedded.admin import embedded_admin
 from knowledge_store.engines.embedded.analysis import Analyzers
-from knowledge_store.engines.embedded.catalog import Catalog
+from knowledge_store.engines.embedded.catalog import Catalog, EmbeddedChunks
 from knowledge_store.engines.embedded.cursors import CURSORS_FILE, CursorFile
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.derived import (
@@ -68,33 +67,19 @@ from knowledge_store.engines.embedded.views import View, Views
 from knowledge_store.engines.embedded.writelock import WriteLock
 from knowledge_store.engines.shared import (
     check_own_directory,
-    check_prepared,
     check_store_directory,
-    check_vectors,
-    deletion,
     no_store,
 )
-from knowledge_store.engines.sql.acl import AclAdministration, derived_from
-from knowledge_store.engines.sql.batch import BatchScope, settle_batch
-from knowledge_store.engines.sql.declared import write_values
+from knowledge_store.engines.sql.acl import AclAdministration
 from knowledge_store.engines.sql.dialect import SQLITE
 from knowledge_store.engines.sql.export import Snapshot
-from knowledge_store.engines.sql.publish import plan_publish
-from knowledge_store.engines.sql.sources import (
-    SourceSync,
-    read_crawl_pages,
-    read_sources,
-    read_uid_prefix,
-    record_source,
-    write_crawl_pages,
-)
-from knowledge_store.errors import ModelMismatch, StoreError
+from knowledge_store.engines.sql.write import Batch, Reembedding, publish_batch, reembed
+from knowledge_store.engines.sql.writer import CatalogWriter
+from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     QUERY_GRAPH_TIME_LIMIT_S,
     CheckReport,
-    Entity,
     Identity,
-    SourceSummary,
     StoreStats,
 )
 
@@ -112,17 +97,6 @@ _STORE_FILE = re.compile(
 
 def _is_store_file(name: str) -> bool:
     return _STORE_FILE.fullmatch(name) is not None or QUARANTINED.fullmatch(name) is not None
-
-
-def _check_model(recorded: tuple[str, int] | None, model: str | None) -> None:
-    """A publish of vectors made by ``model`` into a store that records another is refused."""
-    if model is not None and recorded is not None and recorded[0] != model:
-        raise ModelMismatch(
-            f"this store's vectors are now {recorded[0]}, not {model} (it was re-embedded"
-            " meanwhile); nothing was published — ingest again",
-            store_model=recorded[0],
-            model=model,
-        )
 
 
 class EmbeddedEngine:
@@ -164,7 +138,9 @@ class EmbeddedEngine:
         self.lexical_index = self.lexical.index
         self.views = Views(self.catalog, self.lexical, self.dense_index)
         self.owners = ChunkOwners(self.catalog)
-        self._admin = embedded_admin(self)
+        #: ACL administration and the store's writer: the shared ones, over this engine.
+        self.admin = AclAdministration(self)
+        self.writer = CatalogWriter(self)
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
@@ -178,13 +154,20 @@ class EmbeddedEngine:
             if acquired:
                 self._recover()
 
-    @property
-    def writer(self) -> EmbeddedEngine:
-        return self
+    # -- what the shared write path needs (engines.base.Writer) -------------------------------
+    dialect = SQLITE
+    chunk_store = EmbeddedChunks()
 
-    @property
-    def admin(self) -> AclAdministration:
-        return self._admin
+    def connection(self) -> AbstractContextManager[sqlite3.Connection]:
+        return nullcontext(self.catalog.db.conn())
+
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self.catalog.read()
+
+    @contextmanager
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        with self._writer(), self.catalog.write() as conn:
+            yield conn
 
     # -- the derived indexes ------------------------------------------------------------------
     @property
@@ -274,69 +257,19 @@ class EmbeddedEngine:
         """Begin a read transaction on ``conn`` whose publish the derived indexes are at."""
         return self.views.open_snapshot(conn)
 
-    # -- model and content ----------------------------------------------------------------------
-    def model(self) -> tuple[str, int] | None:
-        model = self.catalog.get_meta("model")
-        dimension = self.catalog.get_meta("dimension")
-        if model is None or dimension is None:
-            return None
-        return model, int(dimension)
-
-    def model_spec(self) -> str | None:
-        return self.catalog.get_meta("embedder")
-
-    def set_model(self, model_id: str, dimension: int, spec: str) -> None:
-        current = self.model()
-        if current is not None:
-            if current != (model_id, dimension):
-                raise ModelMismatch(
-                    f"this store was built with {current[0]} ({current[1]} dimensions);"
-                    f" it cannot mix in {model_id} ({dimension} dimensions). Use the store's"
-                    " model, or ingest into a new store",
-                    store_model=current[0],
-                    store_dimension=current[1],
-                    model=model_id,
-                    dimension=dimension,
-                )
-            return
-        with self._writer(), self.catalog.write() as conn:
-            self.catalog.set_meta("model", model_id, conn)
-            self.catalog.set_meta("dimension", str(dimension), conn)
-            self.catalog.set_meta("embedder", spec, conn)
-
-    def content_root(self) -> str:
-        return self.catalog.latest_publish()[1]
-
-    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
-        with self.catalog.read() as conn:
-            return self.catalog.chunk_contexts(conn, after, limit)
-
-    def replace_embeddings(
-        self,
-        ids: Sequence[int],
-        vectors: Vector,
-        *,
-        model_id: str,
-        dimension: int,
-        spec: str,
-        base_root: str,
-    ) -> str:
-        """Every vector and the recorded model as one publish, like any publish: the
-        dense index is rebuilt from ``vectors`` and Tantivy's watermark moves (its
-        texts are unchanged) before the catalog transaction commits."""
-        check_vectors("the re-embedding", vectors, len(ids), dimension)
-        matrix = np.asarray(vectors, dtype=np.float32)
-        keys = np.asarray(ids, dtype=np.int64)
-        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+    # -- re-embedding ------------------------------------------------------------------------------
+    def replace_embeddings(self, job: Reembedding) -> str:
+        """``engines.sql.write.reembed``, like any publish: the dense index is rebuilt from
+        the new vectors and Tantivy's watermark moves (its texts are unchanged) before the
+        catalog transaction commits."""
+        keys = np.asarray(job.ids, dtype=np.int64)
         with self._writer():
             self._catch_up_or_log()
             try:
                 with self.catalog.write() as conn:
-                    publish, root = self.catalog.replace_embeddings(
-                        conn, ids, matrix, meta, base_root=base_root
-                    )
+                    publish, root = reembed(conn, SQLITE, self.chunk_store, job)
                     self.lexical.mark(publish)  # its texts are unchanged: the watermark moves
-                    self.dense_index.reembed(publish, keys, matrix, dimension)
+                    self.dense_index.reembed(publish, keys, job.vectors, job.vectors.shape[1])
             except BaseException:
                 self._abort()
                 self.dense_index.forget()  # the recorded model's index reopens from its file
@@ -346,68 +279,23 @@ class EmbeddedEngine:
                 index.published(publish)
             return root
 
-    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
-        return self.catalog.content_hashes(uids)
-
-    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]:
-        return self.catalog.cached_embeddings(keys)
-
-    def cache_embeddings(self, items: Mapping[str, Vector]) -> None:
-        if items:
-            self.catalog.cache_embeddings(items)
-
     # -- publishing -----------------------------------------------------------------------------
-    def publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        acl_only: Sequence[Entity] = (),
-        model: str | None = None,
-        source: SourceSync | None = None,
-        scope: BatchScope | None = None,
-    ) -> Published:
-        """One publish: planned and written in the catalog's write transaction, the derived
-        indexes updated before that transaction commits (see the module docstring).
+    def publish(self, batch: Batch) -> Published:
+        """One publish (``engines.base.Writer.publish``): written in the catalog's write
+        transaction (``engines.sql.write.publish_batch``), the derived indexes updated before
+        that transaction commits (see the module docstring).
 
-        With ``source``, a sync deletes what the source holds beyond the batch
-        (``engines.sql.sources``) and the source's row is written in that transaction;
-        the batch is settled there first (``engines.sql.batch``, ``scope``).
-
-        With ``model``, refused (ModelMismatch) unless the store records that model.
         Chunks and vectors a derived index could not take are refused before anything
         is written (StoreError); a derived index that fails anyway is left behind (see
         the module docstring) and the catalog commits.
         """
-        recorded = self.model()
-        check_prepared(upserts, None if recorded is None else recorded[1])
         with self._writer():
-            _check_model(self.model(), model)
             self._catch_up_or_log()
             try:
                 with self.catalog.write() as conn:
-                    latest = self.catalog.latest_publish(conn)
-                    batch = settle_batch(
-                        conn,
-                        SQLITE,
-                        upserts,
-                        deletes,
-                        source=source,
-                        scope=scope,
-                        acl_only=acl_only,
-                    )
-                    uids = [p.entity.uid for p in batch.upserts] + list(batch.deletes)
-                    uids += [e.uid for e in batch.acl_only]
-                    existing = self.catalog.content_hashes(uids, conn)
-                    plan = plan_publish(
-                        latest, existing, batch.upserts, batch.deletes, batch.acl_only
-                    )
+                    plan = publish_batch(conn, SQLITE, self.chunk_store, batch)
                     if plan.empty:
-                        return record_source(conn, SQLITE, source, Published.of(plan))
-                    self.catalog.apply(conn, plan, kind=kind)
-                    write_values(conn, SQLITE, plan)  # the declared facets' values
-                    record_source(conn, SQLITE, source, Published.of(plan))
+                        return Published.of(plan)
                     self._follow(conn, plan.publish)
             except BaseException:
                 self._abort()
@@ -441,42 +329,12 @@ class EmbeddedEngine:
                 index.undo()
                 self._derived_failed(exc)
 
-    # -- sources and crawl state (engines.sql.sources) ----------------------------------------------
-    def sources(self) -> list[SourceSummary]:
-        with self.catalog.read() as conn:
-            return read_sources(conn, SQLITE)
-
-    def delete_source(self, name: str) -> Published:
-        return self.publish([], [], kind="delete", source=SourceSync.removal(name))
-
-    def crawl_pages(self, source: str) -> dict[str, str]:
-        with self.catalog.read() as conn:
-            return read_crawl_pages(conn, SQLITE, source)
-
-    def source_uid_prefix(self, name: str) -> str | None:
-        with self.catalog.read() as conn:
-            return read_uid_prefix(conn, SQLITE, name)
-
-    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
-        with self._writer(), self.catalog.write() as conn:
-            write_crawl_pages(conn, SQLITE, source, pages)
-
-    def delete(self, uids: Sequence[str]) -> Published:
-        with self._writer():  # what is derived from uids can't change before the publish
-            with self.catalog.read() as conn:
-                stored = self.catalog.content_hashes(list(uids), conn)
-                doomed = deletion(uids, stored, lambda uid: derived_from(conn, SQLITE, uid))
-            return self.publish([], doomed, kind="delete")
-
-    def is_empty(self) -> bool:
-        return not self.catalog.has_chunks()
-
     def stats(self) -> StoreStats:
         """Counts from the catalog; the derived indexes' state beside them (never a failure)."""
         with self.catalog.read() as conn:
             latest, root = self.catalog.latest_publish(conn)
             entities, chunks, edges = self.catalog.counts(conn)
-        model = self.model()
+        model = self.writer.model()
         try:
             segments = self.lexical_index.num_segments()
         except StoreError as exc:

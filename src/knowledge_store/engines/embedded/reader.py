@@ -323,7 +323,7 @@ class EmbeddedReader(SqlReader):
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
             return RankedChunks([], [], [], empty, {"ms": {}}, [] if hydrate else None)
         if vector.shape[-1] != dense.owner.dimension:
-            model = self._engine.model()
+            model = self._engine.writer.model()
             raise ModelMismatch(
                 f"the query vector has {vector.shape[-1]} dimensions; this store's model"
                 f" {model[0] if model else '?'} has {dense.owner.dimension}",

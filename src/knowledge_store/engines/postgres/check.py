@@ -47,7 +47,7 @@ _SNAPSHOT_ROOT = "SELECT coalesce((SELECT root FROM publishes ORDER BY id DESC L
 def check_store(engine: PostgresEngine) -> CheckReport:
     """Check the store of ``engine`` (see the module docstring)."""
     found = Findings()
-    model = engine.model()
+    model = engine.writer.model()
     with engine.db.read() as conn, translate("checking the store"):
 
         def run(statement: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:

@@ -14,59 +14,47 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import numpy as np
 from psycopg import sql
 
-from knowledge_store.engines.base import EngineSettings, PreparedEntity, Published, Vector
+from knowledge_store.engines.base import EngineSettings, Published
 from knowledge_store.engines.components import Components
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.postgres import components as _components  # noqa: F401  (registers)
 from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (registers)
 from knowledge_store.engines.postgres import lexical as lexical_sql
-from knowledge_store.engines.postgres import publish as writes
 from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
 from knowledge_store.engines.postgres.cursors import CursorTable
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
+from knowledge_store.engines.postgres.publish import REBUILD_LEXICAL, PostgresChunks
 from knowledge_store.engines.postgres.reader import PostgresReader
 from knowledge_store.engines.postgres.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     Features,
     Migration,
-    vector_ddl,
 )
 from knowledge_store.engines.shared import (
     CHUNK_KEY_META,
     ChunkIds,
     check_own_directory,
-    check_prepared,
     check_store_directory,
-    check_vectors,
-    deletion,
     no_store,
 )
-from knowledge_store.engines.sql.acl import AclAdministration, derived_from
-from knowledge_store.engines.sql.batch import BatchScope
+from knowledge_store.engines.sql.acl import AclAdministration
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
-from knowledge_store.engines.sql.sources import (
-    SourceSync,
-    read_crawl_pages,
-    read_sources,
-    read_uid_prefix,
-    write_crawl_pages,
-)
+from knowledge_store.engines.sql.write import Batch, Reembedding, publish_batch, reembed
+from knowledge_store.engines.sql.writer import CatalogWriter
 from knowledge_store.errors import (
     InvalidRequest,
-    ModelMismatch,
     NotFound,
     StoreError,
 )
@@ -74,12 +62,9 @@ from knowledge_store.model import (
     EVERYONE,
     QUERY_GRAPH_TIME_LIMIT_S,
     CheckReport,
-    Entity,
     Filters,
     Identity,
-    SourceSummary,
     StoreStats,
-    compose_context,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresEngine", "open_store", "split_location"]
@@ -106,35 +91,6 @@ def open_store(location: str, settings: EngineSettings, create: bool) -> Postgre
         lexical_ranker=settings.lexical_ranker,
         graph_time_limit_s=settings.graph_time_limit_s,
     )
-
-
-class _AclCatalog:
-    """The PostgreSQL catalog as ACL administration needs it (``sql.acl.Catalog``): a write
-    transaction holds the store's advisory lock; a grant or revoke is planned and written
-    in that same transaction (the ACL is a join in every statement: no index to update)."""
-
-    dialect = POSTGRES
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-
-    @contextmanager
-    def reading(self) -> Iterator[Connection]:
-        with self._db.read() as conn, translate("reading the ACLs"):
-            yield conn
-
-    @contextmanager
-    def writing(self) -> Iterator[Connection]:
-        with self._db.write() as conn, translate("changing memberships"):
-            yield conn
-
-    def publish_acl(self, change: str, decide: Callable[[Connection], list[Entity]]) -> str:
-        with self._db.write() as conn, translate(change):
-            changed = decide(conn)
-            if not changed:
-                return writes.latest_publish(conn)[1]
-            plan = writes.apply_publish(conn, [], [], kind=change, acl_only=changed)
-        return Published.of(plan).root
 
 
 def split_location(text: str) -> tuple[str, str | None]:
@@ -193,7 +149,9 @@ class PostgresEngine:
         self.chunk_ids = self._chunk_ids()
         #: Where paged reads keep their rankings (``engines/cursors.py``).
         self.cursors = CursorTable(self.db, self.chunk_ids.derived_key("cursors"))
-        self._admin = AclAdministration(_AclCatalog(self.db))
+        #: ACL administration and the store's writer: the shared ones, over this engine.
+        self.admin = AclAdministration(self)
+        self.writer = CatalogWriter(self)
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
         #: How the lexical statements read text: the reference analysis they mirror in SQL
@@ -273,13 +231,25 @@ class PostgresEngine:
         finally:
             self.db.give(conn)
 
-    @property
-    def writer(self) -> PostgresEngine:
-        return self
+    # -- what the shared write path needs (engines.base.Writer) -------------------------------
+    dialect = POSTGRES
+    #: What a publish writes of chunks (``engines.sql.write``).
+    chunk_store = PostgresChunks()
 
-    @property
-    def admin(self) -> AclAdministration:
-        return self._admin
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        with translate("reading"):
+            yield self.db.conn()
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        with self.db.read() as conn, translate("reading"):
+            yield conn
+
+    @contextmanager
+    def writing(self) -> Iterator[Connection]:
+        with self.db.write() as conn, translate("writing"):
+            yield conn
 
     def visible_counts(self, key: tuple[Any, ...]) -> tuple[int, int] | None:
         """Visible and total chunks of the vector planner, cached per (publish, held, FILTERS)."""
@@ -361,179 +331,24 @@ class PostgresEngine:
         row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
         return None if row is None else str(row[0])
 
-    def model(self) -> tuple[str, int] | None:
-        # Read every time (one small statement): another process may re-embed the store.
-        with translate("reading the model"):
-            rows = dict(
-                self.db.conn()
-                .execute("SELECT key, value FROM meta WHERE key IN ('model', 'dimension')")
-                .fetchall()
-            )
-        if "model" not in rows or "dimension" not in rows:
-            return None
-        return str(rows["model"]), int(rows["dimension"])
-
-    def model_spec(self) -> str | None:
-        with translate("reading the model"):
-            return self._meta(self.db.conn(), "embedder")
-
-    def set_model(self, model_id: str, dimension: int, spec: str) -> None:
-        current = self.model()
-        if current is None:
-            with self.db.write() as conn, translate("recording the model"):
-                model, dim = self._meta(conn, "model"), self._meta(conn, "dimension")
-                if model is None or dim is None:
-                    for key, value in (
-                        ("model", model_id),
-                        ("dimension", str(dimension)),
-                        ("embedder", spec),
-                    ):
-                        conn.execute(
-                            "INSERT INTO meta (key, value) VALUES (%s, %s)"
-                            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                            (key, value),
-                        )
-                    for statement in vector_ddl(dimension):
-                        conn.execute(statement)
-                    return
-            current = self.model()
-        if current is not None and current != (model_id, dimension):
-            raise ModelMismatch(
-                f"this store was built with {current[0]} ({current[1]} dimensions);"
-                f" it cannot mix in {model_id} ({dimension} dimensions). Use the store's"
-                " model, or ingest into a new store",
-                store_model=current[0],
-                store_dimension=current[1],
-                model=model_id,
-                dimension=dimension,
-            )
-
-    def chunk_contexts(self, after: int, limit: int) -> list[tuple[int, str]]:
-        with translate("reading chunks"):
-            rows = (
-                self.db.conn()
-                .execute(
-                    "SELECT c.id, e.title, c.heading, c.text FROM chunks AS c"
-                    " JOIN entities AS e ON e.id = c.entity WHERE c.id > %s ORDER BY c.id LIMIT %s",
-                    (after, limit),
-                )
-                .fetchall()
-            )
-        return [(int(r[0]), compose_context(r[1], r[2], r[3])) for r in rows]
-
-    def replace_embeddings(
-        self,
-        ids: Sequence[int],
-        vectors: Vector,
-        *,
-        model_id: str,
-        dimension: int,
-        spec: str,
-        base_root: str,
-    ) -> str:
-        check_vectors("the re-embedding", vectors, len(ids), dimension)
-        meta = {"model": model_id, "dimension": str(dimension), "embedder": spec}
+    def replace_embeddings(self, job: Reembedding) -> str:
         with self.db.write() as conn, translate("re-embedding"):
-            result = writes.replace_embeddings(conn, ids, vectors, meta, base_root=base_root)
+            _, root = reembed(conn, POSTGRES, self.chunk_store, job)
         with translate("vacuuming after the re-embedding"):
             # Every vector was replaced: the old row versions stay in pgvector's HNSW graph,
             # where a search still walks them (and spends ef on them) until a vacuum removes
             # them. Measured on postgres-docs: vector nDCG@10 0.7288 → 0.7349 and R@100
             # 0.9564 → 0.9673 once vacuumed (docs/embedding.md).
             self.db.conn().execute("VACUUM ANALYZE chunks")
-        return result.root
+        return root
 
-    def content_root(self) -> str:
-        with translate("reading the content root"):
-            row = (
-                self.db.conn()
-                .execute("SELECT root FROM publishes ORDER BY id DESC LIMIT 1")
-                .fetchone()
-            )
-        return EMPTY_ROOT if row is None else str(row[0])
-
-    def content_hashes(self, uids: Sequence[str]) -> dict[str, str]:
-        with translate("reading content hashes"):
-            rows = (
-                self.db.conn()
-                .execute(
-                    "SELECT uid, content_hash FROM entities WHERE uid = ANY(%s::text[])",
-                    (list(uids),),
-                )
-                .fetchall()
-            )
-        return {str(u): str(h) for u, h in rows}
-
-    def cached_embeddings(self, keys: Sequence[str]) -> dict[str, Vector]:
-        with translate("reading the embedding cache"):
-            rows = (
-                self.db.conn()
-                .execute(
-                    "SELECT key, vector FROM embedding_cache WHERE key = ANY(%s::text[])",
-                    (list(keys),),
-                )
-                .fetchall()
-            )
-        return {str(k): np.frombuffer(bytes(v), dtype=np.float32) for k, v in rows}
-
-    def cache_embeddings(self, items: Mapping[str, Vector]) -> None:
-        if not items:
-            return
-        keys = list(items)
-        blobs = [np.asarray(items[k], dtype=np.float32).tobytes() for k in keys]
-        with translate("writing the embedding cache"):
-            self.db.conn().execute(
-                "INSERT INTO embedding_cache (key, vector)"
-                " SELECT * FROM unnest(%s::text[], %s::bytea[]) ON CONFLICT (key) DO NOTHING",
-                (keys, blobs),
-            )
-
-    def publish(
-        self,
-        upserts: Sequence[PreparedEntity],
-        deletes: Sequence[str],
-        *,
-        kind: str,
-        model: str | None = None,
-        source: SourceSync | None = None,
-        scope: BatchScope | None = None,
-    ) -> Published:
-        recorded_model = self.model()
-        check_prepared(upserts, None if recorded_model is None else recorded_model[1])
+    def publish(self, batch: Batch) -> Published:
+        """One publish (``engines.base.Writer.publish``): ``engines.sql.write.publish_batch``
+        in one write transaction; the planner's statistics refreshed after big ones."""
         with self.db.write() as conn, translate("publishing"):
-            recorded = self._meta(conn, "model")
-            if model is not None and recorded is not None and recorded != model:
-                raise ModelMismatch(
-                    f"this store's vectors are now {recorded}, not {model} (it was re-embedded"
-                    " meanwhile); nothing was published — ingest again",
-                    store_model=recorded,
-                    model=model,
-                )
-            plan = writes.apply_publish(
-                conn, upserts, deletes, kind=kind, source=source, scope=scope
-            )
-        self._after_write(sum(len(p.chunks) for p in upserts) + plan.deleted)
+            plan = publish_batch(conn, POSTGRES, self.chunk_store, batch)
+        self._after_write(sum(len(p.chunks) for p in batch.upserts) + plan.deleted)
         return Published.of(plan)
-
-    # -- sources and crawl state (engines.sql.sources) ----------------------------------------------
-    def sources(self) -> list[SourceSummary]:
-        with self.db.read() as conn, translate("reading the sources"):
-            return read_sources(conn, POSTGRES)
-
-    def delete_source(self, name: str) -> Published:
-        return self.publish([], [], kind="delete", source=SourceSync.removal(name))
-
-    def crawl_pages(self, source: str) -> dict[str, str]:
-        with self.db.read() as conn, translate("reading the crawl state"):
-            return read_crawl_pages(conn, POSTGRES, source)
-
-    def source_uid_prefix(self, name: str) -> str | None:
-        with self.db.read() as conn, translate("reading the source"):
-            return read_uid_prefix(conn, POSTGRES, name)
-
-    def save_crawl_pages(self, source: str, pages: Mapping[str, str | None]) -> None:
-        with self.db.write() as conn, translate("saving the crawl state"):
-            write_crawl_pages(conn, POSTGRES, source, pages)
 
     def _after_write(self, changed: int) -> None:
         """Fresh planner statistics after big changes (autovacuum would, a minute later)."""
@@ -545,17 +360,6 @@ class PostgresEngine:
             self.db.conn().execute(
                 "ANALYZE entities, chunks, edges, lexical_postings, lexical_terms, acl_set_principals"
             )
-
-    def delete(self, uids: Sequence[str]) -> Published:
-        stored = self.content_hashes(list(uids))
-        with self.db.read() as conn, translate("reading what the entities split off"):
-            doomed = deletion(uids, stored, lambda uid: derived_from(conn, POSTGRES, uid))
-        return self.publish([], doomed, kind="delete")
-
-    def is_empty(self) -> bool:
-        with translate("reading"):
-            row = self.db.conn().execute("SELECT EXISTS (SELECT 1 FROM chunks)").fetchone()
-        return not (row and row[0])
 
     def stats(self) -> StoreStats:
         with self.db.read() as conn, translate("reading statistics"):
@@ -572,7 +376,7 @@ class PostgresEngine:
                 )
             }
             server = conn.execute("SHOW server_version").fetchone()
-        model = self.model()
+        model = self.writer.model()
         chunks = int(counts[1])
         return StoreStats(
             content_root=str(row[1]),
@@ -601,7 +405,7 @@ class PostgresEngine:
         """Recompute the tsvectors and BM25 statistics from the chunks; reindex (an index left
         invalid too, which ``REINDEX TABLE CONCURRENTLY`` skips); analyze."""
         with self.db.write() as conn, translate("rebuilding"):
-            for statement in writes.REBUILD_LEXICAL:
+            for statement in REBUILD_LEXICAL:
                 conn.execute(statement)
             conn.execute("DELETE FROM meta WHERE key = 'needs_rebuild'")
         with translate("reindexing"):

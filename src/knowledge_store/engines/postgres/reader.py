@@ -100,7 +100,7 @@ class PostgresReader(SqlReader):
     def vector(
         self, vector: Vector, k: int, filters: Filters, *, hydrate: bool = False
     ) -> RankedChunks:
-        expected = self._engine.model()
+        expected = self._engine.writer.model()
         if expected is None:
             empty = VectorInfo(strategy="exact", scanned=0, exhaustive=True)
             return RankedChunks([], [], [], empty, {"ms": {}})

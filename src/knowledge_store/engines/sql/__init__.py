@@ -1,3 +1,4 @@
 """What both SQL engines share: the dialects, FILTERS as SQL, the statements, the graph walk,
-aggregate shaping and the publish planner. Each engine keeps only what is its own
+aggregate shaping, the publish planner and its catalog writes, the writer and ACL
+administration. Each engine keeps only what is its own
 (Tantivy and faiss; tsvector and pgvector)."""

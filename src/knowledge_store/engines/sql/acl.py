@@ -8,14 +8,13 @@ it). A membership that would close a cycle is refused naming the cycle; ``acl ex
 finds the ACL entry the principal holds and the breadth-first membership chain that
 reaches it. The statements are the dialect's (:mod:`.dialect`); what differs between the
 engines — how a transaction is opened under the write lock, and how a publish is made —
-is their :class:`Catalog`.
+is their :class:`~knowledge_store.engines.base.Writer`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from knowledge_store.engines.shared import (
     DERIVED_LINK,
@@ -29,6 +28,7 @@ from knowledge_store.engines.shared import (
 )
 from knowledge_store.engines.sql import statements
 from knowledge_store.engines.sql.dialect import PRINCIPAL_PARAM, SqlDialect
+from knowledge_store.engines.sql.write import Batch
 from knowledge_store.errors import NotFound
 from knowledge_store.model import (
     AclExplanation,
@@ -40,28 +40,10 @@ from knowledge_store.model import (
     check_principal,
 )
 
-__all__ = ["AclAdministration", "Catalog", "derived_from", "load_entity"]
+if TYPE_CHECKING:
+    from knowledge_store.engines.base import Writer
 
-
-class Catalog(Protocol):
-    """What ACL administration needs of an engine's catalog."""
-
-    @property
-    def dialect(self) -> SqlDialect: ...
-
-    def reading(self) -> AbstractContextManager[Any]:
-        """A connection in a read transaction."""
-        ...
-
-    def writing(self) -> AbstractContextManager[Any]:
-        """A connection in a write transaction, the store's write lock held."""
-        ...
-
-    def publish_acl(self, change: str, decide: Callable[[Any], list[Entity]]) -> str:
-        """Under the write lock: the entities ``decide(connection)`` returns, published as
-        one ACL-only publish of kind ``change``; its content root (the current one when
-        ``decide`` returns none)."""
-        ...
+__all__ = ["AclAdministration", "derived_from", "load_entity"]
 
 
 def load_entity(conn: Any, d: SqlDialect, uid: str) -> Entity | None:
@@ -124,15 +106,16 @@ def _bump(conn: Any, d: SqlDialect) -> None:
 
 
 class AclAdministration:
-    """The ``AclAdmin`` protocol of :mod:`knowledge_store.engines.base`, over a catalog."""
+    """The ``AclAdmin`` protocol of :mod:`knowledge_store.engines.base`, over an engine's
+    ``Writer``."""
 
-    def __init__(self, catalog: Catalog) -> None:
-        self._catalog = catalog
-        self._d = catalog.dialect
+    def __init__(self, engine: Writer) -> None:
+        self._engine = engine
+        self._d = engine.dialect
 
     @property
-    def catalog(self) -> Catalog:
-        return self._catalog
+    def catalog(self) -> Writer:
+        return self._engine
 
     # -- ACLs: publishes ----------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
@@ -152,20 +135,20 @@ class AclAdministration:
                 entity, change, principal, lambda parent: derived_from(conn, d, parent)
             )
 
-        return self._catalog.publish_acl(change, decide)
+        return self._engine.publish(Batch(kind=change, acl_change=decide)).root
 
     def acl_show(self, uid: str) -> tuple[str, ...]:
-        with self._catalog.reading() as conn:
+        with self._engine.reading() as conn:
             return _entity(conn, self._d, uid).acl
 
     def acl_inherited_from(self, uid: str) -> str | None:
-        with self._catalog.reading() as conn:
+        with self._engine.reading() as conn:
             return acl_parent(_entity(conn, self._d, uid))
 
     def acl_explain(self, principal: str, uid: str) -> AclExplanation:
         check_principal(principal)
         d = self._d
-        with self._catalog.reading() as conn:
+        with self._engine.reading() as conn:
             entity = _entity(conn, d, uid)
             return explain_access(
                 principal,
@@ -179,7 +162,7 @@ class AclAdministration:
     def add_member(self, group: str, member: str) -> None:
         check_membership(group, member)
         d = self._d
-        with self._catalog.writing() as conn:
+        with self._engine.writing() as conn:
             chain = _path_between(conn, d, group, member)
             if chain is not None:
                 raise cycle_error(group, member, chain, bulk=False)
@@ -193,7 +176,7 @@ class AclAdministration:
     def remove_member(self, group: str, member: str) -> None:
         check_membership(group, member)
         d = self._d
-        with self._catalog.writing() as conn:
+        with self._engine.writing() as conn:
             cur = conn.execute(
                 f"DELETE FROM memberships WHERE grp = {d.param('grp')}"
                 f" AND member = {d.param('member')}",
@@ -206,7 +189,7 @@ class AclAdministration:
     def principal_show(self, principal: str) -> PrincipalInfo:
         check_principal(principal)
         d = self._d
-        with self._catalog.reading() as conn:
+        with self._engine.reading() as conn:
             direct = _groups_of(conn, d, [principal]).get(principal, [])
             held = _held(conn, d, principal)
             members = [
@@ -225,7 +208,7 @@ class AclAdministration:
         d = self._d
         groups = sorted({g for g, _ in pairs})
         unique = sorted(set(pairs))
-        with self._catalog.writing() as conn:
+        with self._engine.writing() as conn:
             conn.execute(
                 f"DELETE FROM memberships WHERE {d.in_array('grp', 'groups')}",
                 {"groups": d.bind_array(groups)},

@@ -32,7 +32,7 @@ from knowledge_store.model import Entity
 from knowledge_store.model.declared import DeclaredFacet, check_declaration, facet_values
 
 if TYPE_CHECKING:
-    from knowledge_store.engines.sql.acl import Catalog
+    from knowledge_store.engines.base import Writer
     from knowledge_store.engines.sql.publish import PublishPlan
 
 __all__ = ["FacetAdministration", "declared_ddl", "read_declared", "write_values"]
@@ -128,10 +128,10 @@ def write_values(conn: Writes, d: SqlDialect, plan: PublishPlan) -> None:
 
 
 class FacetAdministration:
-    """Declaring, listing and removing facets, over an engine's catalog (``sql.acl.Catalog``:
+    """Declaring, listing and removing facets, over an engine's catalog (its ``Writer``:
     its write transaction holds the store's write lock)."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Writer) -> None:
         self._catalog = catalog
         self._d = catalog.dialect
 

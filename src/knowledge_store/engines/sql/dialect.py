@@ -2,8 +2,10 @@
 
 Placeholders, list binding (one bound list per list — linear, whatever its
 length: a JSON array for SQLite's ``json_each``, a ``text[]`` for
-PostgreSQL's ``unnest``), string predicates, bucket expressions, where an
-entity's body lives — and **the ACL**. This module is the only producer of
+PostgreSQL's ``unnest``), rows binding (a table of rows as one parameter, for
+the set-based writes of a publish: :meth:`SqlDialect.rows_from`), string
+predicates, bucket expressions, where an entity's body lives, how an ACL set is
+keyed — and **the ACL**. This module is the only producer of
 the visibility condition in each dialect:
 
 * :meth:`SqlDialect.expand_identity` — the one recursive statement that
@@ -20,8 +22,9 @@ through its :class:`~knowledge_store.graphquery.dialect.Dialect` protocol.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,8 +34,10 @@ __all__ = [
     "HELD_PARAM",
     "POSTGRES",
     "SQLITE",
+    "Column",
     "PostgresDialect",
     "SqlDialect",
+    "SqlType",
     "SqliteDialect",
 ]
 
@@ -43,6 +48,9 @@ PRINCIPAL_PARAM = "principal"
 
 Visibility = Literal["scan", "probe", "walk"]
 ArrayType = Literal["text", "bigint"]
+#: The column types of bound rows (:meth:`SqlDialect.rows_from`); ``json``: JSON text.
+SqlType = Literal["text", "bigint", "integer", "json"]
+Column = tuple[str, SqlType]
 
 
 #: The embedded catalog's covering index of the columns a lookup by uid reads — the ACL
@@ -105,6 +113,23 @@ class SqlDialect:
     ) -> str:
         """``expr`` is (not) one of the bound array ``param``."""
         return f"{expr} {'NOT IN' if negate else 'IN'} ({self.array_rows(param, sql_type)})"
+
+    # A table of rows bound as one value (SQLite: a JSON array of arrays; PostgreSQL: one array
+    # per column), for writes that are one statement whatever the number of rows.
+    def rows_from(self, param: str, columns: Sequence[Column], alias: str) -> str:
+        """A FROM item ``alias`` with ``columns``: the rows :meth:`bind_rows` bound as ``param``."""
+        raise NotImplementedError
+
+    def bind_rows(
+        self, param: str, columns: Sequence[Column], rows: Iterable[Sequence[Any]]
+    ) -> dict[str, Any]:
+        """The parameters of :meth:`rows_from`: ``rows``, each one value per column (text,
+        integers, None; a ``json`` column's value is its JSON text)."""
+        raise NotImplementedError
+
+    def acl_set_key(self, principals: Iterable[str]) -> str:
+        """The unique key of the ACL set of ``principals``: the sorted principals, one a line."""
+        return "\n".join(sorted(set(principals)))
 
     def starts_with(self, expr: str, needle: str) -> str:
         raise NotImplementedError
@@ -198,6 +223,15 @@ class SqliteDialect(SqlDialect):
     def indexed_list_rows(self, param: str) -> str:
         return f"SELECT key AS pos, value FROM json_each({self.param(param)})"
 
+    def rows_from(self, param: str, columns: Sequence[Column], alias: str) -> str:
+        picked = ", ".join(f"value ->> {i} AS {name}" for i, (name, _) in enumerate(columns))
+        return f"(SELECT {picked} FROM json_each({self.param(param)})) AS {alias}"
+
+    def bind_rows(
+        self, param: str, columns: Sequence[Column], rows: Iterable[Sequence[Any]]
+    ) -> dict[str, Any]:
+        return {param: json.dumps([list(row) for row in rows], ensure_ascii=False)}
+
     def starts_with(self, expr: str, needle: str) -> str:
         return f"(instr({expr}, {needle}) = 1)"
 
@@ -283,6 +317,26 @@ class PostgresDialect(SqlDialect):
     ) -> str:
         test = f"{expr} = ANY({self.param(param)}::{sql_type}[])"
         return f"NOT ({test})" if negate else test
+
+    def rows_from(self, param: str, columns: Sequence[Column], alias: str) -> str:
+        arrays = ", ".join(
+            f"{self.param(f'{param}_{i}')}::{sql_type}[]" for i, (_, sql_type) in enumerate(columns)
+        )
+        return f"unnest({arrays}) AS {alias}({', '.join(name for name, _ in columns)})"
+
+    def bind_rows(
+        self, param: str, columns: Sequence[Column], rows: Iterable[Sequence[Any]]
+    ) -> dict[str, Any]:
+        by_column: list[list[Any]] = [[] for _ in columns]
+        for row in rows:
+            for values, value in zip(by_column, row, strict=True):
+                values.append(value)
+        return {f"{param}_{i}": values for i, values in enumerate(by_column)}
+
+    def acl_set_key(self, principals: Iterable[str]) -> str:
+        """sha256 of the sorted principals, one a line: the text of a long ACL would not fit in
+        a b-tree entry (schema version 2 rewrote the older keys the same way)."""
+        return hashlib.sha256(super().acl_set_key(principals).encode()).hexdigest()
 
     def starts_with(self, expr: str, needle: str) -> str:
         return f"starts_with({expr}, ({needle})::text)"

@@ -306,9 +306,9 @@ class SqlReader:
         return content_answer(self._root, entity, chunks, edges, self._engine.chunk_ids)
 
     # -- the graph ------------------------------------------------------------------------------
-    def walk(self, query: GraphQuery) -> Traversal:
+    def walk(self, query: GraphQuery, filters: Filters | None = None) -> Traversal:
         with self._failing("the graph walk"):
-            walk = traverse(self._conn, self.dialect, self.held, query)
+            walk = traverse(self._conn, self.dialect, self.held, query, filters)
         for sql in walk.statements:
             self._counted(sql)
         return walk

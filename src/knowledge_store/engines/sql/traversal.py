@@ -16,7 +16,10 @@ then recency (``updated_at`` newest first), then uid.
 
 A walk is plain data (:class:`Traversal`): fused search ranks its uids as they
 are; :func:`graph_hits` shapes the ``graph`` answer (paths as ``PathStep``)
-only for the hits it returns.
+only for the hits it returns. With FILTERS, each entity reached says whether it
+passes them (``passes``), read in the hop's own statement: the walk still goes
+through every visible entity, and fused search keeps only those that pass without
+a statement of its own.
 """
 
 from __future__ import annotations
@@ -26,8 +29,16 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from knowledge_store.engines.sql.dialect import SqlDialect
+from knowledge_store.engines.sql.filters import filter_clause
 from knowledge_store.graphquery.steps import step_joins
-from knowledge_store.model import GraphHit, GraphHits, GraphQuery, PathStep, StepDirection
+from knowledge_store.model import (
+    Filters,
+    GraphHit,
+    GraphHits,
+    GraphQuery,
+    PathStep,
+    StepDirection,
+)
 
 __all__ = ["Reached", "Traversal", "graph_hits", "traverse"]
 
@@ -55,6 +66,7 @@ class Reached(NamedTuple):
     paths: int
     path: tuple[PathPart, ...]
     position: int | None  # the ``position`` of the last edge of ``path``
+    passes: bool = True  # whether it passes the walk's FILTERS (True without any)
 
 
 @dataclass(frozen=True)
@@ -77,8 +89,11 @@ def _rank(items: list[Reached]) -> list[Reached]:
 _EDGE_ORDER = "ORDER BY 1, 9 DESC NULLS LAST, 5, 10, 3"
 
 
-def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str, str]:
+def statements(d: SqlDialect, query: GraphQuery, passes: str = "1=1") -> tuple[str, str, str]:
     """The statements of a walk: the visible starts; one hop, in no order; one hop, ordered.
+
+    ``passes`` (a FILTERS condition on the target ``t``) becomes each hop row's last column,
+    1 when the target passes it (a NULL condition fails, as in every FILTERS statement).
 
     A hop asks for one row more than the fan-out cap in no order first: when it is not
     capped (nearly always) its rows are all there is and are put in :data:`_EDGE_ORDER`
@@ -92,7 +107,8 @@ def statements(d: SqlDialect, query: GraphQuery) -> tuple[str, str, str]:
     steps = step_joins(query.direction, query.labels, source="f.value", dialect=d)
     selects = [
         f"SELECT f.pos, f.value, g.label, g.position, t.uid, t.title, t.type, t.href,"
-        f" t.updated_at, {s.orientation} AS o FROM frontier AS f {s.join}"
+        f" t.updated_at, {s.orientation} AS o, CASE WHEN {passes} THEN 1 ELSE 0 END AS ok"
+        f" FROM frontier AS f {s.join}"
         f" WHERE t.uid NOT IN (SELECT value FROM seen)"
         for s in steps
     ]
@@ -112,14 +128,21 @@ def _in_edge_order(rows: list[Any]) -> list[Any]:
     return rows
 
 
-def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -> Traversal:
+def traverse(
+    conn: Any,
+    d: SqlDialect,
+    held: Sequence[str],
+    query: GraphQuery,
+    filters: Filters | None = None,
+) -> Traversal:
     """Breadth-first from ``query.starts`` up to ``query.depth`` hops, through visible entities.
 
     ``conn`` is a DB-API connection inside the reader's snapshot; ``query`` was
     validated at the store boundary. Starts that are missing or unreadable
-    contribute nothing.
+    contribute nothing. With ``filters``, each entity reached says whether it passes them.
     """
-    seeds_sql, step_any, step_ordered = statements(d, query)
+    passes, filter_params = filter_clause(filters or Filters(), d, alias="t")
+    seeds_sql, step_any, step_ordered = statements(d, query, passes)
     ran = [seeds_sql, step_any]
     acl = d.held_params(held)
     visible_starts = [
@@ -138,6 +161,7 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
             break
         params = {
             **acl,
+            **filter_params,
             "frontier": d.bind_array(frontier),
             "seen": d.bind_array(list(paths)),
             "cap": query.fanout + 1,
@@ -149,19 +173,21 @@ def traverse(conn: Any, d: SqlDialect, held: Sequence[str], query: GraphQuery) -
             ran.append(step_ordered)
         else:
             rows = _in_edge_order(rows)
-        # uid → [paths, path, position, title, type, href, updated]
+        # uid → [paths, path, position, title, type, href, updated, passes]
         layer: dict[str, list[Any]] = {}
-        for _pos, src, label, position, uid, title, typ, href, updated, o in rows:
+        for _pos, src, label, position, uid, title, typ, href, updated, o, ok in rows:
             found = layer.get(uid)
             if found is None:
                 path = (*path_of[src], (uid, label, _DIRECTION[int(o)]))
-                layer[uid] = [paths[src], path, position, title, typ, href, updated]
+                layer[uid] = [paths[src], path, position, title, typ, href, updated, ok]
             else:
                 found[0] += paths[src]
         ranked = _rank(
             [
-                Reached(uid, str(title), str(typ), href, updated, hop, int(n), path, position)
-                for uid, (n, path, position, title, typ, href, updated) in layer.items()
+                Reached(
+                    uid, str(title), str(typ), href, updated, hop, int(n), path, position, bool(ok)
+                )
+                for uid, (n, path, position, title, typ, href, updated, ok) in layer.items()
             ]
         )
         for r in ranked:
