@@ -28,8 +28,11 @@ def test_unknown_metric_or_dimension_lists_the_catalog() -> None:
         AggregateSpec.of("sum", None)
     assert info.value.details["metrics"] == list(METRICS)
     assert all(m in info.value.message for m in METRICS)
-    with pytest.raises(UnknownField) as info:
-        AggregateSpec.of("count", "author")
+    with pytest.raises(UnknownField) as info:  # a declared facet's name, on a store with none
+        AggregateSpec.of("count", "author").resolve({})
+    assert info.value.details["dimensions"] == list(DIMENSIONS)
+    with pytest.raises(UnknownField) as info:  # a name no facet can have
+        AggregateSpec.of("count", "Author")
     assert info.value.details["dimensions"] == list(DIMENSIONS)
     with pytest.raises(UnknownField, match="created_at:day"):
         AggregateSpec.of("count", "created_at")  # a trend needs a granularity

@@ -128,7 +128,10 @@ def test_graphql_fields_take_the_request_fields_and_give_the_answer_type(op: Ope
         if info.annotation in scalars:
             assert _unwrap(argument.type).name == scalars[info.annotation]
         if name == "filters":
-            assert set(_unwrap(argument.type).fields) == {camel(n) for n in FilterSpec.model_fields}
+            # and ``facets``: the store's declared facets, one JSON object (a GraphQL input type
+            # is fixed when the schema is built; a facet is declared while the server runs)
+            want = {camel(n) for n in FilterSpec.model_fields} | {"facets"}
+            assert set(_unwrap(argument.type).fields) == want
         assert isinstance(argument.type, GraphQLNonNull) == info.is_required()
     returned = _unwrap(field.type)
     names = {t.name for t in getattr(returned, "types", [returned])}
@@ -440,7 +443,15 @@ _ADMIN_ACL = (
 #: Where an operation is deliberately absent, and why. A new operation is on every surface
 #: unless it is named here; an operation put on a surface must leave this table.
 ABSENT: dict[tuple[str, str], str] = {
-    **{("graphql", name): "GraphQL is read-only" for name in ("ingest", "delete", *_ADMIN_ACL)},
+    **{
+        ("graphql", name): "GraphQL is read-only"
+        for name in ("ingest", "delete", "facets_add", "facets_remove", *_ADMIN_ACL)
+    },
+    **{
+        ("mcp", name): "an operator declares the store's fields; the tools' schemas carry the"
+        " declared facets (their filters and dimensions), which is what a model needs"
+        for name in ("facets_list", "facets_add", "facets_remove")
+    },
     **{("mcp", name): "MCP tools administer content, not access" for name in _ADMIN_ACL},
     **{
         ("cli", name): "a tool for models (DESIGN §6 names the commands)"

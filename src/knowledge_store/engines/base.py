@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from knowledge_store.engines.cursors import Cursors
 from knowledge_store.engines.sql.audit import AuditStorage
+from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.history import History
 from knowledge_store.engines.sql.publish import PublishPlan
 from knowledge_store.engines.sql.traversal import Traversal
@@ -51,6 +53,7 @@ from knowledge_store.model import (
     StoreStats,
     VectorInfo,
 )
+from knowledge_store.model.declared import DeclaredFacet
 from knowledge_store.model.queries import TextAnalysis
 
 if TYPE_CHECKING:
@@ -208,12 +211,24 @@ class Reader(Protocol):
         """The principals the identity holds, expanded once when the reader opened."""
         ...
 
+    def declared_facets(self) -> Mapping[str, DeclaredFacet]:
+        """The store's declared facets in this snapshot, by name (``ks facets add``)."""
+        ...
+
     def rank(self, list_name: str, query: ListQuery) -> RankedChunks:
         """The chunk ids the engine's index component for ``list_name`` (``lexical``,
         ``vector``, ``fuzzy``…: ``engines.components``) ranks for ``query``."""
         ...
 
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRecord]: ...
+    def chunk_places(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """Where each chunk is: its entity's uid and its ordinal (a place outlives a row id)."""
+        ...
+
+    def chunks_at(self, places: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The row id of the chunk now at each ``(uid, ordinal)`` (no ACL check: the caller's)."""
+        ...
+
     def chunk_hits(
         self, chunk_ids: Sequence[int], scores: Sequence[float]
     ) -> tuple[list[int], list[ChunkHit]]:
@@ -289,6 +304,12 @@ class Writer(Protocol):
 class AclAdmin(Protocol):
     """ACL and membership administration (no identity: an operation, DESIGN §1)."""
 
+    @property
+    def catalog(self) -> Writer:
+        """The engine's catalog as administration writes it (its write transactions under
+        the store's write lock): declared facets are administered over it too."""
+        ...
+
     def grant(self, uid: str, principal: str) -> str: ...
     def revoke(self, uid: str, principal: str) -> str: ...
     def acl_show(self, uid: str) -> tuple[str, ...]: ...
@@ -329,6 +350,8 @@ class Engine(Protocol):
     #: also chunks deleted but not yet merged away, as Tantivy's do): replay's question of
     #: whether a fresh index of the same content can rank otherwise than the one that read.
     exact_lexical_statistics: bool
+    #: Where paged reads keep the rankings their cursors page through.
+    cursors: Cursors
 
     def reader(self, identity: Identity) -> AbstractContextManager[Reader]: ...
 
@@ -352,6 +375,11 @@ class Engine(Protocol):
         self, before_publish: int, before: str, *, dry_run: bool = False
     ) -> dict[str, int]:
         """``engines.sql.history.prune`` in one write transaction (``ks gc``)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        """One catalog read transaction with no identity (an administration view: ``ks
+        export``), its publish and content root."""
         ...
 
     def close(self) -> None: ...

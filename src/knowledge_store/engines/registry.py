@@ -13,14 +13,21 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from knowledge_store.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from knowledge_store.engines.base import Engine, EngineSettings
 
-__all__ = ["DEFAULT_ENGINE", "EngineEntry", "engine_for", "open_engine", "register_engine"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "EngineEntry",
+    "engine_for",
+    "engine_named",
+    "open_engine",
+    "register_engine",
+]
 
 #: ``opener(location, settings, create)`` → the engine.
 Opener = Callable[[str, "EngineSettings", bool], "Engine"]
@@ -35,6 +42,17 @@ class EngineEntry:
     schemes: tuple[str, ...]
     opener: str
     extra: str | None = None
+    #: The module that backs a store of this engine up and restores one (``backup_store``,
+    #: ``restore_store``: ``engines/backup.py``); None: the engine has no backup.
+    backup: str | None = None
+
+    def backups(self) -> Any:
+        """The engine's backup module (``backup``), imported on first use."""
+        if self.backup is None:
+            raise InvalidRequest(
+                f"the {self.name} engine has no backup; use ks export", engine=self.name
+            )
+        return importlib.import_module(self.backup)
 
     def open(self, location: str, settings: EngineSettings, create: bool) -> Engine:
         module, _, function = self.opener.partition(":")
@@ -67,6 +85,18 @@ def engine_for(location: str) -> EngineEntry:
     return _ENGINES[DEFAULT_ENGINE]
 
 
+def engine_named(name: str) -> EngineEntry:
+    """The engine registered as ``name`` (InvalidRequest listing them when none is)."""
+    entry = _ENGINES.get(name)
+    if entry is None:
+        raise InvalidRequest(
+            f"no engine named {name!r}; the engines are: {', '.join(_ENGINES)}",
+            engine=name,
+            allowed=list(_ENGINES),
+        )
+    return entry
+
+
 def open_engine(
     location: str | Path, settings: EngineSettings | None = None, *, create: bool = True
 ) -> Engine:
@@ -81,12 +111,20 @@ def open_engine(
     return engine_for(text).open(text, settings or EngineSettings(), create)
 
 
-register_engine(EngineEntry("embedded", (), "knowledge_store.engines.embedded.engine:open_store"))
+register_engine(
+    EngineEntry(
+        "embedded",
+        (),
+        "knowledge_store.engines.embedded.engine:open_store",
+        backup="knowledge_store.engines.embedded.backup",
+    )
+)
 register_engine(
     EngineEntry(
         "postgres",
         ("postgresql://", "postgres://", "pg:"),
         "knowledge_store.engines.postgres.engine:open_store",
         extra="postgres",
+        backup="knowledge_store.engines.postgres.backup",
     )
 )

@@ -224,6 +224,12 @@ class ChunkIds:
         """The secret (hex): a replica of the store names its chunks with it too."""
         return self._key.hex()
 
+    def derived_key(self, purpose: str) -> bytes:
+        """A key for another use of the store's secret (``purpose``: ``cursors`` …)."""
+        from knowledge_store.engines.cursors import derive_key
+
+        return derive_key(self._key, purpose)
+
     def __call__(self, uid: str, ordinal: int) -> int:
         known = self._memo.get((uid, ordinal))
         if known is not None:

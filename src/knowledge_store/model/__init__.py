@@ -11,6 +11,7 @@ rather than one module only to keep each file readable:
 ``text``            what can be stored as text: names, principals, dates
 ``values``          Order, AggregateSpec, GraphQuery: what engines take
 ``answers``         the pydantic answers, whose ``model_dump()`` is DESIGN §6's JSON
+``ops``             the answers of export, backup and restore
 ``check``           ``ks check``'s answer and the closed vocabulary of damage kinds
 ``relevance``       BM25's k1/b and the lexical field boosts both engines score with
 ``queries``         what a query's text says of itself (a question? identifiers?), and the
@@ -63,6 +64,14 @@ from knowledge_store.model.check import (
     DamageKind,
 )
 from knowledge_store.model.filters import Filters, FiltersLike, check_text
+from knowledge_store.model.ops import (
+    BackupFile,
+    BackupReport,
+    DeclaredFacets,
+    ExportReport,
+    FacetInfo,
+    RestoreReport,
+)
 from knowledge_store.model.records import (
     ENTITY_FIELDS,
     Chunk,
@@ -240,6 +249,8 @@ __all__ = [
     "AggregateRow",
     "AggregateSpec",
     "Answer",
+    "BackupFile",
+    "BackupReport",
     "CheckFinding",
     "CheckReport",
     "Chunk",
@@ -252,11 +263,14 @@ __all__ = [
     "ContentEdges",
     "ContentEntity",
     "DamageKind",
+    "DeclaredFacets",
     "DeleteReport",
     "Direction",
     "Edge",
     "Entity",
     "Evidence",
+    "ExportReport",
+    "FacetInfo",
     "FilterField",
     "Filters",
     "FiltersLike",
@@ -276,6 +290,7 @@ __all__ = [
     "PathStep",
     "PrincipalInfo",
     "QueryAnswer",
+    "RestoreReport",
     "Result",
     "SearchAnswer",
     "SkippedPath",

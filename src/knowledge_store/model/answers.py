@@ -159,6 +159,8 @@ class ChunkHits(Answer):
     explain: dict[str, Any] | None = Field(None, exclude_if=_absent)
     #: How the request was read (a type no readable entity has …); absent when there are none.
     warnings: tuple[str, ...] = Field((), exclude_if=_empty)
+    #: A paged read's cursor for the next page (``cursor="*"`` asks for one); absent otherwise.
+    next: str | None = Field(None, exclude_if=_absent)
 
 
 class Evidence(Answer):
@@ -207,6 +209,8 @@ class SearchAnswer(Answer):
     words_matched: bool | None = None
     #: How the request was read (a type no readable entity has …); absent when there are none.
     warnings: tuple[str, ...] = Field((), exclude_if=_empty)
+    #: A paged read's cursor for the next page (``cursor="*"`` asks for one); absent otherwise.
+    next: str | None = Field(None, exclude_if=_absent)
 
 
 class SkippedPath(Answer):
@@ -307,6 +311,10 @@ class GraphHits(Answer):
     content_root: str
     hits: list[GraphHit]
     capped: bool
+    #: A paged read's cursor for the next page (``cursor="*"`` asks for one); absent otherwise.
+    next: str | None = Field(None, exclude_if=_absent)
+    #: What a later page of a cursor left out; absent when there is nothing to say.
+    warnings: tuple[str, ...] = Field((), exclude_if=_empty)
 
 
 class SqlHit(Answer):
@@ -326,6 +334,8 @@ class SqlHits(Answer):
     hits: list[SqlHit]
     #: How the request was read (a type no readable entity has …); absent when there are none.
     warnings: tuple[str, ...] = Field((), exclude_if=_empty)
+    #: A paged read's cursor for the next page (``cursor="*"`` asks for one); absent otherwise.
+    next: str | None = Field(None, exclude_if=_absent)
 
 
 class AggregateRow(Answer):

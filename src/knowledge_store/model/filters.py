@@ -12,15 +12,24 @@ hashed values — the engines cache by them.
 Nothing here knows a field by name: every engine fragment (SQL, Tantivy)
 iterates :data:`FILTER_FIELDS` and reads :meth:`values`, :meth:`excluded`
 and :meth:`range`.
+
+**Declared facets** (:mod:`.declared`) are the store's, not the code's: a name that is
+no built-in filter but could be a declared facet's (``team``, ``deadline_from``) is kept
+as given (``pending``) until a reader, which knows the store's facets, resolves it
+(:meth:`Filters.resolve`) into :class:`FacetCondition` values — or refuses it with the
+filters the store has. Engines only ever see resolved filters.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from knowledge_store.errors import InvalidRequest, UnknownField
+from knowledge_store.model.declared import DeclaredFacet, looks_declared, number_text
 from knowledge_store.model.text import normalize_timestamp
 from knowledge_store.model.vocabulary import (
     FILTER_FIELDS,
@@ -31,7 +40,7 @@ from knowledge_store.model.vocabulary import (
     check_list_bound,
 )
 
-__all__ = ["Filters", "FiltersLike", "check_text"]
+__all__ = ["FacetCondition", "Filters", "FiltersLike", "check_text"]
 
 Values = tuple[str, ...]
 _KIND_OF: dict[str, tuple[FilterField, str]] = {}
@@ -95,6 +104,56 @@ def _stamp(name: str, raw: object, *, end: bool) -> str:
         ) from None
 
 
+def _pending(name: str, raw: object) -> object:
+    """A declared facet's value as given, hashable: a string, a number, or a tuple of them
+    (its facet's kind checks it when the filters are resolved)."""
+    if isinstance(raw, str | int | float) and not isinstance(raw, bool):
+        return raw
+    if isinstance(raw, list | tuple):
+        check_list_bound(_path(name), raw, MAX_FILTER_VALUES, name=f"the filter {name!r}")
+        if all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in raw):
+            return tuple(raw)
+    raise InvalidRequest(
+        f"{_path(name)} takes a string, a number or a list of them, not {type(raw).__name__}",
+        field=_path(name),
+    )
+
+
+def _keyword(name: str, raw: object) -> Values:
+    """A declared keyword facet's values: strings, numbers as their text (``1``, ``2.5``)."""
+    items = raw if isinstance(raw, tuple) else (raw,)
+    texts = [number_text(float(v)) if isinstance(v, int | float) else v for v in items]
+    return _values(name, texts)
+
+
+def _bound(name: str, raw: object, *, end: bool, kind: str) -> str | float:
+    if kind == "date":
+        return _stamp(name, raw, end=end)
+    try:
+        number = float(raw) if isinstance(raw, int | float | str) else math.nan
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise InvalidRequest(
+            f"{_path(name)} takes a number, not {str(raw)[:80]!r}", field=_path(name)
+        )
+    return number
+
+
+@dataclass(frozen=True)
+class FacetCondition:
+    """What resolved FILTERS ask of one declared facet: values it must have one of
+    (``any_of``) and none of (``none_of``), and an inclusive range (``low``, ``high``:
+    stored timestamps for a date facet, numbers for a number facet; None: open)."""
+
+    name: str
+    kind: str
+    any_of: Values = ()
+    none_of: Values = ()
+    low: str | float | None = None
+    high: str | float | None = None
+
+
 @dataclass(frozen=True)
 class Filters:
     """Validated FILTERS: each list means "any of"; ranges are inclusive.
@@ -109,6 +168,10 @@ class Filters:
     any_of: tuple[tuple[str, Values], ...] = ()
     none_of: tuple[tuple[str, Values], ...] = ()
     ranges: tuple[tuple[str, str | None, str | None], ...] = ()
+    #: Declared facets' request names and values as given, not resolved yet (:meth:`resolve`).
+    pending: tuple[tuple[str, object], ...] = ()
+    #: The declared facets' conditions, resolved (by facet name).
+    facets: tuple[FacetCondition, ...] = ()
 
     # -- building -----------------------------------------------------------------------------
     @classmethod
@@ -123,8 +186,13 @@ class Filters:
         none_of: dict[str, Values] = {}
         lows: dict[str, str] = {}
         highs: dict[str, str] = {}
+        pending: dict[str, object] = {}
         for name, raw in given.items():
             spec = _KIND_OF.get(name)
+            if spec is None and looks_declared(name):
+                if raw is not None and raw != [] and raw != ():
+                    pending[name] = _pending(name, raw)
+                continue
             if spec is None:
                 raise UnknownField(
                     f"unknown filter {name!r}; filter on one of: {', '.join(FILTER_NAMES)}",
@@ -159,7 +227,46 @@ class Filters:
             any_of=tuple((f.name, any_of[f.name]) for f in FILTER_FIELDS if f.name in any_of),
             none_of=tuple((f.name, none_of[f.name]) for f in FILTER_FIELDS if f.name in none_of),
             ranges=tuple(ranges),
+            pending=tuple(sorted(pending.items())),
         )
+
+    def resolve(self, declared: Mapping[str, DeclaredFacet]) -> Filters:
+        """These filters with every pending name resolved against the store's ``declared``
+        facets — validated by the facet's kind — or ``UnknownField`` naming the filters
+        there are (the built-in ones and the declared ones)."""
+        if not self.pending:
+            return self
+        roles = {n: (f, f.role(n)) for f in declared.values() for n in f.request_names}
+        found: dict[str, dict[str, Any]] = {}
+        for name, raw in self.pending:
+            if name not in roles:
+                allowed = [*FILTER_NAMES, *roles]
+                raise UnknownField(
+                    f"unknown filter {name!r}; filter on one of: {', '.join(allowed)}",
+                    field=_path(name),
+                    allowed=allowed,
+                )
+            facet, role = roles[name]
+            into = found.setdefault(facet.name, {"kind": facet.kind})
+            if role == "any":
+                into["any_of"] = _keyword(name, raw)
+            elif role == "none":
+                into["none_of"] = _keyword(name, raw)
+            else:
+                key = "low" if role == "from" else "high"
+                into[key] = _bound(name, raw, end=role == "to", kind=facet.kind)
+        conditions = []
+        for name in sorted(found):
+            low, high = found[name].get("low"), found[name].get("high")
+            if low is not None and high is not None and low > high:
+                facet = declared[name]
+                raise InvalidRequest(
+                    f"{_path(facet.request_names[0])} {low} is after"
+                    f" {_path(facet.request_names[1])} {high}; swap them",
+                    field=_path(facet.request_names[0]),
+                )
+            conditions.append(FacetCondition(name, **found[name]))
+        return dataclasses.replace(self, pending=(), facets=tuple(conditions))
 
     @classmethod
     def of(cls, value: FiltersLike) -> Filters:
@@ -185,20 +292,41 @@ class Filters:
         """The values field ``name`` must match none of."""
         return next((v for n, v in self.none_of if n == name), ())
 
-    def range(self, name: str) -> tuple[str | None, str | None]:
-        """The inclusive ``(lowest, highest)`` of date field ``name`` (None: open)."""
+    def range(self, name: str) -> tuple[Any, Any]:
+        """The inclusive ``(lowest, highest)`` of date field ``name`` — or of a declared date
+        or number facet ``name`` (None: open)."""
+        for facet in self.facets:
+            if facet.name == name:
+                return facet.low, facet.high
         return next(((lo, hi) for n, lo, hi in self.ranges if n == name), (None, None))
 
     def with_values(self, name: str, values: Sequence[str]) -> Filters:
         """These filters with field ``name`` restricted to ``values`` instead (validated)."""
-        return Filters.build(**{**self.to_dict(), name: list(values)})
+        built = Filters.build(**{**self._built_in(), name: list(values)})
+        return dataclasses.replace(built, pending=self.pending, facets=self.facets)
 
     @property
     def is_empty(self) -> bool:
-        return not (self.any_of or self.none_of or self.ranges)
+        return not (self.any_of or self.none_of or self.ranges or self.pending or self.facets)
 
     def to_dict(self) -> dict[str, Any]:
         """The request-named mapping these filters were built from (normalised)."""
+        out = self._built_in()
+        for name, raw in self.pending:
+            out[name] = list(raw) if isinstance(raw, tuple) else raw
+        for facet in self.facets:
+            keyword = facet.kind == "keyword"
+            if facet.any_of:
+                out[facet.name] = list(facet.any_of)
+            if facet.none_of:
+                out[f"not_{facet.name}"] = list(facet.none_of)
+            if facet.low is not None and not keyword:
+                out[f"{facet.name}_from"] = facet.low
+            if facet.high is not None and not keyword:
+                out[f"{facet.name}_to"] = facet.high
+        return out
+
+    def _built_in(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for field in FILTER_FIELDS:
             if field.kind == "date":

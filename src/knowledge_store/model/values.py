@@ -7,10 +7,13 @@ parse a string that names a vocabulary item.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from knowledge_store.errors import InvalidRequest, UnknownField
+from knowledge_store.model.declared import DeclaredFacet, looks_declared
 from knowledge_store.model.vocabulary import (
     DEFAULT_DEPTH,
     DEFAULT_DIRECTION,
@@ -82,6 +85,8 @@ class AggregateSpec:
     dimension: str | None
     field: str | None  # a dimension field (type, source, …, created_at …) or None
     granularity: Granularity | None  # set for trends
+    #: A declared facet's dimension: its kind once resolved (:meth:`resolve`), ``""`` before.
+    facet: str | None = None
 
     @property
     def is_trend(self) -> bool:
@@ -105,6 +110,9 @@ class AggregateSpec:
             )
         if dimension is None or dimension == "":
             return cls(metric, None, None, None)
+        if dimension not in DIMENSIONS and looks_declared(dimension):
+            field, _, granularity = dimension.partition(":")
+            return cls(metric, dimension, field, _granularity(granularity), facet="")
         if dimension not in DIMENSIONS:
             hint = ""
             if dimension in _DATE_FIELDS:
@@ -117,17 +125,38 @@ class AggregateSpec:
                 dimensions=list(DIMENSIONS),
             )
         field, _, granularity = dimension.partition(":")
-        if not granularity:
-            return cls(metric, dimension, field, None)
-        gran: Granularity = (
-            "day" if granularity == "day" else "week" if granularity == "week" else "month"
-        )
-        return cls(metric, dimension, field, gran)
+        return cls(metric, dimension, field, _granularity(granularity))
+
+    def resolve(self, declared: Mapping[str, DeclaredFacet]) -> AggregateSpec:
+        """A declared facet's dimension checked against the store's facets (``UnknownField``
+        listing every dimension there is when it names none)."""
+        if self.facet != "":
+            return self
+        facet = declared.get(self.field or "")
+        if facet is None or self.dimension not in facet.dimensions:
+            extra = [d for f in declared.values() for d in f.dimensions]
+            hint = ""
+            if facet is not None and facet.kind == "date":
+                hint = f" (a trend needs a granularity: {facet.name}:day, :week or :month)"
+            raise UnknownField(
+                f"unknown dimension {str(self.dimension)[:80]!r}{hint}; {_catalog(extra)}",
+                field="dimension",
+                value=str(self.dimension)[:256],
+                metrics=list(METRICS),
+                dimensions=[*DIMENSIONS, *extra],
+            )
+        return dataclasses.replace(self, facet=facet.kind)
 
 
-def _catalog() -> str:
+def _granularity(text: str) -> Granularity | None:
+    if not text:
+        return None
+    return "day" if text == "day" else "week" if text == "week" else "month"
+
+
+def _catalog(declared: list[str] | None = None) -> str:
     return (
-        f"metrics: {', '.join(METRICS)}; dimensions: {', '.join(DIMENSIONS)}"
+        f"metrics: {', '.join(METRICS)}; dimensions: {', '.join([*DIMENSIONS, *(declared or [])])}"
         " (or none, for a single total)"
     )
 

@@ -8,7 +8,9 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, model_validator
 
 from knowledge_store.errors import InvalidRequest, Rejection
+from knowledge_store.model import MAX_NAME_CHARS
 from knowledge_store.model.audit import moment
+from knowledge_store.model.declared import MAX_FACET_NAME, FacetKind
 from knowledge_store.requests.base import Principal, Request, SourceName, Uid, listed
 
 __all__ = [
@@ -16,12 +18,15 @@ __all__ = [
     "AclRequest",
     "AclShowRequest",
     "CheckRequest",
+    "DeclareFacetRequest",
+    "DeclaredFacetsRequest",
     "DeleteRequest",
     "IngestRequest",
     "MemberRequest",
     "MembershipsRequest",
     "PrincipalRequest",
     "RecordLines",
+    "RemoveFacetRequest",
     "SourcesRequest",
     "StatsRequest",
 ]
@@ -187,3 +192,37 @@ class StatsRequest(Request):
 
 class CheckRequest(Request):
     """Verify the catalog and the derived indexes against it (takes no arguments)."""
+
+
+class DeclaredFacetsRequest(Request):
+    """``facets list``: the store's declared facets."""
+
+
+class RemoveFacetRequest(Request):
+    """``facets remove``: forget a declared facet and its values."""
+
+    name: str = Field(..., min_length=1, max_length=MAX_FACET_NAME, description="the facet")
+
+
+class DeclareFacetRequest(RemoveFacetRequest):
+    """``facets add``: declare a facet read from every entity's ``attributes[name]``."""
+
+    name: str = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_FACET_NAME,
+        description="the facet's name, its filters' and dimension's (lowercase letters, digits"
+        " and _); the attributes key it is read from unless attribute names another",
+    )
+    kind: FacetKind = Field(
+        "keyword",
+        description="keyword (any of / none of), date (a range; trends by day, week, month)"
+        " or number (a range)",
+    )
+    attribute: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="the attributes key to read, when it is not the name (docbookClass for a"
+        " facet docbook_class)",
+    )

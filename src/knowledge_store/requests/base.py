@@ -54,6 +54,7 @@ from knowledge_store.model import (
     check_principal,
     check_text,
 )
+from knowledge_store.model.declared import looks_declared
 
 __all__ = [
     "DimensionText",
@@ -297,9 +298,11 @@ Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
 
 # -- FILTERS, generated from FILTER_FIELDS ------------------------------------------------------------
 class _FilterBase(BaseModel):
-    """FILTERS: each list means "any of"; date ranges are inclusive ISO 8601 dates."""
+    """FILTERS: each list means "any of"; date ranges are inclusive ISO 8601 dates. Besides
+    the built-in fields, the store's declared facets (``team``, ``not_team``,
+    ``deadline_from`` …), which the reader resolves (``Filters.resolve``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="allow")
     _filters: Filters = PrivateAttr(default_factory=Filters)
 
     @model_validator(mode="before")
@@ -406,6 +409,27 @@ def _closed(values: tuple[str, ...], field: str) -> Any:
     return Annotated[str, AfterValidator(check), Field(json_schema_extra={"enum": list(values)})]
 
 
+def _dimension() -> Any:
+    """A dimension: a built-in one (the schema's enum), or what may be a declared facet's —
+    which the reader resolves against the store's facets (``AggregateSpec.resolve``). A
+    surface that serves one store adds that store's to the enum (MCP's tool schemas)."""
+
+    def check(value: str) -> str:
+        if value not in DIMENSIONS and not looks_declared(value):
+            raise UnknownField(
+                f"dimension {_shown(value)} is not one of: {', '.join(DIMENSIONS)} (nor a"
+                " declared facet's)",
+                field="dimension",
+                value=str(value)[:256],
+                allowed=list(DIMENSIONS),
+            )
+        return value
+
+    return Annotated[
+        str, AfterValidator(check), Field(json_schema_extra={"enum": list(DIMENSIONS)})
+    ]
+
+
 if TYPE_CHECKING:
     OrderText: TypeAlias = str
     MetricText: TypeAlias = str
@@ -413,4 +437,4 @@ if TYPE_CHECKING:
 else:
     OrderText = _closed(ORDER_SPECS, "order")
     MetricText = _closed(METRICS, "metric")
-    DimensionText = _closed(DIMENSIONS, "dimension")
+    DimensionText = _dimension()

@@ -71,6 +71,21 @@ def _words(request: Any, operation: str) -> None:
         raise InvalidRequest(_needs_words(operation), field="query")
 
 
+#: A cursor: ``*`` to start paging, then the ``next`` of the page before.
+_CURSOR_CHARS = 200
+
+
+def _cursor() -> Any:
+    return Field(
+        None,
+        min_length=1,
+        max_length=_CURSOR_CHARS,
+        description="page through up to 1,000 results: '*' for the first page (the answer's"
+        " next names the following one), then that next; every other argument as on the first"
+        " page (k may change)",
+    )
+
+
 class DocsSearchRequest(Request):
     """Fused search by words (an empty query: a pure filter request)."""
 
@@ -106,6 +121,7 @@ class SearchRequest(DocsSearchRequest):
         None, description="per-list weights; 0 switches a list off"
     )
     explain: bool = Field(False, description="include the lists side by side with timings")
+    cursor: str | None = _cursor()
 
 
 class KnowledgeRequest(Request):
@@ -142,6 +158,7 @@ class LexicalRequest(Request):
     k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many chunks")
     filters: Filtering
     explain: bool = Field(False, description="include how the answer was computed")
+    cursor: str | None = _cursor()
 
     @model_validator(mode="after")
     def _not_blank(self) -> Self:
@@ -175,6 +192,7 @@ class VectorRequest(Request):
     k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many chunks")
     filters: Filtering
     explain: bool = Field(False, description="include how the answer was computed")
+    cursor: str | None = _cursor()
     #: The array a request made by :meth:`of_array` holds, with the list it was checked as.
     _array: tuple[list[float] | None, np.ndarray] | None = PrivateAttr(None)
 
@@ -230,6 +248,7 @@ class GraphRequest(Request):
         DEFAULT_DIRECTION, description="out: edges from the starts; in: edges into them; both"
     )
     k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many entities to return")
+    cursor: str | None = _cursor()
 
     @property
     def value(self) -> GraphQuery:
@@ -267,6 +286,7 @@ class SqlRequest(Request):
         description=f"the order: {', '.join(ORDER_FIELDS)}, each optionally :asc or :desc",
     )
     k: int = Field(DEFAULT_K, ge=1, le=MAX_K, description="how many entities")
+    cursor: str | None = _cursor()
 
     @field_validator("order", mode="before")
     @classmethod

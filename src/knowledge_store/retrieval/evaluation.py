@@ -156,7 +156,11 @@ def collect(
     configured = make_retrievers(retrievers)
     query_stage = [r for r in configured if r.stage == "query"]
     expanders = [r for r in configured if r.stage == "expand"]
-    base = Request(None, filters or Filters(), k=candidates, depth=depth)
+    given = filters or Filters()
+    if given.pending:  # the store's declared facets, resolved once
+        with store.reader(who) as reader:
+            given = reader.resolved(given)
+    base = Request(None, given, k=candidates, depth=depth)
     found: dict[str, list[RankedList]] = dict(lists or {})
     todo = [(qid, text) for qid, text in queries if qid not in found]
     with Progress(disable=not progress, transient=True) as bar:

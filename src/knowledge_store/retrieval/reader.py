@@ -21,7 +21,8 @@ import numpy as np
 
 from knowledge_store.engines.base import RankedChunks, Reader, Vector
 from knowledge_store.engines.components import ListQuery
-from knowledge_store.errors import NotFound
+from knowledge_store.engines.cursors import Cursors
+from knowledge_store.errors import InvalidRequest, NotFound
 from knowledge_store.graphquery.check import checked_query
 from knowledge_store.ingest.embedding import Embedder
 from knowledge_store.model import (
@@ -58,7 +59,7 @@ from knowledge_store.requests import (
     VectorRequest,
     XrefRequest,
 )
-from knowledge_store.retrieval import docs_tools, knowledge
+from knowledge_store.retrieval import docs_tools, knowledge, paging
 from knowledge_store.retrieval import search as planner
 from knowledge_store.retrieval.retrievers import Retriever
 
@@ -86,10 +87,17 @@ def request_of(model: type[R], given: object, **fields: Any) -> R:
 
 
 def lexical_request(
-    text: str | LexicalRequest, *, k: int | None, filters: Any, explain: bool
+    text: str | LexicalRequest,
+    *,
+    k: int | None,
+    filters: Any,
+    explain: bool,
+    cursor: str | None = None,
 ) -> LexicalRequest:
     """The lexical request of a text, or the request itself."""
-    return request_of(LexicalRequest, text, query=text, k=k, filters=filters, explain=explain)
+    return request_of(
+        LexicalRequest, text, query=text, k=k, filters=filters, explain=explain, cursor=cursor
+    )
 
 
 def search_request(
@@ -100,6 +108,7 @@ def search_request(
     mode: str | None,
     weights: Mapping[str, float] | None,
     explain: bool,
+    cursor: str | None = None,
 ) -> SearchRequest:
     """The fused-search request of a text (None: a pure filter request), or the request."""
     return request_of(
@@ -111,19 +120,27 @@ def search_request(
         mode=mode,
         weights=weights,
         explain=explain,
+        cursor=cursor,
     )
 
 
 def vector_request(
-    query: str | np.ndarray | VectorRequest, *, k: int | None, filters: Any, explain: bool
+    query: str | np.ndarray | VectorRequest,
+    *,
+    k: int | None,
+    filters: Any,
+    explain: bool,
+    cursor: str | None = None,
 ) -> VectorRequest:
     """The vector request of a text, a query vector, or the request itself."""
     if isinstance(query, np.ndarray):
-        given = {"k": k, "filters": filters}
+        given = {"k": k, "filters": filters, "cursor": cursor}
         return VectorRequest.of_array(
             query, explain=explain, **{name: v for name, v in given.items() if v is not None}
         )
-    return request_of(VectorRequest, query, query=query, k=k, filters=filters, explain=explain)
+    return request_of(
+        VectorRequest, query, query=query, k=k, filters=filters, explain=explain, cursor=cursor
+    )
 
 
 def _ms(seconds: float) -> float:
@@ -195,11 +212,23 @@ class StoreReader:
     """One request's reads (see the module docstring). Made by ``KnowledgeStore.reader``."""
 
     def __init__(
-        self, reader: Reader, embedder: Callable[[], Embedder], types: TypesSeen | None = None
+        self,
+        reader: Reader,
+        embedder: Callable[[], Embedder],
+        types: TypesSeen | None = None,
+        cursors: Cursors | None = None,
     ) -> None:
         self.engine = reader
         self._embedder = embedder
         self._types = types if types is not None else TypesSeen()
+        self._cursors = cursors
+
+    @property
+    def engine_cursors(self) -> Cursors:
+        """Where this store keeps the rankings of paged reads (``retrieval/paging.py``)."""
+        if self._cursors is None:
+            raise InvalidRequest("this reader was opened without the store's cursors: no paging")
+        return self._cursors
 
     @property
     def content_root(self) -> str:
@@ -212,6 +241,12 @@ class StoreReader:
     @property
     def held(self) -> tuple[str, ...]:
         return self.engine.held
+
+    def resolved(self, filters: FilterSpec | Filters) -> Filters:
+        """FILTERS with the names of the store's declared facets resolved (``Filters.resolve``:
+        an unknown one is refused, naming the filters there are)."""
+        value = filters.value if isinstance(filters, FilterSpec) else filters
+        return value.resolve(self.engine.declared_facets()) if value.pending else value
 
     def embed(self, text: str) -> Vector:
         return self._embedder().embed_query(text)
@@ -277,10 +312,11 @@ class StoreReader:
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """BM25 over chunks (exact terms, identifiers, codes)."""
         return self._words_list(
-            "lexical", lexical_request(text, k=k, filters=filters, explain=explain)
+            "lexical", lexical_request(text, k=k, filters=filters, explain=explain, cursor=cursor)
         )
 
     def fuzzy(
@@ -290,15 +326,20 @@ class StoreReader:
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """BM25 over chunks with misspelt words corrected (``replicaton`` → ``replication``)."""
-        request = request_of(FuzzyRequest, text, query=text, k=k, filters=filters, explain=explain)
+        request = request_of(
+            FuzzyRequest, text, query=text, k=k, filters=filters, explain=explain, cursor=cursor
+        )
         return self._words_list("fuzzy", request)
 
     def _words_list(self, name: str, request: LexicalRequest) -> ChunkHits:
         """The answer of a list that ranks chunks by words (``lexical``, ``fuzzy``)."""
+        if request.cursor is not None:
+            return paging.chunk_page(self, name, request)
         started = time.perf_counter()
-        query = ListQuery(request.query, request.k, request.filters.value, hydrate=True)
+        query = ListQuery(request.query, request.k, self.resolved(request.filters), hydrate=True)
         ranked = self.engine.rank(name, query)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
@@ -321,15 +362,26 @@ class StoreReader:
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text, a vector, or the request."""
-        request = vector_request(query, k=k, filters=filters, explain=explain)
+        request = vector_request(query, k=k, filters=filters, explain=explain, cursor=cursor)
+        if request.cursor is not None:
+            given = request.query_vector()
+            return paging.chunk_page(
+                self,
+                "vector",
+                request,
+                vector=lambda: given if given is not None else self.embed(request.query),
+            )
         started = time.perf_counter()
         vec = request.query_vector()
         if vec is None:
             vec = self.embed(request.query)
         t_embed = time.perf_counter()
-        asked = ListQuery(request.query, request.k, request.filters.value, vec, hydrate=True)
+        asked = ListQuery(
+            request.query, request.k, self.resolved(request.filters), vec, hydrate=True
+        )
         ranked = self.engine.rank("vector", asked)
         t_rank = time.perf_counter()
         hits = self._chunk_hits(ranked)
@@ -354,6 +406,7 @@ class StoreReader:
                 "vector": vector,
                 "explain": details,
                 "warnings": warnings,
+                "next": None,
             }
         )
 
@@ -371,11 +424,18 @@ class StoreReader:
         }
 
     def sql(
-        self, filters: Any = None, *, order: str | None = None, k: int | None = None
+        self,
+        filters: Any = None,
+        *,
+        order: str | None = None,
+        k: int | None = None,
+        cursor: str | None = None,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
-        request = request_of(SqlRequest, filters, filters=filters, order=order, k=k)
-        return self.engine.sql(request.filters.value, request.order_value, request.k)
+        request = request_of(SqlRequest, filters, filters=filters, order=order, k=k, cursor=cursor)
+        if request.cursor is not None:
+            return paging.sql_page(self, request)
+        return self.engine.sql(self.resolved(request.filters), request.order_value, request.k)
 
     def aggregate(
         self, metric: str | AggregateRequest, dimension: str | None = None, *, filters: Any = None
@@ -384,7 +444,12 @@ class StoreReader:
         request = request_of(
             AggregateRequest, metric, metric=metric, dimension=dimension, filters=filters
         )
-        return self.engine.aggregate(request.spec, request.filters.value)
+        spec = (
+            request.spec.resolve(self.engine.declared_facets())
+            if request.spec.facet == ""
+            else request.spec
+        )
+        return self.engine.aggregate(spec, self.resolved(request.filters))
 
     def graph(
         self,
@@ -394,6 +459,7 @@ class StoreReader:
         labels: Sequence[str] = (),
         direction: str | None = None,
         k: int | None = None,
+        cursor: str | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency.
 
@@ -409,12 +475,15 @@ class StoreReader:
             labels=labels,
             direction=direction,
             k=k,
+            cursor=cursor,
         )
         wanted = list(dict.fromkeys(request.value.starts))
         if not self.engine.entities(wanted):
             shown = ", ".join(repr(uid) for uid in wanted[:5])
             more = f" (and {len(wanted) - 5} more)" if len(wanted) > 5 else ""
             raise NotFound(f"no entity with uid {shown}{more}", uid=wanted[0])
+        if request.cursor is not None:
+            return paging.graph_page(self, request)
         return self.engine.graph(request.value)
 
     def query_graph(
@@ -453,18 +522,21 @@ class StoreReader:
         retrievers: Sequence[str | Retriever] | None = None,
         after_each: planner.Hook | None = None,
         evidence: int = planner.EVIDENCE_PER_RESULT,
+        cursor: str | None = None,
     ) -> SearchAnswer:
         """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request.
 
         ``evidence``: chunks hydrated per result (0 for a caller that reads the entities).
         """
         request = search_request(
-            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain
+            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain, cursor=cursor
         )
+        if request.cursor is not None:
+            return paging.search_page(self, request, retrievers)
         plan = planner.plan(
             request.query,
             k=request.k,
-            filters=request.filters.value,
+            filters=self.resolved(request.filters),
             mode=request.mode,
             weights=request.weights,
             explain=request.explain,

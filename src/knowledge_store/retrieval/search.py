@@ -90,6 +90,7 @@ __all__ = [
     "explain",
     "fuse_stages",
     "plan",
+    "result_items",
     "run",
     "search",
     "supersede",
@@ -462,6 +463,32 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
     if not p.explain:
         return answered
     return answered.model_copy(update={"explain": explain(reader, p, r, answered.results)})
+
+
+def result_items(p: Plan, r: Run) -> list[list[Any]]:
+    """The results of a run as plain rows, to hydrate later (``retrieval/paging.py``): per
+    result ``[uid, superseded_by, score, ranks, evidence chunk ids, similarity]``, in order —
+    the first ``p.k`` of the fused and superseded ranking, each successor placed above what it
+    supersedes taking the score of the slot it fills (as :func:`answer` does)."""
+    window = r.ordered[: p.k]
+    shown = {uid for uid, _ in window}
+    evidence = _evidence(r.rankings, shown, p.evidence)
+    similarity = _best_scores(r.rankings.get("vector"), shown)
+    by_uid = {f.uid: f for f in r.fused}
+    scores = [by_uid[uid].score if uid in by_uid else 0.0 for uid, _ in window]
+    for i in range(len(scores) - 2, -1, -1):
+        scores[i] = max(scores[i], scores[i + 1])
+    return [
+        [
+            uid,
+            superseded_by,
+            float(score),
+            {name: rank for name, rank in by_uid[uid].ranks.items()} if uid in by_uid else {},
+            evidence.get(uid, []),
+            similarity.get(uid),
+        ]
+        for (uid, superseded_by), score in zip(window, scores, strict=True)
+    ]
 
 
 #: Decimal places of a result's ``similarity``. An HNSW search and an exact scan score the

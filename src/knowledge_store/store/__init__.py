@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -31,12 +31,15 @@ from knowledge_store.ingest.embedding import (
 )
 from knowledge_store.model import (
     AggregateAnswer,
+    BackupReport,
     ChunkHits,
     Content,
+    ExportReport,
     Filters,
     GraphHits,
     Identity,
     QueryAnswer,
+    RestoreReport,
     SearchAnswer,
     SqlHits,
     StoreStats,
@@ -79,6 +82,7 @@ from knowledge_store.retrieval.retrievers import Retriever
 from knowledge_store.store.admin import Administration
 from knowledge_store.store.audit import Auditor, audited, current_recording
 from knowledge_store.store.auditing import Auditing
+from knowledge_store.store.facets import Facets
 
 __all__ = [
     "DEFAULT_STORE",
@@ -108,7 +112,7 @@ def _identity(who: IdentityLike) -> Identity:
     return Identity(who or "everyone")
 
 
-class KnowledgeStore(Administration, Auditing):
+class KnowledgeStore(Administration, Auditing, Facets):
     """A knowledge store: ingest an estate, search it under the caller's identity."""
 
     def __init__(
@@ -218,7 +222,9 @@ class KnowledgeStore(Administration, Auditing):
                 recording.note_reader(
                     engine_reader.publish, engine_reader.content_root, engine_reader.held
                 )
-            yield StoreReader(engine_reader, lambda: self.embedder, self._types_seen)
+            yield StoreReader(
+                engine_reader, lambda: self.embedder, self._types_seen, self.engine.cursors
+            )
 
     @audited("lexical", LexicalRequest, ("query",))
     def lexical(
@@ -229,9 +235,11 @@ class KnowledgeStore(Administration, Auditing):
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
-        """BM25 over chunks (exact terms, identifiers, codes)."""
-        request = lexical_request(text, k=k, filters=filters, explain=explain)
+        """BM25 over chunks (exact terms, identifiers, codes); ``cursor``: ``"*"`` pages
+        through up to 1,000 hits (the answer's ``next`` names the next page)."""
+        request = lexical_request(text, k=k, filters=filters, explain=explain, cursor=cursor)
         with self.reader(identity) as r:
             return r.noted(r.lexical(request), request.filters.value)
 
@@ -244,10 +252,11 @@ class KnowledgeStore(Administration, Auditing):
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """BM25 over chunks, each misspelt word searched as the nearest word the store holds."""
         with self.reader(identity) as r:
-            answer = r.fuzzy(text, k=k, filters=filters, explain=explain)
+            answer = r.fuzzy(text, k=k, filters=filters, explain=explain, cursor=cursor)
             return r.noted(answer, _filters_of(text, filters))
 
     @audited("vector", VectorRequest, ("query",))
@@ -259,9 +268,10 @@ class KnowledgeStore(Administration, Auditing):
         k: int | None = None,
         filters: Any = None,
         explain: bool = False,
+        cursor: str | None = None,
     ) -> ChunkHits:
         """Dense nearest chunks by meaning; ``query`` is a text or a vector."""
-        request = vector_request(query, k=k, filters=filters, explain=explain)
+        request = vector_request(query, k=k, filters=filters, explain=explain, cursor=cursor)
         with self.reader(identity) as r:
             return r.noted(r.vector(request), request.filters.value)
 
@@ -277,10 +287,12 @@ class KnowledgeStore(Administration, Auditing):
         weights: Mapping[str, float] | None = None,
         explain: bool = False,
         retrievers: Sequence[str | Retriever] | None = None,
+        cursor: str | None = None,
     ) -> SearchAnswer:
-        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request."""
+        """Fused retrieval (DESIGN §3); ``text`` None or blank is a pure filter request.
+        ``cursor``: ``"*"`` pages through up to 1,000 results (``retrieval/paging.py``)."""
         request = search_request(
-            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain
+            text, k=k, filters=filters, mode=mode, weights=weights, explain=explain, cursor=cursor
         )
         with self.reader(identity) as r:
             return r.noted(r.search(request, retrievers=retrievers), request.filters.value)
@@ -293,10 +305,12 @@ class KnowledgeStore(Administration, Auditing):
         identity: IdentityLike = None,
         order: str | None = None,
         k: int | None = None,
+        cursor: str | None = None,
     ) -> SqlHits:
         """Entities by their typed fields (closed list), ``order`` = ``FIELD[:asc|:desc]``."""
         with self.reader(identity) as r:
-            return r.noted(r.sql(filters, order=order, k=k), _filters_of(filters, filters))
+            answer = r.sql(filters, order=order, k=k, cursor=cursor)
+            return r.noted(answer, _filters_of(filters, filters))
 
     @audited("aggregate", AggregateRequest, ("metric", "dimension"))
     def aggregate(
@@ -322,10 +336,13 @@ class KnowledgeStore(Administration, Auditing):
         labels: Sequence[str] = (),
         direction: str | None = None,
         k: int | None = None,
+        cursor: str | None = None,
     ) -> GraphHits:
         """Entities linked to ``starts`` (depth 1–3), ranked by hops, paths, recency."""
         with self.reader(identity) as r:
-            return r.graph(starts, depth=depth, labels=labels, direction=direction, k=k)
+            return r.graph(
+                starts, depth=depth, labels=labels, direction=direction, k=k, cursor=cursor
+            )
 
     @audited("query_graph", QueryGraphRequest, ("query", "params"))
     def query_graph(
@@ -442,6 +459,44 @@ class KnowledgeStore(Administration, Auditing):
     @audited("rebuild")
     def rebuild(self, *, progress: bool = False) -> None:
         self.engine.writer.rebuild(progress=progress)
+
+    # -- export ------------------------------------------------------------------------------------
+    def export(self, out: TextIO, *, filters: Any = None) -> ExportReport:
+        """Write the records (the ingest format, one a line) that ``filters`` select to
+        ``out`` — every entity by default, read on one snapshot; an ingest of them into an
+        empty store gives the same entities, content digest and answers (:mod:`.export`)."""
+        from knowledge_store.store.export import export_records
+
+        return export_records(self.engine, out, _filters_of(None, filters))
+
+    def export_principals(self, out: TextIO) -> int:
+        """Write every membership as a ``{"group", "member"}`` line (``principals load``'s)."""
+        from knowledge_store.store.export import export_memberships
+
+        return export_memberships(self.engine, out)
+
+    def backup(self, dest: str | Path) -> BackupReport:
+        """Write a consistent copy of this store, at one publish, to the new directory
+        ``dest`` — online: readers and writers go on (:mod:`.backup`)."""
+        from knowledge_store.store.backup import backup
+
+        return backup(self.engine, dest)
+
+    @staticmethod
+    def restore(src: str | Path, location: str | Path) -> RestoreReport:
+        """Verify the backup ``src`` and make it a new store at ``location`` (which must not
+        hold one), at the backup's publish and content root (:mod:`.backup`)."""
+        from knowledge_store.store.backup import restore
+
+        return restore(src, location)
+
+    def digest(self) -> str:
+        """The content digest of every entity: sha256 over the sorted ``uid:content_hash``
+        lines. Two stores holding the same entities have the same digest, whatever their
+        engine or history (a content root also depends on the publishes that led there)."""
+        from knowledge_store.store.export import store_digest_of
+
+        return store_digest_of(self.engine)[1]
 
     @audited("reembed")
     def reembed(self, embedder: str | Embedder | None = None, *, progress: bool = False) -> str:

@@ -118,11 +118,13 @@ acl_app = _typer("Entity ACLs: grant, revoke, show, explain.")
 principals_app = _typer("Principals and group memberships.")
 audit_app = _typer("The audit log: who read or changed what, as whom, when; verify, export.")
 schema_app = _typer("JSON Schemas of what the store takes.")
+facets_app = _typer("Facets declared on this store from the entities' attributes.")
 app.add_typer(acl_app, name="acl")
 app.add_typer(principals_app, name="principals")
 app.add_typer(audit_app, name="audit")
 app.add_typer(schema_app, name="schema")
-_GROUPS = {"acl": acl_app, "principals": principals_app, "audit": audit_app}
+app.add_typer(facets_app, name="facets")
+_GROUPS = {"acl": acl_app, "principals": principals_app, "audit": audit_app, "facets": facets_app}
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # a path is never cut in two
@@ -226,6 +228,9 @@ def _run(
         show(result)
         for note in getattr(getattr(result, "answer", result), "warnings", ()):
             err.print(f"[yellow]note[/] {safe(note)}")
+        following = getattr(getattr(result, "answer", result), "next", None)
+        if following:  # a paged read: the same command with this cursor reads the next page
+            out.print(f"next page: --cursor {safe(following)}")
     # an answer that is a verdict (``check``: damage found) sets the exit status itself
     status = getattr(getattr(result, "answer", result), "exit_status", 0)
     if status:
@@ -762,6 +767,151 @@ def audit_export(
             write_lines(lines)
     except KnowledgeStoreError as exc:
         _fail(respell(exc, {**names, "format": "--format", "operation": "--operation"}), False)
+
+
+# -- export, backup, restore -------------------------------------------------------------------
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="write to FILE (whole or not at all) instead of stdout",
+        show_default=False,
+    ),
+]
+
+
+@contextmanager
+def _written(output: Path | None) -> Iterator[Any]:
+    """stdout, or ``output`` written whole or not at all (a temporary file renamed at the end)."""
+    if output is None:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    partial = output.with_name(f".{output.name}.partial-{os.getpid()}")
+    try:
+        with partial.open("w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _to_stdout_needs_output(as_json: bool, output: Path | None) -> None:
+    if as_json and output is None:
+        raise InvalidRequest(
+            "--json prints the report on stdout, where the records go without --output;"
+            " give --output FILE with --json",
+            field="--json",
+        )
+
+
+def _export(output: OutputOpt = None, as_json: JsonOpt = False, **filter_values: Any) -> None:
+    """Write the store's records — the ingest format, one JSON object a line, with ACLs, edges,
+    attributes and dates — to stdout (or --output FILE), read on one snapshot.
+
+    `ks ingest` of the file into an empty store of any engine gives the same entities, the
+    same content digest and the same answers. FILTERS narrow it; a code sample comes with
+    its page and a page with its samples. The report (entities, content digest) goes to
+    stderr, or with --output and --json to stdout."""
+
+    def action() -> Any:
+        _to_stdout_needs_output(as_json, output)
+        filters = Filters.build(**filters_of(filter_values))
+        with _store() as store, _written(output) as handle:
+            return store.export(handle, filters=filters)
+
+    def show(report: Any) -> None:
+        derived = f" ({report.derived} with their parents or samples)" if report.derived else ""
+        err.print(
+            f"exported {report.entities} entities{derived} at {report.content_root[:12]}"
+            f" · content digest {report.digest}"
+        )
+
+    names = {
+        f"filters.{n}": "--" + n.replace("_", "-")
+        for n in (key.removeprefix(FILTER_PREFIX) for key in filter_values)
+    }
+    _run(as_json, action, show, names)
+
+
+app.command("export", cls=_Command)(with_filters(_export))
+
+
+@principals_app.command("export", cls=_Command)
+def principals_export(output: OutputOpt = None, as_json: JsonOpt = False) -> None:
+    """Write every group membership as a {"group", "member"} line (what `ks principals load` reads)."""
+
+    def action() -> Any:
+        _to_stdout_needs_output(as_json, output)
+        with _store() as store, _written(output) as handle:
+            return {"memberships": store.export_principals(handle)}
+
+    _run(as_json, action, lambda r: err.print(f"exported {r['memberships']} memberships"))
+
+
+@app.command(cls=_Command)
+def backup(
+    destination: Annotated[
+        Path, typer.Argument(metavar="DEST", help="a new directory for the backup")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Back the store up, online, to the new directory DEST: one publish, a manifest with checksums (embedded: SQLite's backup API and the derived indexes; PostgreSQL: pg_dump)."""
+
+    def action() -> Any:
+        with _store() as store:
+            return store.backup(destination)
+
+    def show(report: Any) -> None:
+        out.print(
+            f"backed up publish {report.publish} ({report.content_root[:12]}): {report.entities}"
+            f" entities, {report.chunks} chunks, {len(report.files)} files,"
+            f" {report.bytes / 1e6:.1f} MB in {report.seconds:.1f} s → {report.location}"
+        )
+
+    _run(as_json, action, show, {"destination": "DEST"})
+
+
+@app.command(cls=_Command)
+def restore(
+    source: Annotated[Path, typer.Argument(metavar="SRC", help="a backup directory (ks backup)")],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="NEW",
+            help="the new store to make (a new directory, pg:DIR, postgresql://…?schema=NAME)",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify the backup SRC (every file's checksum) and make it a new store at --store NEW, at the backup's publish and content root."""
+
+    def action() -> Any:
+        from knowledge_store.store import KnowledgeStore
+
+        location = target or state.store_location
+        if not location:
+            raise InvalidRequest(
+                "restore needs --store NEW: where to make the store", field="--store"
+            )
+        return KnowledgeStore.restore(source, location)
+
+    def show(report: Any) -> None:
+        out.print(
+            f"restored publish {report.publish} ({report.content_root[:12]}) of {source} →"
+            f" {report.store}: {report.entities} entities, {report.chunks} chunks,"
+            f" {report.verified_files} files verified, {report.seconds:.1f} s"
+        )
+        for line in report.caught_up:
+            out.print(f"  {line}")
+
+    _run(as_json, action, show, {"source": "SRC"})
 
 
 @schema_app.command("record", cls=_Command)

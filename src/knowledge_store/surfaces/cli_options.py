@@ -16,8 +16,9 @@ flags and placeholders for the error messages.
 from __future__ import annotations
 
 import inspect
+import re
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -25,6 +26,7 @@ import typer
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from knowledge_store.errors import InvalidRequest
 from knowledge_store.ingest.records import json_objects
 from knowledge_store.model import FILTER_FIELDS
 from knowledge_store.requests import FilterSpec
@@ -33,7 +35,9 @@ from knowledge_store.surfaces.cli_graph import parse_params
 from knowledge_store.surfaces.operations import Cli, Operation
 
 __all__ = [
+    "FACET_OPTION",
     "FILTER_PREFIX",
+    "facet_filters",
     "filter_parameters",
     "filters_of",
     "limits",
@@ -46,6 +50,9 @@ __all__ = [
 
 #: Python names of the FILTERS options: ``filter_<request name>``.
 FILTER_PREFIX = "filter_"
+#: The Python name of ``--facet EXPR`` (a declared facet's filter: ``team=search``).
+FACET_OPTION = "facet_filters"
+_FACET_EXPR = re.compile(r"([a-z][a-z0-9_]*)\s*(!=|>=|<=|=)(.*)", re.DOTALL)
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
@@ -127,8 +134,32 @@ def _help(info: FieldInfo, choices: list[str] | None = None) -> str:
     return f"{text} [default: {default}]"
 
 
+def facet_filters(expressions: Sequence[str]) -> dict[str, Any]:
+    """``--facet`` expressions → a declared facet's request names: ``team=search`` (any of;
+    repeat for more), ``team!=docs`` (none of), ``deadline>=2024-01-01`` and
+    ``priority<=3`` (a date or number facet's range, inclusive)."""
+    out: dict[str, Any] = {}
+    for text in expressions:
+        found = _FACET_EXPR.fullmatch(text.strip())
+        if found is None:
+            raise InvalidRequest(
+                f"--facet {text[:80]!r}: write NAME=VALUE (any of; repeat it), NAME!=VALUE"
+                " (none of), NAME>=VALUE or NAME<=VALUE (a range), e.g. --facet team=search",
+                field="--facet",
+            )
+        name, op, value = found.group(1), found.group(2), found.group(3)
+        if op == "=":
+            out.setdefault(name, []).append(value)
+        elif op == "!=":
+            out.setdefault(f"not_{name}", []).append(value)
+        else:
+            out[f"{name}_{'from' if op == '>=' else 'to'}"] = value
+    return out
+
+
 def filter_parameters() -> list[inspect.Parameter]:
-    """FILTERS: one option per request name of ``FilterSpec`` (repeatable lists, ISO dates)."""
+    """FILTERS: one option per request name of ``FilterSpec`` (repeatable lists, ISO dates),
+    and ``--facet EXPR`` for the store's declared facets."""
     letters = {f.name: f.name[:1].upper() for f in FILTER_FIELDS}
     out = []
     for name, info in FilterSpec.model_fields.items():
@@ -146,12 +177,25 @@ def filter_parameters() -> list[inspect.Parameter]:
                 FILTER_PREFIX + name, _KW, default=None, annotation=Annotated[kind, option]
             )
         )
+    facet = typer.Option(
+        "--facet",
+        metavar="EXPR",
+        help="a declared facet (ks facets list): NAME=VALUE (any of), NAME!=VALUE (none of),"
+        " NAME>=VALUE, NAME<=VALUE (a date's or number's range) (repeatable)",
+        show_default=False,
+    )
+    out.append(
+        inspect.Parameter(
+            FACET_OPTION, _KW, default=None, annotation=Annotated[list[str] | None, facet]
+        )
+    )
     return out
 
 
 def filters_of(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The FILTERS mapping of the options given (``filter_type`` → ``type``)."""
-    out = {}
+    """The FILTERS mapping of the options given (``filter_type`` → ``type``; ``--facet``
+    expressions → the declared facets' names)."""
+    out = facet_filters(given.get(FACET_OPTION) or ())
     for key, value in given.items():
         if key.startswith(FILTER_PREFIX) and value not in (None, [], ()):
             out[key.removeprefix(FILTER_PREFIX)] = (

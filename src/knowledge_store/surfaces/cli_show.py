@@ -229,6 +229,20 @@ def show_deleted(out: Console, answer: DeleteReport, request: Any) -> None:
         out.print(f"[dim]{uids_line(answer.deleted, answer.deleted_uids)}[/]")
 
 
+def show_facets(out: Console, answer: Any, request: Any) -> None:
+    """``facets list|add|remove``: each declared facet, its filters and dimensions, its counts."""
+    if not answer.facets:
+        out.print("no facet is declared (ks facets add NAME keyword|date|number)")
+    for f in answer.facets:
+        out.print(
+            safe(
+                f"{f.name} ({f.kind}{'' if f.attribute == f.name else ', attributes.' + f.attribute}):"
+                f" {f.entities} entities, {f.values} values · filters"
+                f" {', '.join(f.filters)} · by {', '.join(f.dimensions)}"
+            )
+        )
+
+
 def _line(text: Callable[[Any, Any], str]) -> Show:
     return lambda out, answer, request: out.print(safe(text(answer, request)))
 
@@ -256,6 +270,9 @@ SHOW: Mapping[str, Show] = {
         lambda r, q: f"loaded {r.memberships} memberships of {r.groups} groups"
     ),
     **SHOW_AUDIT,
+    "facets_list": show_facets,
+    "facets_add": show_facets,
+    "facets_remove": show_facets,
 }
 
 

@@ -69,6 +69,16 @@ class ListRank:
     rank: int | None
 
 
+@strawberry.type(description="Where a paged read stands (cursor '*' starts one)")
+class PageInfo:
+    has_next_page: bool
+    end_cursor: str | None
+
+
+def _page_info(root: Any) -> PageInfo:
+    return PageInfo(has_next_page=root.next is not None, end_cursor=root.next)
+
+
 def _ranks(root: Any) -> list[ListRank]:
     """``ranks``: the answer's mapping as a list of ``{list, rank}`` — the four lists of
     DESIGN §6, then any other list the search ran (a new list changes no type)."""
@@ -124,6 +134,13 @@ def output_type(model: type[BaseModel]) -> Any:
             description="The result's rank in each list: the four lists of fused search"
             " (vector, lexical, graph, sql), then any other list the search ran",
         )
+    if "next" in annotations:
+        members["page_info"] = strawberry.field(
+            name="pageInfo",
+            resolver=_page_info,
+            description="Paging, as a Relay connection has it: hasNextPage, and endCursor (the"
+            " answer's next), to pass as cursor for the next page",
+        )
     shell = type(model.__name__, (), members)
     doc = (model.__doc__ or "").strip().replace("``", "`") or None
     return strawberry_pydantic.type(model=model, description=doc)(shell)
@@ -134,6 +151,11 @@ def _typed(answer: BaseModel) -> Any:
 
 
 # -- requests → arguments -----------------------------------------------------------------------
+#: FilterInput's field for the store's declared facets (``ks facets add``): one JSON object
+#: of their request names, since a GraphQL input type is fixed when the schema is built.
+DECLARED = "facets"
+
+
 def _filter_input() -> Any:
     annotations: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
@@ -141,6 +163,13 @@ def _filter_input() -> Any:
         kind = list[str] | None if get_origin(info.annotation) is list else str | None
         annotations[name] = kind
         defaults[name] = strawberry.field(default=None, description=info.description)
+    annotations[DECLARED] = JSON | None
+    defaults[DECLARED] = strawberry.field(
+        default=None,
+        description="the store's declared facets (the facets field lists them), by their"
+        ' filter names: {"team": ["search"], "not_team": ["docs"], "deadline_from":'
+        ' "2024-01-01", "priority_to": 3}',
+    )
     shell = type("FilterInput", (), {"__annotations__": annotations, **defaults})
     return strawberry.input(shell, description=(FilterSpec.__doc__ or "").strip())
 
@@ -188,9 +217,20 @@ def _arguments(op: Operation) -> list[inspect.Parameter]:
 
 
 def _plain(value: Any) -> Any:
-    """An argument as the request model takes it (an input object as a mapping)."""
+    """An argument as the request model takes it (an input object as a mapping; FILTERS'
+    declared facets beside the built-in fields)."""
     if hasattr(value, "__strawberry_definition__"):
-        return {k: v for k, v in vars(value).items() if v is not None}
+        out = {k: v for k, v in vars(value).items() if v is not None}
+        declared = out.pop(DECLARED, None) if isinstance(value, FilterInput) else None
+        if isinstance(declared, Mapping):
+            out.update({k: v for k, v in declared.items() if k not in out})
+        elif declared is not None:
+            raise InvalidRequest(
+                f"filters.{DECLARED} takes an object of declared facets' filters,"
+                ' e.g. {"team": ["search"]}',
+                field=f"filters.{DECLARED}",
+            )
+        return out
     return value
 
 
@@ -234,7 +274,6 @@ def _graphql_error(exc: KnowledgeStoreError, op: Operation) -> GraphQLError:
 
 def _resolver(op: Operation) -> Callable[..., Any]:
     async def resolve(info: Ctx, **arguments: Any) -> Any:
-        raw = {k: _plain(v) for k, v in arguments.items() if v is not None}
         svc: Service = info.context["service"]
         caller: Caller = info.context["caller"]
         if op.admin and not caller.admin:
@@ -242,7 +281,9 @@ def _resolver(op: Operation) -> Callable[..., Any]:
                 403, f"{op.graphql} is an administration view: it needs the admin scope"
             )
             raise GraphQLError(denied.message, extensions=denied.to_dict()["error"])
+        raw: dict[str, Any] = {}
         try:
+            raw = {k: _plain(v) for k, v in arguments.items() if v is not None}
             answer = await _run(info, op, _perform, op, svc.store, caller, raw, weight=raw)
         except KnowledgeStoreError as exc:
             raise _graphql_error(exc, op) from None

@@ -223,13 +223,14 @@ class KnowledgeMCPServer(Server[dict[str, Any]]):
     ) -> types.ListToolsResult:
         caller = self.caller_of(ctx)
         tools = await _in_thread(partial(visible_tools, self.store, admin=caller.admin))
+        facets = await _in_thread(self.store.declared_facets)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
                     name=tool.name,
                     title=tool.name.replace("_", " "),
                     description=tool.description,
-                    input_schema=input_schema(tool.name) or tool.input_schema,
+                    input_schema=input_schema(tool.name, facets) or tool.input_schema,
                     output_schema=tool.output_schema,
                     annotations=types.ToolAnnotations(
                         read_only_hint=not tool.admin,

@@ -35,6 +35,7 @@ from knowledge_store.model import (
     CheckReport,
     ChunkHits,
     Content,
+    DeclaredFacets,
     DeleteReport,
     GraphHits,
     IngestReport,
@@ -66,6 +67,8 @@ from knowledge_store.requests import (
     AuditVerifyRequest,
     CheckRequest,
     ContentRequest,
+    DeclaredFacetsRequest,
+    DeclareFacetRequest,
     DeleteRequest,
     DocsSearchRequest,
     FacetsRequest,
@@ -81,6 +84,7 @@ from knowledge_store.requests import (
     PrincipalRequest,
     QueryGraphRequest,
     RelatedRequest,
+    RemoveFacetRequest,
     Request,
     SearchRequest,
     SourcesRequest,
@@ -217,8 +221,8 @@ def _call(method: str) -> Runner:
 
 # -- what a model reads ------------------------------------------------------------------------------
 _FILTERS = (
-    f" Filters (optional): {', '.join(FILTER_NAMES)} — lists mean any of; date ranges are"
-    " inclusive ISO 8601 dates."
+    f" Filters (optional): {', '.join(FILTER_NAMES)}, and the store's declared facets (see"
+    " the filters' schema) — lists mean any of; date ranges are inclusive ISO 8601 dates."
 )
 _UNREADABLE = " An entity you may not read answers exactly like one that does not exist."
 _SEARCH = (
@@ -648,6 +652,54 @@ OPERATIONS: tuple[Operation, ...] = (
         admin=True,
         rest=(Rest("POST", "/admin/acl/explain"),),
         cli=Cli("acl explain", ("principal", "uid")),
+    ),
+    Operation(
+        "facets_list",
+        DeclaredFacetsRequest,
+        _call("facets"),
+        (DeclaredFacets,),
+        "The facets declared on this store: their kinds, filters and dimensions",
+        "The store's own fields, declared by its operator from the entities' attributes: each"
+        " facet's name, kind (keyword, date, number), the filters it adds (keyword: NAME,"
+        " not_NAME; date and number: NAME_from, NAME_to) and its aggregate dimensions, with"
+        " how many entities have a value.",
+        rest=(Rest("GET", "/facets"),),
+        graphql="facets",
+        cli=Cli("facets list"),
+    ),
+    Operation(
+        "facets_add",
+        DeclareFacetRequest,
+        _call("declare_facet"),
+        (DeclaredFacets,),
+        "Declare a facet read from every entity's attributes[NAME] (keyword, date or number):"
+        " a filter and an aggregate dimension everywhere, filled in one transaction",
+        "Administration: declare a facet — the attributes key NAME of every entity, as a"
+        " keyword (filters NAME and not_NAME), a date (NAME_from, NAME_to; trends by day, week,"
+        " month) or a number (NAME_from, NAME_to) — filled from every entity at once and kept"
+        " up to date by every publish. Refused for a name that is, or brings, a built-in"
+        " filter, dimension or field. Returns the declared facets.",
+        admin=True,
+        heavy=True,
+        rest=(Rest("POST", "/admin/facets"),),
+        cli=Cli(
+            "facets add",
+            ("name", "kind"),
+            metavars={"name": "NAME", "kind": "keyword|date|number"},
+            optional=frozenset({"kind"}),
+        ),
+    ),
+    Operation(
+        "facets_remove",
+        RemoveFacetRequest,
+        _call("remove_facet"),
+        (DeclaredFacets,),
+        "Forget a declared facet and its values",
+        "Administration: forget a declared facet and its values (its filters and dimension"
+        " are refused from then on). Returns the declared facets.",
+        admin=True,
+        rest=(Rest("DELETE", "/admin/facets/{name}"),),
+        cli=Cli("facets remove", ("name",), metavars={"name": "NAME"}),
     ),
     Operation(
         "principals_add_member",

@@ -33,6 +33,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from knowledge_store.errors import KnowledgeStoreError, NotFound
 from knowledge_store.model import ChunkLocation, Result, SearchAnswer
 from knowledge_store.model.queries import QueryTerms, TextAnalysis
+from knowledge_store.retrieval.paging import START, cursor_offset
 from knowledge_store.retrieval.reader import StoreReader
 from knowledge_store.surfaces.auth import AuthError, Caller, bearer_token
 from knowledge_store.surfaces.body_html import body_html as render_body
@@ -302,16 +303,23 @@ def _notice(q: str, answer: SearchAnswer, similarity: dict[str, float]) -> str:
 
 
 # -- the search page --------------------------------------------------------------------------------
+#: The built-in filters the page offers (then each keyword facet the store declares).
+_PAGE_FILTERS = ("type", "not_type", "source")
+
+
 def _search_html(svc: Service, who: Caller, request: Request) -> str:
     params = request.query_params
     q = (params.get("q") or "").strip()[:500]
-    chosen = {
-        name: [v for v in params.getlist(name) if v][:10] for name in ("type", "not_type", "source")
-    }
+    cursor = (params.get("cursor") or "").strip()[:200] or None
     store = svc.store
     with store.reader(who.identity) as reader:  # one snapshot, one identity expansion
+        declared = [f.name for f in reader.engine.declared_facets().values() if f.kind == "keyword"]
+        chosen = {
+            name: [v for v in params.getlist(name) if v][:10]
+            for name in (*_PAGE_FILTERS, *declared)
+        }
         return _search_body(
-            store.is_empty, store.text_analysis, _reads(reader, svc, who), q, chosen
+            store.is_empty, store.text_analysis, _reads(reader, svc, who), q, chosen, cursor
         )
 
 
@@ -329,12 +337,21 @@ def _search_body(
     read: Read,
     q: str,
     chosen: dict[str, list[str]],
+    cursor: str | None = None,
 ) -> str:
-    """The search page's body from one reader: every read through the operation table."""
+    """The search page's body from one reader: every read through the operation table. A
+    search reads a page of a cursor (``retrieval/paging.py``): the "more" link the next."""
     filters = {name: values for name, values in chosen.items() if values}
     by = {"metric": "count"}
     types = read("aggregate", {**by, "dimension": "type"}).pairs()
     sources = read("aggregate", {**by, "dimension": "source"}).pairs()
+    declared = "".join(
+        f'<label>{e(name)} <select name="{e(name)}" class="autosubmit">'
+        f"{_options(read('aggregate', {**by, 'dimension': name}).pairs(), values)}"
+        "</select></label>"
+        for name, values in chosen.items()
+        if name not in _PAGE_FILTERS
+    )
     form = f"""<form class="search" method="get" action="/" role="search">
 <input id="q" name="q" type="search" value="{e(q)}" placeholder="Search the knowledge base (press / to focus)"
  autocomplete="off" autofocus aria-label="search">
@@ -343,7 +360,7 @@ def _search_body(
 <label>type <select name="type" class="autosubmit">{_options(types, chosen["type"])}</select></label>
 <label>not type <select name="not_type" class="autosubmit">{_options(types, chosen["not_type"])}</select></label>
 <label>source <select name="source" class="autosubmit">{_options(sources, chosen["source"])}</select></label>
-</div></form>"""
+{declared}</div></form>"""
     if empty:
         return form + (
             '<p class="empty">The store is empty. Ingest content (<code>ks ingest PATH…</code>'
@@ -360,12 +377,14 @@ def _search_body(
             form
             + f'<section class="card"><h2>Recently updated</h2><ul class="plain">{items}</ul></section>'
         )
-    answer: SearchAnswer = read("search", {"query": q, "filters": filters})
+    asked = {"query": q, "filters": filters, "cursor": cursor or START}
+    answer: SearchAnswer = read("search", asked)
     marks = (analysis.query_terms(q), analysis)
     similarity = _vector_only_similarity(answer)
+    first = cursor_offset(cursor) + 1 if cursor else 1
     cards = [
         _result_card(n, r, marks, similarity.get(r.uid))
-        for n, r in enumerate(answer.results, start=1)
+        for n, r in enumerate(answer.results, start=first)
     ]
     facets = ""
     if answer.results:
@@ -382,8 +401,16 @@ def _search_body(
 <p class="muted">{found.neighbours} entities linked to these results</p>
 <h3>by link</h3><ul class="plain">{by_label or "<li class='muted'>none</li>"}</ul>
 <h3>by type</h3><ul class="plain">{by_type or "<li class='muted'>none</li>"}</ul></aside>"""
+    more = ""
+    if answer.next:
+        link = urlencode([("q", q), *((n, v) for n, vs in filters.items() for v in vs)])
+        more = (
+            f'<p class="more"><a rel="next" href="/?{e(link)}&amp;cursor={quote(answer.next)}">'
+            "more results</a></p>"
+        )
+    start = f' start="{first}"' if first > 1 else ""
     listing = (
-        f'<ol class="results">{"".join(cards)}</ol>'
+        f'<ol class="results"{start}>{"".join(cards)}</ol>{more}'
         if cards
         else f'<p class="empty">{NOTHING_MATCHES}</p>'
     )
@@ -411,7 +438,8 @@ async def search_page(request: Request) -> Response:
         return _sign_in(request, exc.message, exc.status)
     q = request.query_params.get("q") or ""
     try:
-        heavy = is_heavy("search", {"query": request.query_params.get("q", "")})
+        asked = {"query": request.query_params.get("q", "")}
+        heavy = is_heavy("search", {**asked, "cursor": request.query_params.get("cursor") or "*"})
         body = await svc.run(_search_html, svc, who, request, heavy=heavy)
     except KnowledgeStoreError as exc:
         body = f'<p class="error">{e(exc.message)}</p>'

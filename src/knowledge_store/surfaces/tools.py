@@ -22,12 +22,13 @@ scope they answer ``forbidden`` (403) on every surface.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 from knowledge_store.errors import InvalidRequest
+from knowledge_store.model.declared import DeclaredFacet
 from knowledge_store.requests import json_schema_of
 from knowledge_store.surfaces.auth import AuthError, Caller
 from knowledge_store.surfaces.operations import OPERATIONS, Operation, perform
@@ -48,6 +49,7 @@ __all__ = [
     "input_schema",
     "resolve_tool",
     "visible_tools",
+    "with_facets",
 ]
 
 MODE = "mode"
@@ -240,20 +242,76 @@ def heavy_call(name: str, arguments: Mapping[str, Any] | None) -> bool:
 
 
 @cache
-def input_schema(name: str) -> dict[str, Any] | None:
-    """A tool's JSON input schema, computed once (schemas don't change while serving)."""
+def input_schema(name: str, facets: tuple[DeclaredFacet, ...] = ()) -> dict[str, Any] | None:
+    """A tool's JSON input schema with the store's declared ``facets`` (its filters and
+    aggregate dimensions), computed once per set of facets."""
     tool = ALL_TOOLS.get(name)
-    return tool.input_schema if tool is not None else None
+    if tool is None:
+        return None
+    return with_facets(tool.input_schema, facets) if facets else tool.input_schema
+
+
+def with_facets(schema: dict[str, Any], facets: Sequence[DeclaredFacet]) -> dict[str, Any]:
+    """``schema`` with each declared facet's filters among its FILTERS' properties and its
+    dimensions in the ``dimension`` enum (the names a request may use on this store)."""
+    properties = dict(schema.get("properties", {}))
+    filters = properties.get("filters")
+    if isinstance(filters, dict) and "properties" in filters:
+        own = dict(filters["properties"])
+        for facet in facets:
+            for name, role in zip(facet.request_names, _ROLES[facet.kind], strict=True):
+                own[name] = _facet_property(facet, role)
+        properties["filters"] = {**filters, "properties": own}
+    dimension = properties.get("dimension")
+    if isinstance(dimension, dict) and "enum" in dimension:
+        extra = [d for f in facets for d in f.dimensions]
+        enum = [v for v in dimension["enum"] if v is not None]
+        tail = [None] if None in dimension["enum"] else []
+        properties["dimension"] = {**dimension, "enum": [*enum, *extra, *tail]}
+    return {**schema, "properties": properties}
+
+
+_ROLES = {"keyword": ("any", "none"), "date": ("from", "to"), "number": ("from", "to")}
+
+
+def _facet_property(facet: DeclaredFacet, role: str) -> dict[str, Any]:
+    what = f"the declared {facet.kind} facet {facet.name} (attributes.{facet.name})"
+    if role == "any":
+        return {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": f"{what}: keep any of these",
+        }
+    if role == "none":
+        return {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": f"{what}: leave these out",
+        }
+    side = "on or after" if role == "from" else "on or before"
+    if facet.kind == "date":
+        return {"type": "string", "description": f"{what} {side}, e.g. 2024-05-01"}
+    side = "at least" if role == "from" else "at most"
+    return {"type": "number", "description": f"{what}: {side} this"}
 
 
 def capabilities(store: KnowledgeStore, caller: Caller) -> Capabilities:
-    """What ``caller`` can do now: the tools it sees, the endpoints."""
+    """What ``caller`` can do now: the tools it sees (with the store's declared facets in their
+    schemas), the endpoints."""
+    facets = store.declared_facets()
     return Capabilities(
         content_root=store.content_root(),
         is_empty=store.is_empty,
         identity=caller.principal,
         admin=caller.admin,
-        tools=[tool.to_info() for tool in visible_tools(store, admin=caller.admin)],
+        tools=[
+            ToolInfo(
+                name=tool.name,
+                description=tool.description,
+                input_schema=input_schema(tool.name, facets) or tool.input_schema,
+            )
+            for tool in visible_tools(store, admin=caller.admin)
+        ],
         endpoints=Endpoints(
             rest="/v1", openapi="/openapi.json", graphql="/graphql", mcp="/mcp", page="/"
         ),

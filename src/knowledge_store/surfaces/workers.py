@@ -113,6 +113,8 @@ def is_heavy(operation: str, arguments: Mapping[str, Any] | None = None) -> bool
     if operation in ALWAYS_HEAVY:
         return True
     args = arguments or {}
+    if args.get("cursor") == "*":  # a paged read's first page ranks to the bound (1,000)
+        return True
     k = args.get("k")
     if isinstance(k, int) and k > LIGHT_K:
         return True

@@ -37,7 +37,7 @@ import logging
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from knowledge_store.engines.embedded import fuzzy as _fuzzy  # noqa: F401  (reg
 from knowledge_store.engines.embedded.analysis import Analyzers
 from knowledge_store.engines.embedded.auditfile import AUDIT_FILE, AuditFile
 from knowledge_store.engines.embedded.catalog import Catalog, EmbeddedChunks, chunk_vector_bytes
+from knowledge_store.engines.embedded.cursors import CURSORS_FILE, CursorFile
 from knowledge_store.engines.embedded.dense import DenseIndex, file_watermark
 from knowledge_store.engines.embedded.derived import (
     DENSE_FILE,
@@ -74,6 +75,7 @@ from knowledge_store.engines.shared import (
 from knowledge_store.engines.sql.acl import AclAdministration
 from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.dialect import SQLITE
+from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.history import History, prune
 from knowledge_store.engines.sql.write import Batch, Reembedding, publish_batch, reembed
 from knowledge_store.engines.sql.writer import CatalogWriter
@@ -94,7 +96,7 @@ log = logging.getLogger(__name__)
 #: the temp files of a killed save (``dense.hnsw.tmp<pid>``), the audit log; and damaged
 #: indexes moved aside.
 _STORE_FILE = re.compile(
-    r"(catalog|audit)\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
+    r"(catalog|audit|cursors)\.sqlite(-wal|-shm|-journal)?|lexical|write\.lock|dense\.hnsw(\.tmp\d+)?"
 )
 
 
@@ -151,6 +153,8 @@ class EmbeddedEngine:
         #: Why the derived indexes could not catch up last time (None: they did).
         self.derived_error: str | None = None
         self.chunk_ids = self.catalog.chunk_ids()
+        #: Where paged reads keep their rankings (``engines/cursors.py``).
+        self.cursors = CursorFile(self.path / CURSORS_FILE, self.chunk_ids.derived_key("cursors"))
         #: The index components by list (``engines.components``; registered by .components, .fuzzy).
         self.components = Components(self.name, self)
         #: How the lexical index reads text (the search page highlights with it).
@@ -236,6 +240,25 @@ class EmbeddedEngine:
         try:
             publish, root, view = self._open_snapshot(conn)
             yield EmbeddedReader(self, conn, identity, publish, root, view)
+        finally:
+            self.catalog.give(conn)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One catalog read transaction, for reading the whole store back (``ks export``):
+        the derived indexes are not pinned (nothing ranks)."""
+        conn = self.catalog.borrow()
+        try:
+            conn.execute("BEGIN")
+            publish, root = self.catalog.latest_publish(conn)
+
+            def run(sql: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+                try:
+                    return conn.execute(sql, params).fetchall()
+                except sqlite3.Error as exc:
+                    raise StoreError(f"reading the catalog failed: {exc}") from exc
+
+            yield Snapshot(run, SQLITE, publish, root)
         finally:
             self.catalog.give(conn)
 
@@ -424,6 +447,7 @@ class EmbeddedEngine:
         for index in self.derived:
             index.close()
         self.audit.close()
+        self.cursors.close()
         self.catalog.close()
 
 

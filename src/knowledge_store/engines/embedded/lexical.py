@@ -683,13 +683,15 @@ class LexicalIndex:
         principals: Collection[str] | None,
         filters: Filters,
         pinned: Pinned | None = None,
+        within: Sequence[int] | None = None,
     ) -> list[tuple[int, float]]:
         """``(chunk_id, bm25 score)`` of the best ``k`` chunks, best first (ties by id).
 
         ``principals`` are those the caller holds (None: no ACL restriction;
-        empty: nothing). Filters restrict inside the query. The ids come from the
-        ``chunk_id`` fast field: no stored document is read (the reader names the
-        entities of the hits it keeps, after its final check).
+        empty: nothing). Filters restrict inside the query; ``within``, chunk ids, too
+        (what the catalog selected for filters the index has no field for: a declared
+        facet). The ids come from the ``chunk_id`` fast field: no stored document is
+        read (the reader names the entities of the hits it keeps, after its final check).
         """
 
         def run(searcher: tantivy.Searcher, hits: list[Any]) -> list[tuple[int, float]]:
@@ -701,7 +703,7 @@ class LexicalIndex:
             )
             return [(chunk_id, -score) for score, chunk_id in ranked]
 
-        return self._searched(text, k, principals, filters, pinned, run)
+        return self._searched(text, k, principals, filters, pinned, run, within)
 
     def search(
         self,
@@ -736,14 +738,20 @@ class LexicalIndex:
         filters: Filters,
         pinned: Pinned | None,
         read: Callable[[tantivy.Searcher, list[Any]], list[H]],
+        within: Sequence[int] | None = None,
     ) -> list[H]:
         """``read(searcher, hits)`` of Tantivy's ``(score, address)`` hits of the query."""
         if k <= 0 or (principals is not None and len(principals) == 0):
+            return []
+        if within is not None and not len(within):
             return []
         text_query = self._text_query(text)
         if text_query is None:
             return []
         clauses = [(tantivy.Occur.Must, text_query), *self._filter_clauses(principals, filters)]
+        if within is not None:  # scores 0, as every filter clause
+            ids = tantivy.Query.term_set_query(self._schema, "chunk_id", [int(c) for c in within])
+            clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(ids, 0.0)))
         query = tantivy.Query.boolean_query(clauses) if len(clauses) > 1 else text_query
 
         def run() -> list[H]:

@@ -233,6 +233,8 @@ class EmbeddedReader(SqlReader):
         views = self._engine.views
         hides = views.hides_any(self, filters)
         known, selection = views.known_visible(self, filters)
+        if filters.facets and not known:  # the index has no field for a declared facet
+            known, selection = True, views.visible_chunks(self, filters)
         found: list[tuple[int, float]] | None = None
         way = "none" if not hides else "query"
         cut = 0  # hits the post-filter dropped (outside the selection)
@@ -242,7 +244,10 @@ class EmbeddedReader(SqlReader):
                 found, cut = self._post_filtered(text, k, selection, share)
                 way = "query" if found is None else "post-filter"
         if found is None:
-            found = self._lexical_search(text, k + _SLACK, filters if way == "query" else None)
+            within = selection if filters.facets and way == "query" else None
+            found = self._lexical_search(
+                text, k + _SLACK, filters if way == "query" else None, within
+            )
         details: dict[str, Any] = {"ms": {"index": ms(time.perf_counter() - started)}}
         details["acl_clause"] = way
         checked = time.perf_counter()
@@ -270,15 +275,21 @@ class EmbeddedReader(SqlReader):
         )
 
     def _lexical_search(
-        self, text: str, limit: int, filters: Filters | None
+        self,
+        text: str,
+        limit: int,
+        filters: Filters | None,
+        within: np.ndarray | None = None,
     ) -> list[tuple[int, float]]:
-        """BM25's best ``limit``; with the principals and ``filters`` as clauses, or none."""
+        """BM25's best ``limit``; with the principals and ``filters`` as clauses, or none;
+        ``within``: the chunk ids the catalog selected (a declared facet's filter)."""
         return self._engine.lexical_index.search_ids(
             text,
             limit,
             principals=None if filters is None else self._held,
             filters=_EVERYTHING if filters is None else filters,
             pinned=self._lexical,
+            within=None if within is None else within.tolist(),
         )
 
     def _post_filtered(

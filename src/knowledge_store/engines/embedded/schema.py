@@ -14,6 +14,7 @@ from knowledge_store.engines.embedded.migrate import (
     ENTITY_BODIES_DDL,
     LOCATION_SCHEMA,
 )
+from knowledge_store.engines.sql.declared import declared_ddl
 from knowledge_store.engines.sql.dialect import ENTITY_CARD_COLUMNS, ENTITY_CARD_INDEX, SQLITE
 from knowledge_store.engines.sql.facets import facet_column, facet_index
 from knowledge_store.engines.sql.history import history_ddl
@@ -135,6 +136,7 @@ SCHEMA = SCHEMA.format(
     card_columns=", ".join(ENTITY_CARD_COLUMNS),
 )
 _HISTORY = ";\n".join(history_ddl(SQLITE))
+_DECLARED = ";\n".join(declared_ddl(SQLITE))
 SCHEMA += f"""
 -- One row per source name: its last ingest (engines/sql/sources.py).
 {SOURCES_DDL};
@@ -142,4 +144,6 @@ SCHEMA += f"""
 {CRAWL_PAGES_DDL};
 -- What each publish ended, and each membership's interval (engines/sql/history.py).
 {_HISTORY};
+-- The facets an operator declared, and their values (engines/sql/declared.py).
+{_DECLARED};
 """

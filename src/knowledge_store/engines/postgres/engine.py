@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from knowledge_store.engines.postgres import fuzzy as _fuzzy  # noqa: F401  (reg
 from knowledge_store.engines.postgres import lexical as lexical_sql
 from knowledge_store.engines.postgres.audit import AuditTables
 from knowledge_store.engines.postgres.check import INVALID_INDEXES, check_store
+from knowledge_store.engines.postgres.cursors import CursorTable
 from knowledge_store.engines.postgres.db import Connection, Database, _redacted, translate
 from knowledge_store.engines.postgres.migrate import open_schema
 from knowledge_store.engines.postgres.publish import (
@@ -55,6 +56,7 @@ from knowledge_store.engines.shared import (
 from knowledge_store.engines.sql.acl import AclAdministration
 from knowledge_store.engines.sql.audit import AuditStorage
 from knowledge_store.engines.sql.dialect import POSTGRES
+from knowledge_store.engines.sql.export import Snapshot
 from knowledge_store.engines.sql.history import History, prune
 from knowledge_store.engines.sql.publish import EMPTY_ROOT
 from knowledge_store.engines.sql.write import Batch, Reembedding, publish_batch, reembed
@@ -155,6 +157,8 @@ class PostgresEngine:
         self._plans_lock = threading.Lock()
         self._changed_since_analyze = 0
         self.chunk_ids = self._chunk_ids()
+        #: Where paged reads keep their rankings (``engines/cursors.py``).
+        self.cursors = CursorTable(self.db, self.chunk_ids.derived_key("cursors"))
         #: ACL administration and the store's writer: the shared ones, over this engine.
         self.admin = AclAdministration(self)
         self.writer = CatalogWriter(self)
@@ -219,6 +223,23 @@ class PostgresEngine:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 publish, root, _ = self._snapshot(conn)
             yield PostgresReader(self, conn, identity, publish, root)
+        finally:
+            self.db.give(conn)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One ``REPEATABLE READ`` transaction, for reading the whole store back (``ks export``)."""
+        conn = self.db.borrow()
+        try:
+            with translate("opening a snapshot"):
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                publish, root, _ = self._snapshot(conn)
+
+            def run(statement: str, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+                with translate("reading the store"):
+                    return conn.execute(statement, params).fetchall()
+
+            yield Snapshot(run, POSTGRES, publish, root)
         finally:
             self.db.give(conn)
 

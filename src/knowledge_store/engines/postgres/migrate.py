@@ -16,6 +16,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from knowledge_store.engines.postgres.audit import create_audit_tables
+from knowledge_store.engines.postgres.cursors import CURSORS_DDL
 from knowledge_store.engines.postgres.db import Connection, translate
 from knowledge_store.engines.postgres.schema import (
     ADVISORY_LOCK_MIGRATE,
@@ -23,6 +24,7 @@ from knowledge_store.engines.postgres.schema import (
     Migration,
     detect_features,
 )
+from knowledge_store.engines.sql.declared import declared_ddl
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.facets import add_facet, missing_facets
 from knowledge_store.engines.sql.history import history_ddl
@@ -146,7 +148,8 @@ def open_schema(
             _add_facets(conn)
             _add_source_columns(conn)
             create_audit_tables(conn)
-            for statement in history_ddl(POSTGRES):
+            # history, declared facets, cursors
+            for statement in (*history_ddl(POSTGRES), *declared_ddl(POSTGRES), *CURSORS_DDL):
                 conn.execute(statement)
             features = detect_features(installed)
             if features.bm25_extension is not None:

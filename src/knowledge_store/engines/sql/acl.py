@@ -121,6 +121,10 @@ class AclAdministration:
         self._engine = engine
         self._d = engine.dialect
 
+    @property
+    def catalog(self) -> Writer:
+        return self._engine
+
     # -- ACLs: publishes ----------------------------------------------------------------------
     def grant(self, uid: str, principal: str) -> str:
         return self._change(uid, "grant", principal)

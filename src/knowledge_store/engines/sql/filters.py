@@ -6,6 +6,10 @@ length: no statement text grows with the list), a date field an inclusive
 range. Values are always bound; only the closed column names ever appear in
 the SQL text. The fragment narrows what the ACL already allows: it is AND-ed
 with the visibility condition, never OR-ed.
+
+A declared facet's condition (``Filters.facets``, resolved by the reader) is an
+``EXISTS`` over ``facet_values`` (``engines/sql/declared.py``): the facet's name is
+bound like its values, so nothing a caller or an operator names enters the SQL text.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from knowledge_store.engines.sql.dialect import SqlDialect
+from knowledge_store.errors import StoreError
 from knowledge_store.model import FILTER_FIELDS, Filters
 
 __all__ = ["filter_clause"]
@@ -43,4 +48,25 @@ def filter_clause(
             parts.append(dialect.in_array(column, bind(dialect.bind_array(values))))
         if excluded := filters.excluded(field.name):
             parts.append(dialect.in_array(column, bind(dialect.bind_array(excluded)), negate=True))
+    if filters.pending:  # the reader resolves them: an engine is never given a name to parse
+        raise StoreError(f"unresolved filters reached the engine: {dict(filters.pending)}")
+    for facet in filters.facets:
+        has = (
+            f"SELECT 1 FROM facet_values AS fv WHERE fv.entity = {alias}.id"
+            f" AND fv.facet = {dialect.param(bind(facet.name))}"
+        )
+        if facet.any_of:
+            any_of = dialect.in_array("fv.value", bind(dialect.bind_array(facet.any_of)))
+            parts.append(f"EXISTS ({has} AND {any_of})")
+        if facet.none_of:
+            none_of = dialect.in_array("fv.value", bind(dialect.bind_array(facet.none_of)))
+            parts.append(f"NOT EXISTS ({has} AND {none_of})")
+        column = "fv.value" if facet.kind == "date" else "fv.number"
+        bounds = [
+            f"{column} {op} {dialect.param(bind(value))}"
+            for op, value in ((">=", facet.low), ("<=", facet.high))
+            if value is not None
+        ]
+        if bounds:
+            parts.append(f"EXISTS ({has} AND {' AND '.join(bounds)})")
     return (" AND ".join(parts) if parts else "1=1"), params

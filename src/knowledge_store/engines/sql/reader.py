@@ -40,6 +40,7 @@ from knowledge_store.model import (
     Order,
     SqlHits,
 )
+from knowledge_store.model.declared import DeclaredFacet
 
 __all__ = ["SqlReader"]
 
@@ -87,6 +88,7 @@ class SqlReader:
         self._statements: dict[str, int] = {}
         self._held_once: tuple[str, ...] | None = None
         self._expand_ms = 0.0
+        self._declared: dict[str, DeclaredFacet] | None = None
 
     # -- what the engine's reader says ------------------------------------------------------
     def _run(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
@@ -104,6 +106,16 @@ class SqlReader:
     def rows(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         """The rows of one statement on this reader's snapshot (for an engine's components)."""
         return self._run(sql, params)
+
+    def declared_facets(self) -> dict[str, DeclaredFacet]:
+        """The store's declared facets in this snapshot, by name (read once, when asked)."""
+        if self._declared is None:
+            rows = self._run("SELECT name, kind, attribute FROM facets ORDER BY name", {})
+            self._declared = {
+                str(n): DeclaredFacet(str(n), str(k), None if a is None else str(a))  # type: ignore[arg-type]
+                for n, k, a in rows
+            }
+        return self._declared
 
     def _counted(self, sql: str) -> None:
         self._statements[sql] = self._statements.get(sql, 0) + 1
@@ -187,6 +199,21 @@ class SqlReader:
             )
             for r in self._cards(chunk_ids)
         }
+
+    def chunk_places(self, chunk_ids: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """Where each of ``chunk_ids`` that exists is: its entity's uid and its ordinal."""
+        if not chunk_ids:
+            return {}
+        rows = self._run(*statements.chunk_places(self.dialect, chunk_ids))
+        return {int(i): (str(uid), int(ordinal)) for i, uid, ordinal in rows}
+
+    def chunks_at(self, places: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The row id of the chunk at each ``(uid, ordinal)`` that has one in this snapshot."""
+        if not places:
+            return {}
+        wanted = set(places)
+        rows = self._run(*statements.entity_chunks(self.dialect, list({u for u, _ in places})))
+        return {(str(u), int(o)): int(i) for i, u, o in rows if (str(u), int(o)) in wanted}
 
     def _cards(self, chunk_ids: Sequence[int]) -> list[Any]:
         """The hydration statement's rows for ``chunk_ids``: :data:`statements.CHUNK_COLUMNS`,

@@ -20,6 +20,7 @@ from typing import Any
 from knowledge_store.engines.sql.dialect import SqlDialect, Visibility
 from knowledge_store.engines.sql.facets import entity_columns
 from knowledge_store.engines.sql.filters import filter_clause
+from knowledge_store.errors import StoreError
 from knowledge_store.model import (
     METRICS,
     ORDER_FIELDS,
@@ -148,14 +149,26 @@ def aggregate(
     """``(bucket, value)`` rows of ``spec`` over the visible, filtered entities."""
     where, params = filter_clause(filters, d)
     head = _acl(d, held, params)
+    joined = ""
+    if spec.facet:  # a declared facet: an entity counts under each of its values
+        params["dimension"] = spec.field
+        joined = (
+            " LEFT JOIN facet_values AS fv ON fv.entity = e.id"
+            f" AND fv.facet = {d.param('dimension')}"
+        )
+        column = "fv.value"
+    elif spec.facet is not None:
+        raise StoreError(f"an unresolved dimension reached the engine: {spec.dimension}")
+    elif spec.field is not None:
+        column = f"e.{filter_field(spec.field).column}"
     if spec.field is None:
         key = d.null_text()
     elif spec.granularity is None:
-        key = f"e.{filter_field(spec.field).column}"
+        key = column
     else:
-        key = d.bucket(f"e.{filter_field(spec.field).column}", spec.granularity)
+        key = d.bucket(column, spec.granularity)
     return (
-        head + f"SELECT {key} AS bucket, {metric_sql(spec.metric)} FROM entities AS e"
+        head + f"SELECT {key} AS bucket, {metric_sql(spec.metric)} FROM entities AS e{joined}"
         f" WHERE {d.visible('e', _uid_probe(filters))} AND {where} GROUP BY 1",
         params,
     )
@@ -282,6 +295,25 @@ def chunk_uids(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
         f"SELECT c.id, e.uid FROM chunks AS c {d.driving_join} entities AS e ON e.id = c.entity"
         f" WHERE {d.in_array('c.id', 'ids', 'bigint')}",
         {"ids": d.bind_array([int(c) for c in chunk_ids])},
+    )
+
+
+def chunk_places(d: SqlDialect, chunk_ids: Sequence[int]) -> Statement:
+    """``id, entity uid, ordinal`` of those of ``chunk_ids`` that exist: where each chunk is
+    in its entity, which outlives its row id (an update writes new rows)."""
+    return (
+        f"SELECT c.id, e.uid, c.ordinal FROM chunks AS c {d.driving_join} entities AS e"
+        f" ON e.id = c.entity WHERE {d.in_array('c.id', 'ids', 'bigint')}",
+        {"ids": d.bind_array([int(c) for c in chunk_ids])},
+    )
+
+
+def entity_chunks(d: SqlDialect, uids: Sequence[str]) -> Statement:
+    """``id, entity uid, ordinal`` of every chunk of ``uids`` (visibility is the caller's)."""
+    return (
+        f"SELECT c.id, e.uid, c.ordinal FROM {d.entities_by_uid('e')} {d.driving_join} chunks AS c"
+        f" ON c.entity = e.id WHERE {d.in_array('e.uid', 'uids')}",
+        {"uids": d.bind_array(list(uids))},
     )
 
 

@@ -12,9 +12,10 @@ uid``: what a database distributed by uid routes to one shard).
 **One place per row change.** Each table's rows are inserted, replaced or deleted by
 exactly one function below (``_delete_*``, ``_upsert_*``, ``_insert_*``, ``_repoint_acls``,
 ``_record``), called in one order: what goes (chunks, then edges, then entities), then
-what comes (entities, bodies, chunks, edges), then ACL-only changes and the publish's
-row. Before any of it, the history keeps what the publish ends (:func:`.history.retire`:
-the versions it replaces, deletes or re-points, the chunks it removes with their vectors).
+what comes (entities, bodies, chunks, edges, the declared facets' values:
+:func:`.declared.write_values`), then ACL-only changes and the publish's row. Before any
+of it, the history keeps what the publish ends (:func:`.history.retire`: the versions it
+replaces, deletes or re-points, the chunks it removes with their vectors).
 
 **What an engine keeps of chunks is its own** (:class:`ChunkStore`): the rows of
 ``chunks`` with what it derives from them in the same transaction — PostgreSQL its
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from knowledge_store.engines.base import PreparedEntity, Published
 from knowledge_store.engines.shared import check_prepared
 from knowledge_store.engines.sql.batch import BatchScope, settle_batch
+from knowledge_store.engines.sql.declared import write_values
 from knowledge_store.engines.sql.dialect import Column, SqlDialect
 from knowledge_store.engines.sql.history import retire
 from knowledge_store.engines.sql.publish import (
@@ -208,6 +210,7 @@ def write_plan(
         _upsert_bodies(conn, d, placed)
         chunks.add(conn, publish, placed)
         _insert_edges(conn, d, plan.upserts)
+        write_values(conn, d, plan)  # the declared facets' values (ks facets add)
     if plan.acl_only:
         acl_sets = _acl_sets(conn, d, (e.acl for e in plan.acl_only))
         _repoint_acls(conn, d, publish, plan.acl_only, acl_sets)
