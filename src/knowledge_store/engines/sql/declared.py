@@ -4,7 +4,8 @@ Two tables in the store's own schema: ``facets`` (the declarations: name, kind, 
 and ``facet_values`` (one row per entity and value: the value as text — a date in the
 stored form — and, for a number facet, as a number), keyed ``(facet, value, entity)``
 and deleted with their entity (``ON DELETE CASCADE``). Filters read them through an
-``EXISTS`` with the facet's name bound (``sql/filters.py``); aggregates join them.
+``id IN (SELECT entity …)`` with the facet's name bound (``sql/filters.py``); aggregates
+join them.
 
 * **Declaring** a facet (:meth:`FacetAdministration.add`) writes its row and backfills
   the values of every entity from its ``attributes``, in one write transaction under

@@ -8,7 +8,7 @@ the SQL text. The fragment narrows what the ACL already allows: it is AND-ed
 with the visibility condition, never OR-ed.
 
 A declared facet's condition (``Filters.facets``, resolved by the reader) is an
-``EXISTS`` over ``facet_values`` (``engines/sql/declared.py``): the facet's name is
+``id IN`` over ``facet_values`` (``engines/sql/declared.py``): the facet's name is
 bound like its values, so nothing a caller or an operator names enters the SQL text.
 """
 
@@ -51,16 +51,19 @@ def filter_clause(
     if filters.pending:  # the reader resolves them: an engine is never given a name to parse
         raise StoreError(f"unresolved filters reached the engine: {dict(filters.pending)}")
     for facet in filters.facets:
-        has = (
-            f"SELECT 1 FROM facet_values AS fv WHERE fv.entity = {alias}.id"
-            f" AND fv.facet = {dialect.param(bind(facet.name))}"
+        # The entities with a matching value, read through facet_values' key (facet, value)
+        # or its (facet, number) index: 3 ms for a value held by 5,234 of 29,101 entities,
+        # where an EXISTS checked per visible entity took 15 ms (bench/bench_facets.py).
+        having = (
+            f"SELECT fv.entity FROM facet_values AS fv"
+            f" WHERE fv.facet = {dialect.param(bind(facet.name))}"
         )
         if facet.any_of:
             any_of = dialect.in_array("fv.value", bind(dialect.bind_array(facet.any_of)))
-            parts.append(f"EXISTS ({has} AND {any_of})")
+            parts.append(f"{alias}.id IN ({having} AND {any_of})")
         if facet.none_of:
             none_of = dialect.in_array("fv.value", bind(dialect.bind_array(facet.none_of)))
-            parts.append(f"NOT EXISTS ({has} AND {none_of})")
+            parts.append(f"{alias}.id NOT IN ({having} AND {none_of})")  # entity is NOT NULL
         column = "fv.value" if facet.kind == "date" else "fv.number"
         bounds = [
             f"{column} {op} {dialect.param(bind(value))}"
@@ -68,5 +71,5 @@ def filter_clause(
             if value is not None
         ]
         if bounds:
-            parts.append(f"EXISTS ({has} AND {' AND '.join(bounds)})")
+            parts.append(f"{alias}.id IN ({having} AND {' AND '.join(bounds)})")
     return (" AND ".join(parts) if parts else "1=1"), params
