@@ -56,7 +56,7 @@ HOSTILE = [
 def hostile(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> Path:
     where = tmp_path_factory.mktemp("hostile") / "store"
     with KnowledgeStore.open(where, embedder=embedder) as store:
-        ingest_entities(store.engine, store.embedder, store.embedder_spec, HOSTILE)
+        ingest_entities(store.engine.writer, store.embedder, store.embedder_spec, HOSTILE)
     return where
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from knowledge_store.model import Identity
 from knowledge_store.store import KnowledgeStore
 from knowledge_store.surfaces.auth import Caller
 from knowledge_store.surfaces.cli import app as cli
@@ -118,7 +119,7 @@ def test_rest_graphql_and_the_tools(where: str, embedder: Any) -> None:
         assert "team" in sql_tool["input_schema"]["properties"]["dimension"]["enum"]
         out = call_tool(
             store,
-            Caller("user:bob"),
+            Caller(Identity("user:bob")),
             "sql",
             {"mode": "filter", "filters": {"team": "infra"}, "k": 50},
         )

@@ -28,6 +28,7 @@ from knowledge_store.engines.embedded.schema import SCHEMA, SCHEMA_VERSION
 from knowledge_store.engines.shared import CHUNK_KEY_META, ChunkIds
 from knowledge_store.engines.sql.acl import load_entity
 from knowledge_store.engines.sql.dialect import SQLITE, Column
+from knowledge_store.engines.sql.history import MEMBERSHIPS_UNRECORDED, RECORD_MEMBERSHIPS
 from knowledge_store.engines.sql.statements import location_text
 from knowledge_store.engines.sql.write import Batch, Placed, latest_publish, publish_batch
 from knowledge_store.errors import StoreError
@@ -218,6 +219,9 @@ class Catalog:
         try:
             upgrade(self._conn())
             self._conn().executescript(SCHEMA)
+            if self._conn().execute(MEMBERSHIPS_UNRECORDED).fetchone()[0]:
+                with self.write() as conn:
+                    conn.execute(RECORD_MEMBERSHIPS)
             version = self.get_meta("schema_version")
             if version is None:
                 self.set_meta("schema_version", str(SCHEMA_VERSION))

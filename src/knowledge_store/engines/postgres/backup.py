@@ -25,7 +25,10 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,18 +75,26 @@ def _major(text: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _connection(url: str) -> tuple[str, dict[str, str]]:
+@contextmanager
+def _connection(url: str) -> Iterator[str]:
     """``url`` without its password (which a command line would show to every user of the
-    machine), and the environment that carries it instead (``PGPASSWORD``)."""
-    params = conninfo_to_dict(url)
+    machine): the password goes into a password file only this user can read (``passfile``,
+    libpq's .pgpass format), removed when the tool is done."""
+    params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
     password = params.pop("password", None)
-    env = dict(os.environ)
-    if password is not None:
-        env["PGPASSWORD"] = str(password)
-    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None}), env
+    if password is None:
+        yield make_conninfo(**params)
+        return
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    with tempfile.TemporaryDirectory(prefix="ks-pgpass-") as folder:
+        passfile = Path(folder) / "pgpass"
+        fd = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f"*:*:*:*:{escaped}\n")
+        yield make_conninfo(**params, passfile=str(passfile))
 
 
-def _run(command: list[str], action: str, env: dict[str, str] | None = None) -> None:
+def _run(command: list[str], action: str) -> None:
     try:
         done = subprocess.run(
             command,
@@ -91,7 +102,6 @@ def _run(command: list[str], action: str, env: dict[str, str] | None = None) -> 
             text=True,
             timeout=_TOOL_TIMEOUT_S,
             check=False,
-            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise StoreError(f"{action} failed: {exc}") from exc
@@ -122,8 +132,7 @@ def backup_store(engine: PostgresEngine, dest: Path) -> BackupReport:
                 f"{version} can't dump this server (PostgreSQL {server // 10000}): install"
                 f" pg_dump {server // 10000} or newer on PATH"
             )
-        dbname, env = _connection(engine.url)
-        with staged(dest) as folder:
+        with _connection(engine.url) as dbname, staged(dest) as folder:
             _run(
                 [
                     str(dump),
@@ -136,7 +145,6 @@ def backup_store(engine: PostgresEngine, dest: Path) -> BackupReport:
                     f"--dbname={dbname}",
                 ],
                 "pg_dump",
-                env,
             )
             files = (file_entry(folder, folder / DUMP),)
             manifest = Manifest(
@@ -218,20 +226,19 @@ def restore_store(src: Path, manifest: Manifest, location: str) -> RestoreReport
                     field="store",
                 )
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        dbname, env = _connection(url)
-        _run(
-            [
-                str(tool("pg_restore")),
-                "--single-transaction",
-                "--exit-on-error",
-                "--no-owner",
-                "--no-privileges",
-                f"--dbname={dbname}",
-                str(src / DUMP),
-            ],
-            "pg_restore",
-            env,
-        )
+        with _connection(url) as dbname:
+            _run(
+                [
+                    str(tool("pg_restore")),
+                    "--single-transaction",
+                    "--exit-on-error",
+                    "--no-owner",
+                    "--no-privileges",
+                    f"--dbname={dbname}",
+                    str(src / DUMP),
+                ],
+                "pg_restore",
+            )
         if dumped != schema:
             with translate("renaming the restored schema"):
                 conn.execute(

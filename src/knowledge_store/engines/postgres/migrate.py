@@ -27,7 +27,7 @@ from knowledge_store.engines.postgres.schema import (
 from knowledge_store.engines.sql.declared import declared_ddl
 from knowledge_store.engines.sql.dialect import POSTGRES
 from knowledge_store.engines.sql.facets import add_facet, missing_facets
-from knowledge_store.engines.sql.history import history_ddl
+from knowledge_store.engines.sql.history import RECORD_MEMBERSHIPS, history_ddl
 from knowledge_store.engines.sql.sources import source_columns_missing
 from knowledge_store.errors import StoreError
 
@@ -151,6 +151,7 @@ def open_schema(
             # history, declared facets, cursors
             for statement in (*history_ddl(POSTGRES), *declared_ddl(POSTGRES), *CURSORS_DDL):
                 conn.execute(statement)
+            conn.execute(RECORD_MEMBERSHIPS)
             features = detect_features(installed)
             if features.bm25_extension is not None:
                 conn.execute(extension_indexes[features.bm25_extension])

@@ -99,9 +99,20 @@ def history_ddl(d: SqlDialect) -> list[str]:
             PRIMARY KEY (grp, member, added_at)
         )""",
         "CREATE INDEX IF NOT EXISTS membership_history_by_end ON membership_history (removed_at)",
-        "INSERT INTO membership_history (grp, member, added_at) SELECT grp, member, ''"
-        " FROM memberships WHERE NOT EXISTS (SELECT 1 FROM membership_history)",
     ]
+
+
+#: Whether a store made before the history has memberships its history doesn't know yet.
+MEMBERSHIPS_UNRECORDED = (
+    "SELECT EXISTS (SELECT 1 FROM memberships) AND NOT EXISTS (SELECT 1 FROM membership_history)"
+)
+#: Those memberships recorded as held since the beginning (run only when
+#: :data:`MEMBERSHIPS_UNRECORDED`: an INSERT takes SQLite's write lock even when it adds
+#: nothing, and opening a store must never wait for a writer).
+RECORD_MEMBERSHIPS = (
+    "INSERT INTO membership_history (grp, member, added_at) SELECT grp, member, ''"
+    " FROM memberships WHERE NOT EXISTS (SELECT 1 FROM membership_history)"
+)
 
 
 # -- writing: what a publish ends ----------------------------------------------------------------------
