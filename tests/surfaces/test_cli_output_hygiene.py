@@ -64,6 +64,7 @@ COMMANDS = {
     "search": ["search", "vacuum dead tuples"],
     "search-explain": ["search", "vacuum dead tuples", "--explain"],
     "lexical": ["lexical", "vacuum"],
+    "fuzzy": ["fuzzy", "vacum"],
     "vector": ["vector", "vacuum"],
     "sql": ["sql", "--k", "5"],
     "aggregate-type": ["aggregate", "count", "--by", "type"],
@@ -122,3 +123,13 @@ def test_safe_replaces_controls_and_escapes_markup() -> None:
     )
     assert safe("[/]") == "\\[/]"
     assert safe("[bold]x[/bold]") == "\\[bold]x\\[/bold]"
+
+
+def test_every_generated_command_has_a_human_output() -> None:
+    """A command generated from the operation table prints its answer through SHOW: ``ks
+    fuzzy`` had none, and its human output was a KeyError traceback."""
+    from knowledge_store.surfaces.cli_show import SHOW
+    from knowledge_store.surfaces.operations import OPERATIONS
+
+    missing = [op.name for op in OPERATIONS if op.cli is not None and op.name not in SHOW]
+    assert missing == []

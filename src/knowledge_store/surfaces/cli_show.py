@@ -250,6 +250,7 @@ def _line(text: Callable[[Any, Any], str]) -> Show:
 SHOW: Mapping[str, Show] = {
     "search": show_search,
     "lexical": show_chunk_hits,
+    "fuzzy": show_chunk_hits,
     "vector": show_chunk_hits,
     "graph": lambda out, answer, request: show_graph(out, answer),
     "sql": show_sql,
