@@ -387,17 +387,7 @@ def search_page(
                 "score": score,
                 "ranks": {**dict.fromkeys([*LIST_NAMES, *names]), **ranks},
                 "superseded_by": superseded_by if superseded_by in readable else None,
-                "evidence": [
-                    {
-                        "chunk_id": c.public_id,
-                        "text": c.text,
-                        "heading": c.heading,
-                        "start": c.start,
-                        "end": c.end,
-                        "location": c.location,
-                    }
-                    for c in (chunks[i] for i in evidence if i in chunks)
-                ],
+                "evidence": [planner.evidence_item(chunks[i]) for i in evidence if i in chunks],
                 "similarity": similarity,
             }
         )

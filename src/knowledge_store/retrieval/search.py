@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from knowledge_store.engines.base import EntityCard
+from knowledge_store.engines.base import ChunkRecord, EntityCard
 from knowledge_store.errors import BoundExceeded, InvalidRequest
 from knowledge_store.model import (
     DEFAULT_DEPTH,
@@ -87,6 +87,7 @@ __all__ = [
     "Plan",
     "Run",
     "answer",
+    "evidence_item",
     "explain",
     "fuse_stages",
     "plan",
@@ -369,6 +370,18 @@ def _successors(reader: StoreReader, uids: Sequence[str], filters: Filters) -> d
 
 
 # -- answer --------------------------------------------------------------------------------------------
+def evidence_item(c: ChunkRecord) -> dict[str, Any]:
+    """A result's evidence chunk as its answer shows it (DESIGN §6: ``evidence``)."""
+    return {
+        "chunk_id": c.public_id,
+        "text": c.text,
+        "heading": c.heading,
+        "start": c.start,
+        "end": c.end,
+        "location": c.location,
+    }
+
+
 def _evidence(
     rankings: Mapping[str, Ranking], wanted: Set[str], per_result: int
 ) -> dict[str, list[int]]:
@@ -437,15 +450,7 @@ def answer(reader: StoreReader, p: Plan, r: Run) -> SearchAnswer:
                 "ranks": ranks,
                 "superseded_by": superseded_by,
                 "evidence": [
-                    {
-                        "chunk_id": c.public_id,
-                        "text": c.text,
-                        "heading": c.heading,
-                        "start": c.start,
-                        "end": c.end,
-                        "location": c.location,
-                    }
-                    for c in (chunks[i] for i in evidence.get(uid, ()) if i in chunks)
+                    evidence_item(chunks[i]) for i in evidence.get(uid, ()) if i in chunks
                 ],
                 "similarity": similarity.get(uid),
             }

@@ -731,44 +731,37 @@ class _Changes:
         ]
 
     def _chain_lost(self, entry: str) -> list[str]:
-        chain = self._chain(self.then.pairs)
-        path = chain(entry)
-        if path is None:
-            return []
-        now = set(self.pairs_now)
-        out = []
-        for member, group in itertools.pairwise(path):
-            if (group, member) not in now:
-                event = next(
-                    (
-                        e
-                        for e in self.membership_events
-                        if e[1] == "remove" and e[2] == group and e[3] == member
-                    ),
-                    None,
-                )
-                at = event[0] if event else "an unrecorded moment"
-                out.append(self._membership_words(at, "remove", group, member))
-        return out
+        return self._chain_changes(entry, "remove", self.then.pairs, self.pairs_now)
 
     def _chain_gained(self, entry: str) -> list[str]:
-        path = self._chain(self.pairs_now)(entry)
+        return self._chain_changes(entry, "add", self.pairs_now, self.then.pairs)
+
+    def _chain_changes(
+        self,
+        entry: str,
+        kind: str,
+        held: Sequence[tuple[str, str]],
+        other: Sequence[tuple[str, str]],
+    ) -> list[str]:
+        """The membership changes of ``kind`` on the chain to ``entry`` over ``held`` that
+        ``other`` lacks: the chain lost since (``remove``) or gained since (``add``)."""
+        path = self._chain(held)(entry)
         if path is None:
             return []
-        then = set(self.then.pairs)
+        kept = set(other)
         out = []
         for member, group in itertools.pairwise(path):
-            if (group, member) not in then:
+            if (group, member) not in kept:
                 event = next(
                     (
                         e
                         for e in self.membership_events
-                        if e[1] == "add" and e[2] == group and e[3] == member
+                        if e[1] == kind and e[2] == group and e[3] == member
                     ),
                     None,
                 )
                 at = event[0] if event else "an unrecorded moment"
-                out.append(self._membership_words(at, "add", group, member))
+                out.append(self._membership_words(at, kind, group, member))
         return out
 
     def _chain(self, pairs: Sequence[tuple[str, str]]) -> Any:

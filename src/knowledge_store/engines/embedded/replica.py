@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from knowledge_store.engines.sql.dialect import SQLITE
-from knowledge_store.engines.sql.history import replace_memberships
+from knowledge_store.engines.sql.history import follow_source, replace_memberships
 
 if TYPE_CHECKING:
     from knowledge_store.engines.embedded.engine import EmbeddedEngine
@@ -24,10 +23,7 @@ class EmbeddedReplica:
 
         self._dir = Path(tempfile.mkdtemp(prefix="ks-replica-"))
         engine = EmbeddedEngine(self._dir / "store")
-        engine.chunk_ids = source.chunk_ids  # the same public chunk ids
-        model = source.writer.model()
-        if model is not None:
-            engine.writer.set_model(model[0], model[1], source.writer.model_spec() or "")
+        follow_source(engine, source)
         self._engine = engine
 
     @property
@@ -35,8 +31,8 @@ class EmbeddedReplica:
         return self._engine
 
     def set_memberships(self, pairs: Sequence[tuple[str, str]]) -> None:
-        with self._engine.write_lock(), self._engine.catalog.write() as conn:
-            replace_memberships(conn, SQLITE, pairs)
+        with self._engine.writing() as conn:
+            replace_memberships(conn, self._engine.dialect, pairs)
 
     def discard(self) -> None:
         self._engine.close()

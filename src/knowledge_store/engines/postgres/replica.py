@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from psycopg import sql
 
 from knowledge_store.engines.postgres.db import translate
-from knowledge_store.engines.sql.dialect import POSTGRES
-from knowledge_store.engines.sql.history import replace_memberships
+from knowledge_store.engines.sql.history import follow_source, replace_memberships
 
 if TYPE_CHECKING:
     from knowledge_store.engines.postgres.engine import PostgresEngine
@@ -28,10 +27,7 @@ class PostgresReplica:
         engine = PostgresEngine(
             source.url, schema=self._schema, lexical_ranker=source.lexical_ranker
         )
-        engine.chunk_ids = source.chunk_ids  # the same public chunk ids
-        model = source.writer.model()
-        if model is not None:
-            engine.writer.set_model(model[0], model[1], source.writer.model_spec() or "")
+        follow_source(engine, source)
         self._engine = engine
 
     @property
@@ -39,8 +35,8 @@ class PostgresReplica:
         return self._engine
 
     def set_memberships(self, pairs: Sequence[tuple[str, str]]) -> None:
-        with self._engine.db.write() as conn, translate("setting a replica's memberships"):
-            replace_memberships(conn, POSTGRES, pairs)
+        with self._engine.writing() as conn:
+            replace_memberships(conn, self._engine.dialect, pairs)
 
     def discard(self) -> None:
         url = self._engine.url

@@ -382,6 +382,15 @@ def note_memberships(
         )
 
 
+def follow_source(replica: Any, source: Any) -> None:
+    """A replica's engine names chunks with ``source``'s key and records its model (the
+    replica of either engine: ``engines.base.Replica``)."""
+    replica.chunk_ids = source.chunk_ids  # the same public chunk ids
+    model = source.writer.model()
+    if model is not None:
+        replica.writer.set_model(model[0], model[1], source.writer.model_spec() or "")
+
+
 def replace_memberships(conn: Any, d: SqlDialect, pairs: Sequence[tuple[str, str]]) -> None:
     """Every membership of a replica replaced by ``pairs`` (the memberships of a moment)."""
     conn.execute("DELETE FROM memberships")
